@@ -1,0 +1,33 @@
+# Two commands for a fresh machine: `make demo` (the main job on the embedded default) and
+# `make test` (the test suite). Each creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-full lint bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## stable → benign covariate → concept → extreme covariate shift, on real data, SQLite
+	$(BIN)/monitor demo
+
+test: $(STAMP)  ## the CI suite (statistical tests in their fast form)
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-full: $(STAMP)  ## everything, including the slow full-size statistical and reliability runs
+	$(BIN)/pytest -q -p no:cacheprovider -m ""
+
+lint: $(STAMP)
+	$(BIN)/ruff check monitor connectors tests bench alembic
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/monitor bench
+
+clean:
+	rm -rf $(VENV) monitor.db .pytest_cache .mypy_cache .ruff_cache

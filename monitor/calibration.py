@@ -1,0 +1,137 @@
+"""Calibration data of a stream: labeled prediction events from the model's validation data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.events import InvalidEvent, PredictionEvent, decode_event
+
+
+class CalibrationError(ValueError):
+    """Calibration data that cannot be used; the message says which line and why."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Arrays of a stream's calibration events (all rows labeled).
+
+    ``predictions`` is ``(n,)`` for regression and ``(n, C)`` for classification; ``logits`` and
+    ``embedding`` are present only when every calibration event carries them.
+    """
+
+    features: np.ndarray
+    predictions: np.ndarray
+    labels: np.ndarray
+    feature_names: tuple[str, ...] | None = None
+    logits: np.ndarray | None = None
+    embedding: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def n_classes(self) -> int | None:
+        return int(self.predictions.shape[1]) if self.predictions.ndim == 2 else None
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """Arrays by OOD input kind (``features``, ``logits``, ``embedding``)."""
+        out = {"features": self.features}
+        if self.logits is not None:
+            out["logits"] = self.logits
+        if self.embedding is not None:
+            out["embedding"] = self.embedding
+        return out
+
+    @classmethod
+    def from_events(cls, events: Sequence[PredictionEvent]) -> Calibration:
+        if len(events) < 20:
+            raise CalibrationError(f"calibration needs at least 20 labeled events, got {len(events)}")
+        unlabeled = [e.id for e in events if e.label is None]
+        if unlabeled:
+            raise CalibrationError(f"calibration events must carry a label; {unlabeled[0]!r} has none")
+        first = events[0].features
+        names = tuple(first) if isinstance(first, dict) else None
+        try:
+            features = np.stack([e.feature_vector(names) for e in events])
+            predictions = np.asarray([e.prediction for e in events], dtype=float)
+        except (ValueError, InvalidEvent) as exc:
+            raise CalibrationError(f"calibration events disagree in shape: {exc}") from None
+        labels = np.asarray([e.label for e in events])
+        return cls(
+            features=features,
+            predictions=predictions,
+            labels=labels,
+            feature_names=names,
+            logits=_optional(events, "logits"),
+            embedding=_optional(events, "embedding"),
+        )
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict[str, Any] | bytes | str]) -> Calibration:
+        """From wire-format events (``kind`` defaults to ``prediction``)."""
+        events = []
+        for i, row in enumerate(rows):
+            if isinstance(row, dict):
+                row = {"kind": "prediction", "stream": "calibration", "id": str(i), **row}
+            try:
+                event = decode_event(row, max_bytes=1 << 30)
+            except InvalidEvent as exc:
+                raise CalibrationError(f"calibration row {i}: {exc}") from None
+            if not isinstance(event, PredictionEvent):
+                raise CalibrationError(f"calibration row {i} is not a prediction event")
+            events.append(event)
+        return cls.from_events(events)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> Calibration:
+        try:
+            with open(path, "rb") as fh:
+                lines = [line for line in fh if line.strip()]
+        except OSError as exc:
+            raise CalibrationError(f"cannot read calibration file {path}: {exc.strerror}") from None
+        return cls.from_rows(lines)
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """Wire-format rows (for storing the calibration with the stream)."""
+        rows = []
+        for i in range(len(self)):
+            row: dict[str, Any] = {
+                "features": _features(self.features[i], self.feature_names),
+                "prediction": _plain(self.predictions[i]),
+                "label": _plain(self.labels[i]),
+            }
+            if self.logits is not None:
+                row["logits"] = self.logits[i].tolist()
+            if self.embedding is not None:
+                row["embedding"] = self.embedding[i].tolist()
+            rows.append(row)
+        return rows
+
+
+def _optional(events: Sequence[PredictionEvent], name: str) -> np.ndarray | None:
+    values = [getattr(e, name) for e in events]
+    if any(v is None for v in values):
+        return None
+    try:
+        return np.asarray(values, dtype=float)
+    except ValueError:
+        raise CalibrationError(f"calibration '{name}' vectors differ in length") from None
+
+
+def _features(row: np.ndarray, names: tuple[str, ...] | None) -> list[float] | dict[str, float]:
+    if names is None:
+        return row.tolist()
+    return dict(zip(names, row.tolist(), strict=True))
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value

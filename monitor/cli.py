@@ -1,0 +1,257 @@
+"""The ``monitor`` command line (DESIGN.md "Command line").
+
+The only place besides the API's app factory that reads :class:`~monitor.settings.Settings`.
+Heavy modules are imported inside each command so that ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from monitor.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``monitor`` console script; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings = Settings()
+    if args.db:
+        settings = settings.model_copy(update={"database_url": args.db})
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler = args.handler
+    try:
+        return handler(args, settings)
+    except KeyboardInterrupt:
+        return 130
+    except UserError as exc:
+        print(f"monitor: error: {exc}", file=sys.stderr)
+        return 2
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad file, bad configuration); printed without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="monitor",
+        description="Online ML monitoring with anytime-valid sequential tests.",
+    )
+    parser.add_argument(
+        "--db", help="database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_streams(sub)
+    _add_alarms(sub)
+    _add_db(sub)
+    _add_serve(sub)
+    _add_dashboards(sub)
+    _add_demo(sub)
+    _add_bench(sub)
+    return parser
+
+
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="process a source of events (file to its end; Kafka until stopped)")
+    p.add_argument("--source", required=True, help="file:EVENTS.jsonl or kafka://HOST:PORT/TOPIC[,TOPIC]")
+    p.add_argument("--config", action="append", default=[], help="stream configuration (repeatable)")
+    p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
+    p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
+    p.add_argument("--no-store", action="store_true", help="do not persist to the database")
+    p.add_argument("--batch-size", type=int, default=None, help="records per transaction")
+    p.set_defaults(handler=_cmd_run)
+
+
+def _add_streams(sub: Any) -> None:
+    p = sub.add_parser("streams", help="register and list monitored streams")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = s.add_parser("create", help="register a stream with its calibration data")
+    create.add_argument("config", help="stream configuration (YAML or JSON)")
+    create.set_defaults(handler=_cmd_streams_create)
+    lst = s.add_parser("list", help="list registered streams")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=_cmd_streams_list)
+
+
+def _add_alarms(sub: Any) -> None:
+    p = sub.add_parser("alarms", help="query stored alarms")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lst = s.add_parser("list", help="list alarms, newest first")
+    lst.add_argument("--stream")
+    lst.add_argument("--kind")
+    lst.add_argument("--limit", type=int, default=100)
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=_cmd_alarms_list)
+
+
+def _add_db(sub: Any) -> None:
+    p = sub.add_parser("db", help="database migrations")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = s.add_parser("upgrade", help="alembic upgrade to head")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(handler=_cmd_db_upgrade)
+    down = s.add_parser("downgrade", help="alembic downgrade")
+    down.add_argument("revision")
+    down.set_defaults(handler=_cmd_db_downgrade)
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the HTTP API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(handler=_cmd_serve)
+
+
+def _add_dashboards(sub: Any) -> None:
+    p = sub.add_parser("dashboards", help="Grafana dashboards")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    push = s.add_parser("push", help="create or update the dashboards and datasource in Grafana")
+    push.add_argument("--grafana-url", required=True)
+    push.add_argument("--token", help="Grafana service-account token (or GRAFANA_TOKEN)")
+    push.add_argument("--user", help="basic-auth user (with --password)")
+    push.add_argument("--password", help="basic-auth password")
+    push.set_defaults(handler=_cmd_dashboards_push)
+
+
+def _add_demo(sub: Any) -> None:
+    p = sub.add_parser("demo", help="the whole pipeline on embedded defaults and real bundled data")
+    p.add_argument("--out", default="demo-out", help="folder for the generated stream and plot")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--serve", action="store_true", help="keep the API up on the demo database")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_demo)
+
+
+def _add_bench(sub: Any) -> None:
+    p = sub.add_parser("bench", help="throughput and statistical benchmarks")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="reduced sizes (seconds)")
+    p.set_defaults(handler=_cmd_bench)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.runner import run_source
+
+    summary = run_source(
+        source_url=args.source,
+        configs=args.config,
+        group=args.group,
+        settings=settings,
+        store=not args.no_store,
+        batch_size=args.batch_size or settings.batch_size,
+        on_alarm=lambda alarm: print(json.dumps(alarm.to_json()), flush=True),
+    )
+    if args.json:
+        print(json.dumps(summary.to_json()))
+    else:
+        summary.print_human(sys.stderr)
+    return 0
+
+
+def _cmd_streams_create(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.runner import register_stream
+
+    name = register_stream(args.config, settings)
+    print(f"stream {name!r} registered in {settings.database_url}")
+    return 0
+
+
+def _cmd_streams_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.runner import list_streams
+
+    streams = list_streams(settings)
+    if args.json:
+        print(json.dumps(streams))
+    else:
+        for stream in streams:
+            print(f"{stream['name']}\t{stream['task']}")
+    return 0
+
+
+def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.runner import list_alarms
+
+    alarms = list_alarms(settings, stream=args.stream, kind=args.kind, limit=args.limit)
+    if args.json:
+        print(json.dumps(alarms))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("ts", "stream", "detector", "kind", "event", "changepoint", "statistic")
+    for a in alarms:
+        table.add_row(
+            a["ts"], a["stream"], a["detector"], a["kind"], f"{a['event_id']} (#{a['event_index']})",
+            str(a["changepoint"]), f"{a['statistic']:.4g} ≥ {a['threshold']:.4g}",
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.migrate import upgrade
+
+    upgrade(settings.database_url, args.revision)
+    print(f"database {settings.database_url} at revision {args.revision}")
+    return 0
+
+
+def _cmd_db_downgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.migrate import downgrade
+
+    downgrade(settings.database_url, args.revision)
+    print(f"database {settings.database_url} at revision {args.revision}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from monitor.api import create_app
+
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.dashboards import push_dashboards
+
+    pushed = push_dashboards(
+        args.grafana_url, token=args.token, user=args.user, password=args.password,
+        database_url=settings.database_url,
+    )
+    for uid in pushed:
+        print(f"dashboard {uid} pushed to {args.grafana_url}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.demo import run_demo
+
+    return run_demo(args.out, settings, seed=args.seed, serve=args.serve, as_json=args.json)
+
+
+def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.benchmarks import run_benchmarks
+
+    return run_benchmarks(settings, quick=args.quick, as_json=args.json)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Stream configuration: the YAML/JSON a user writes (DESIGN.md "Stream configuration").
+
+Every field but ``name``, ``task`` and ``calibration`` has a documented default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Task = Literal["regression", "classification"]
+ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
+Betting = Literal["simple_jumper", "composite_jumper", "power", "mixture"]
+RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
+OODRuleName = Literal["bh", "eg_bh", "lond"]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+
+class ConfigError(ValueError):
+    """A stream configuration that cannot be used; the message says which field and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AlarmConfig(_Strict):
+    """When a martingale raises an alarm.
+
+    ``ville``: alarm when S_t >= 1/alpha (false-alarm probability <= alpha over the whole stream).
+    ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches ``threshold``; the mean run
+    length to a false alarm on a stationary stream is at least ``threshold`` events.
+    """
+
+    rule: RuleName = "shiryaev_roberts"
+    threshold: Annotated[float, Field(gt=1.0)] = 10_000.0
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.01
+
+
+class OODConfig(_Strict):
+    """Per-event OOD flags with FDR control over windows (``bh``, ``eg_bh``) or online (``lond``)."""
+
+    enabled: bool = True
+    rule: OODRuleName = "eg_bh"
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.1
+    window: Annotated[int, Field(ge=1, le=100_000)] = 256
+    scorers: tuple[str, ...] = ()
+    splits: Annotated[int, Field(ge=1, le=64)] = 5
+
+
+class LabelJoinConfig(_Strict):
+    """Bounded store of predictions waiting for labels (and labels waiting for predictions)."""
+
+    max_pending: Annotated[int, Field(ge=1)] = 100_000
+    max_delay_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
+
+
+class StreamConfig(_Strict):
+    """One monitored stream.
+
+    Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
+    classification; ``covariate_score`` is ``knn``; ``betting`` is ``composite_jumper``; the alarm
+    rule is Shiryaev–Roberts with threshold (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1
+    over windows of 256 events.
+    """
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    task: Task
+    calibration: str | list[dict[str, Any]]
+    score: ConditionalScore | None = None
+    covariate_score: str = "knn"
+    betting: Betting = "composite_jumper"
+    alarm: AlarmConfig = AlarmConfig()
+    covariate_alarm: AlarmConfig | None = None
+    ood: OODConfig = OODConfig()
+    labels: LabelJoinConfig = LabelJoinConfig()
+    weighted: bool = True
+    weight_batch: Annotated[int, Field(ge=1, le=64)] = 32
+    rebaseline: Annotated[int, Field(ge=0)] = 300
+    max_reference: Annotated[int | None, Field(ge=100)] = None
+    trace_every: Annotated[int, Field(ge=1)] = 10
+    seed: int = 0
+    last_layer: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> StreamConfig:
+        if self.score is None:
+            default = "abs_residual" if self.task == "regression" else "one_minus_prob"
+            object.__setattr__(self, "score", default)
+        if self.task == "classification" and self.score != "one_minus_prob":
+            raise ValueError("classification streams use score 'one_minus_prob'")
+        if self.task == "regression" and self.score == "one_minus_prob":
+            raise ValueError("regression streams use score 'abs_residual' or 'signed_residual'")
+        return self
+
+    @property
+    def conditional_score(self) -> str:
+        assert self.score is not None
+        return self.score
+
+
+def load_stream_config(path: str | Path) -> StreamConfig:
+    """Read a YAML or JSON stream configuration; a relative ``calibration`` path is resolved
+    against the configuration file's folder."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read stream configuration {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path} is not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of configuration fields")
+    cal = data.get("calibration")
+    if isinstance(cal, str) and not Path(cal).is_absolute():
+        data["calibration"] = str((path.parent / cal).resolve())
+    try:
+        return StreamConfig.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"invalid stream configuration {path}: {exc}") from exc

@@ -1,0 +1,122 @@
+"""The wire format (DESIGN.md "Wire format"): decoding and validation of one raw event.
+
+A raw event is the bytes of one Kafka message value, one JSONL line or one item of an HTTP batch.
+:func:`decode_event` returns a validated :class:`PredictionEvent` or :class:`LabelEvent`, or raises
+:class:`InvalidEvent` whose message is the reason stored with the dead letter.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from monitor.config import NAME_PATTERN
+
+Number = Annotated[float, Field(allow_inf_nan=False)]
+Label = int | float | str
+
+
+class InvalidEvent(ValueError):
+    """An event that cannot be processed; the message is the dead-letter reason."""
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    stream: Annotated[str, Field(pattern=NAME_PATTERN)]
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+    ts: datetime | None = None
+
+
+class PredictionEvent(_Event):
+    """A model's prediction; ``label`` may be given inline."""
+
+    kind: Literal["prediction"]
+    features: Annotated[list[Number], Field(min_length=1)] | dict[str, Number]
+    prediction: Number | Annotated[list[Number], Field(min_length=2)]
+    logits: list[Number] | None = None
+    embedding: list[Number] | None = None
+    label: Annotated[Label, Field(union_mode="left_to_right")] | None = None
+
+    def feature_vector(self, names: tuple[str, ...] | None) -> np.ndarray:
+        """Features as a float vector; object features are ordered by ``names``."""
+        if isinstance(self.features, dict):
+            if names is None:
+                return np.fromiter(self.features.values(), dtype=float)
+            missing = [n for n in names if n not in self.features]
+            if missing or len(self.features) != len(names):
+                raise InvalidEvent(
+                    f"feature names {sorted(self.features)} differ from the stream's {list(names)}"
+                )
+            return np.array([self.features[n] for n in names], dtype=float)
+        return np.asarray(self.features, dtype=float)
+
+
+class LabelEvent(_Event):
+    """Ground truth for an earlier (or later) prediction with the same ``stream`` and ``id``."""
+
+    kind: Literal["label"]
+    label: Annotated[Label, Field(union_mode="left_to_right")]
+
+
+Event = PredictionEvent | LabelEvent
+_EVENT = TypeAdapter[Event](Annotated[Event, Field(discriminator="kind")])
+
+
+def decode_event(raw: bytes | str | dict[str, Any], max_bytes: int = 256 * 1024) -> Event:
+    """Decode and validate one event.
+
+    Raises
+    ------
+    InvalidEvent
+        With a one-line reason: oversized, not UTF-8, not JSON, or which field is wrong.
+
+    Examples
+    --------
+    >>> decode_event(b'{"kind": "label", "stream": "bikes", "id": "e-1", "label": 57}').label
+    57
+    >>> try:
+    ...     decode_event(b'{"kind": "label", "stream": "bikes", "id": "e-1", "label": NaN}')
+    ... except InvalidEvent as exc:
+    ...     print(exc)
+    NaN is not allowed: numbers must be finite
+    """
+    if isinstance(raw, dict):
+        return _validate(raw)
+    if len(raw) > max_bytes:
+        raise InvalidEvent(f"event of {len(raw)} bytes exceeds the limit of {max_bytes}")
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidEvent(f"not valid JSON: {exc.msg} at char {exc.pos}") from None
+    except ValueError as exc:
+        raise InvalidEvent(str(exc)) from None
+    if not isinstance(data, dict):
+        raise InvalidEvent(f"an event must be a JSON object, got {type(data).__name__}")
+    return _validate(data)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed: numbers must be finite")
+
+
+def _validate(data: dict[str, Any]) -> Event:
+    if data.get("kind") not in ("prediction", "label"):
+        raise InvalidEvent(f"field 'kind' must be 'prediction' or 'label', got {data.get('kind')!r}")
+    try:
+        return _EVENT.validate_python(data)
+    except ValidationError as exc:
+        raise InvalidEvent(_first_error(exc)) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"][1:]) or "event"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"field '{loc}': {err['msg']}{more}"

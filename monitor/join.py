@@ -1,0 +1,167 @@
+"""Delayed-label join: predictions wait for their labels, and early labels wait for predictions.
+
+Both waiting rooms are bounded by count and by event time. An entry pushed out by either bound is
+*expired*: it is counted (``expired_predictions`` / ``expired_labels``), never silently dropped.
+The whole store is part of the stream's checkpointed state.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+Label = int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A prediction waiting for its label."""
+
+    event_id: str
+    event_index: int
+    ts: float
+    features: tuple[float, ...]
+    prediction: float | tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A prediction with its label, ready for the conditional monitor."""
+
+    pending: Pending
+    label: Label
+
+
+class LabelJoin:
+    """Bounded store joining predictions and labels by event id.
+
+    Parameters
+    ----------
+    max_pending
+        Most predictions (and, separately, most early labels) held at once; the oldest is expired
+        when a new one would exceed it.
+    max_delay_seconds
+        Entries older than this (event time of the newest event minus the entry's time) expire.
+
+    Examples
+    --------
+    >>> join = LabelJoin(max_pending=2, max_delay_seconds=60)
+    >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
+    >>> join.add_label("a", 3.0, ts=1.0)
+    >>> [(j.pending.event_id, j.label) for j in join.drain()]
+    [('a', 3.0)]
+    >>> join.add_label("b", 1.0, ts=2.0)    # early label: held until its prediction arrives
+    >>> join.pending_labels
+    1
+    """
+
+    def __init__(self, max_pending: int = 100_000, max_delay_seconds: float = 7 * 24 * 3600.0):
+        if max_pending < 1:
+            raise ValueError("max_pending must be >= 1")
+        if max_delay_seconds <= 0:
+            raise ValueError("max_delay_seconds must be > 0")
+        self.max_pending = max_pending
+        self.max_delay_seconds = max_delay_seconds
+        self._predictions: OrderedDict[str, Pending] = OrderedDict()
+        self._labels: OrderedDict[str, tuple[Label, float]] = OrderedDict()
+        self._ready: list[Joined] = []
+        self.expired_predictions = 0
+        self.expired_labels = 0
+        self.joined = 0
+
+    @property
+    def pending_predictions(self) -> int:
+        return len(self._predictions)
+
+    @property
+    def pending_labels(self) -> int:
+        return len(self._labels)
+
+    def has_prediction(self, event_id: str) -> bool:
+        return event_id in self._predictions
+
+    def add_prediction(self, pending: Pending) -> None:
+        """Hold a prediction, or join it at once with an early label."""
+        early = self._labels.pop(pending.event_id, None)
+        if early is not None:
+            self._join(pending, early[0])
+        else:
+            self._predictions[pending.event_id] = pending
+        self._expire(pending.ts)
+
+    def add_label(self, event_id: str, label: Label, ts: float) -> None:
+        """Join a label with its waiting prediction, or hold it until the prediction arrives."""
+        pending = self._predictions.pop(event_id, None)
+        if pending is not None:
+            self._join(pending, label)
+        else:
+            self._labels[event_id] = (label, ts)
+        self._expire(ts)
+
+    def drain(self) -> list[Joined]:
+        """Joined pairs in the order they were completed, removed from the store."""
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _join(self, pending: Pending, label: Label) -> None:
+        self._ready.append(Joined(pending, label))
+        self.joined += 1
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.max_delay_seconds
+        self.expired_predictions += _evict(self._predictions, self.max_pending, horizon, _pts)
+        self.expired_labels += _evict(self._labels, self.max_pending, horizon, _lts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "predictions": [
+                [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
+                for p in self._predictions.values()
+            ],
+            "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
+            "counts": [self.expired_predictions, self.expired_labels, self.joined],
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != 1:
+            raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
+        self._predictions = OrderedDict(
+            (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4])))
+            for row in state["predictions"]
+        )
+        self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
+        self.expired_predictions, self.expired_labels, self.joined = state["counts"]
+        self._ready = []
+
+
+def _pts(entry: Pending) -> float:
+    return entry.ts
+
+
+def _lts(entry: tuple[Label, float]) -> float:
+    return entry[1]
+
+
+def _evict(store: OrderedDict[str, Any], cap: int, horizon: float, ts_of: Any) -> int:
+    """Expire the oldest entries beyond ``cap`` and every entry older than ``horizon``."""
+    expired = 0
+    while len(store) > cap:
+        store.popitem(last=False)
+        expired += 1
+    while store:
+        key = next(iter(store))
+        if ts_of(store[key]) >= horizon:
+            break
+        del store[key]
+        expired += 1
+    return expired
+
+
+def _plain(prediction: float | tuple[float, ...]) -> float | list[float]:
+    return list(prediction) if isinstance(prediction, tuple) else prediction
+
+
+def _tuple(prediction: float | list[float]) -> float | tuple[float, ...]:
+    return tuple(prediction) if isinstance(prediction, list) else prediction

@@ -1,0 +1,133 @@
+"""The per-record pipeline: decode → validate → route by stream → detectors → result records.
+
+Pure computation over records handed in by a source; no I/O. The worker (``monitor.worker``)
+persists what :meth:`Pipeline.process` returns together with the source offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from monitor.events import InvalidEvent, decode_event
+from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.stream import StreamMonitor
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """What the pipeline needs of a source record (``connectors.Record`` fits this shape)."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class BatchOutput:
+    """Everything one batch produced, to be persisted in one transaction."""
+
+    alarms: list[Alarm] = field(default_factory=list)
+    trace_points: list[TracePoint] = field(default_factory=list)
+    ood_windows: list[OODWindow] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    events: int = 0
+
+    def source_offsets(self, source: str) -> list[SourceOffset]:
+        """Offsets as records keyed by ``source`` (the worker's stable source name)."""
+        return [
+            SourceOffset(f"{source}:{topic}" if topic else source, partition, offset)
+            for (topic, partition), offset in sorted(self.offsets.items())
+        ]
+
+    def extend(self, other: BatchOutput) -> None:
+        self.alarms += other.alarms
+        self.trace_points += other.trace_points
+        self.ood_windows += other.ood_windows
+        self.dead_letters += other.dead_letters
+        self.offsets.update(other.offsets)
+        self.touched |= other.touched
+        self.events += other.events
+
+
+class Pipeline:
+    """Routes raw records to the monitors of their streams.
+
+    Parameters
+    ----------
+    streams
+        The monitored streams by name. Records of any other stream go to the dead letters.
+    source
+        Name of the source, stored with dead letters (e.g. ``file:/data/events.jsonl``).
+    max_event_bytes
+        Larger records go to the dead letters unread.
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, StreamMonitor],
+        source: str = "",
+        max_event_bytes: int = 256 * 1024,
+    ) -> None:
+        self.streams = dict(streams)
+        self.source = source
+        self.max_event_bytes = max_event_bytes
+
+    def process(self, records: Iterable[Any]) -> BatchOutput:
+        """Process records in order; bad records become dead letters, never exceptions."""
+        out = BatchOutput()
+        for record in records:
+            self._process_one(record, out)
+            key = (record.topic, record.partition)
+            out.offsets[key] = max(out.offsets.get(key, 0), record.offset + 1)
+        for name in out.touched:
+            self.streams[name].drain_into(out)
+        return out
+
+    def flush(self) -> BatchOutput:
+        """Close partial OOD windows (end of a finite source)."""
+        out = BatchOutput()
+        for name, monitor in self.streams.items():
+            if monitor.flush():
+                out.touched.add(name)
+                monitor.drain_into(out)
+        return out
+
+    def _process_one(self, record: Any, out: BatchOutput) -> None:
+        ts = _record_time(record)
+        try:
+            event = decode_event(record.value, self.max_event_bytes)
+            monitor = self.streams.get(event.stream)
+            if monitor is None:
+                raise InvalidEvent(f"unknown stream {event.stream!r}")
+            monitor.observe(event, ts)
+        except InvalidEvent as exc:
+            out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts))
+            return
+        out.events += 1
+        out.touched.add(event.stream)
+
+
+def _record_time(record: Any) -> datetime:
+    """Event time fallback: the record's broker timestamp, else ingest time."""
+    ts_ms = getattr(record, "timestamp_ms", None)
+    if ts_ms is not None and ts_ms > 0:
+        return datetime.fromtimestamp(ts_ms / 1000.0, tz=UTC)
+    return datetime.now(UTC)
+
+
+def _dead_letter(source: str, record: Any, reason: str, ts: datetime) -> DeadLetter:
+    return DeadLetter(
+        source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
+        partition=record.partition,
+        offset=record.offset,
+        reason=reason,
+        payload=bytes(record.value[: DeadLetter.MAX_PAYLOAD]),
+        ts=ts,
+    )

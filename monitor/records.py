@@ -1,0 +1,151 @@
+"""Result records produced by the pipeline and consumed by persistence, the API and the CLI.
+
+These are plain, immutable data classes with no I/O. Every record has ``to_json()`` returning
+JSON-ready builtins (datetimes as ISO 8601 strings in UTC).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Detector = Literal["covariate", "conditional", "ood"]
+AlarmKind = Literal["concept_shift", "extreme_covariate_shift", "benign_covariate_shift"]
+
+DETECTORS: tuple[str, ...] = ("covariate", "conditional", "ood")
+ALARM_KINDS: tuple[str, ...] = ("concept_shift", "extreme_covariate_shift", "benign_covariate_shift")
+
+#: Namespace for deterministic alarm ids: replaying the same events yields the same ids, which
+#: makes storing an alarm idempotent (a replay after a crash never stores it twice).
+ALARM_NAMESPACE = uuid.UUID("6f6b1d52-3a51-4f0e-9a43-0c4e2a8f5d10")
+
+#: Largest finite value written for a statistic; larger values (including +inf) are clipped so
+#: that every record is valid JSON. The exact value is kept in log space in ``evidence``.
+MAX_STATISTIC = 1e300
+
+
+def alarm_id(stream: str, detector: str, event_index: int) -> str:
+    """Deterministic alarm id from where it was raised."""
+    return str(uuid.uuid5(ALARM_NAMESPACE, f"{stream}\x1f{detector}\x1f{event_index}"))
+
+
+def finite(value: float) -> float:
+    """Clip a statistic to a finite JSON-safe float (nan stays nan for the caller to handle)."""
+    if math.isnan(value):
+        return value
+    return max(-MAX_STATISTIC, min(MAX_STATISTIC, value))
+
+
+def iso(ts: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z`` suffix."""
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """One alarm with its diagnosis (DESIGN.md "Alarm record")."""
+
+    stream: str
+    detector: str
+    kind: str
+    event_id: str
+    event_index: int
+    ts: datetime
+    changepoint: int | None
+    statistic: float
+    threshold: float
+    rule: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", alarm_id(self.stream, self.detector, self.event_index))
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ts"] = iso(self.ts)
+        out["statistic"] = finite(self.statistic)
+        return {"id": out.pop("id"), **out}
+
+
+@dataclass(frozen=True, slots=True)
+class TracePoint:
+    """One (downsampled) point of a detector's trace."""
+
+    stream: str
+    detector: str
+    event_index: int
+    ts: datetime
+    log_martingale: float
+    p_value: float
+    log_statistic: float
+    log_threshold: float
+    weights_ess: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ts"] = iso(self.ts)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class OODWindow:
+    """The OOD decision over one window of a stream's events."""
+
+    stream: str
+    window_index: int
+    start_index: int
+    end_index: int
+    ts: datetime
+    n: int
+    n_flagged: int
+    threshold: float
+    rule: str
+    alpha: float
+    flagged_ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ts"] = iso(self.ts)
+        out["flagged_ids"] = list(self.flagged_ids)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that could not be processed, kept with the reason and where it came from."""
+
+    source: str
+    partition: int
+    offset: int
+    reason: str
+    payload: bytes
+    ts: datetime
+    stream: str | None = None
+
+    #: Payloads are truncated to this many bytes before they are stored.
+    MAX_PAYLOAD = 4096
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "partition": self.partition,
+            "offset": self.offset,
+            "reason": self.reason,
+            "payload": self.payload[: self.MAX_PAYLOAD].decode("utf-8", errors="replace"),
+            "ts": iso(self.ts),
+            "stream": self.stream,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOffset:
+    """Next offset to read for one partition of a source (``offset`` = last processed + 1)."""
+
+    source: str
+    partition: int
+    offset: int

@@ -1,0 +1,283 @@
+"""One monitored stream: validation against its calibration, label join, detectors, OOD flags.
+
+:class:`StreamMonitor` turns validated events into result records (alarms with diagnoses, trace
+points, OOD windows). It holds no I/O; its whole state round-trips through :meth:`state_dict`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from monitor.calibration import Calibration, CalibrationError
+from monitor.config import StreamConfig
+from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
+from monitor.join import Joined, LabelJoin, Pending
+from monitor.records import Alarm, OODWindow, TracePoint
+from monitor.wiring import build_detectors, build_ood, conditional_score
+
+if TYPE_CHECKING:
+    from monitor.pipeline import BatchOutput
+
+STATE_VERSION = 1
+
+
+class StreamMonitor:
+    """Monitors of one stream, fed with validated events in arrival order.
+
+    Parameters
+    ----------
+    config
+        The stream's configuration.
+    calibration
+        Labeled events from the model's validation data (never seen in training).
+    """
+
+    def __init__(self, config: StreamConfig, calibration: Calibration) -> None:
+        _check_calibration(config, calibration)
+        self.config = config
+        self.calibration = calibration
+        self.detectors = build_detectors(config, calibration)
+        self.ood = build_ood(config, calibration)
+        self.join = LabelJoin(config.labels.max_pending, config.labels.max_delay_seconds)
+        self.event_index = 0
+        self.labeled = 0
+        self.window_index = 0
+        self.last_ts: datetime | None = None
+        self._alarms: list[Alarm] = []
+        self._traces: list[TracePoint] = []
+        self._windows: list[OODWindow] = []
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- events -------------------------------------------------------------------------------
+
+    def observe(self, event: Event, fallback_ts: datetime) -> None:
+        """Validate ``event`` against this stream, then update the monitors.
+
+        Raises :class:`InvalidEvent` before any state changes when the event does not fit.
+        """
+        ts = event.ts or fallback_ts
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=UTC)
+        if isinstance(event, PredictionEvent):
+            self._observe_prediction(event, ts)
+        else:
+            self._observe_label(event, ts)
+        self.last_ts = ts
+        for joined in self.join.drain():
+            self._observe_joined(joined, ts)
+
+    def _observe_prediction(self, event: PredictionEvent, ts: datetime) -> None:
+        x = self._features(event)
+        prediction = self._prediction(event)
+        inputs = self._ood_inputs(event, x)
+        if event.label is not None:
+            self._check_label(event.label)
+        if self.join.has_prediction(event.id):
+            raise InvalidEvent(f"duplicate prediction id {event.id!r} (still waiting for its label)")
+        index = self.event_index
+        self.event_index += 1
+        self.detectors.update_covariate(x)
+        self._collect_alarms(event.id, index, ts)
+        self._trace("covariate", index, ts)
+        if self.ood is not None:
+            self.ood.add(event.id, inputs)
+            self._collect_windows(ts)
+        pending = Pending(event.id, index, ts.timestamp(), tuple(x.tolist()), prediction)
+        self.join.add_prediction(pending)
+        if event.label is not None:
+            self.join.add_label(event.id, event.label, ts.timestamp())
+
+    def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
+        self._check_label(event.label)
+        self.join.add_label(event.id, event.label, ts.timestamp())
+
+    def _observe_joined(self, joined: Joined, ts: datetime) -> None:
+        pending = joined.pending
+        score = conditional_score(self.config, pending.prediction, joined.label)
+        self.detectors.update_conditional(np.asarray(pending.features), score)
+        self.labeled += 1
+        self._collect_alarms(pending.event_id, pending.event_index, ts)
+        self._trace("conditional", pending.event_index, ts)
+
+    def flush(self) -> bool:
+        """Close a partial OOD window; True if anything new is ready to drain."""
+        if self.ood is None:
+            return False
+        decision = self.ood.flush()
+        if decision is not None:
+            self._windows.append(self._window_record(decision, self.last_ts or datetime.now(UTC)))
+        return bool(self._windows or self._alarms or self._traces)
+
+    def drain_into(self, out: BatchOutput) -> None:
+        """Move the records produced since the last drain into ``out``."""
+        out.alarms += self._alarms
+        out.trace_points += self._traces
+        out.ood_windows += self._windows
+        self._alarms, self._traces, self._windows = [], [], []
+
+    # -- records ------------------------------------------------------------------------------
+
+    def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
+        for raised in self.detectors.new_alarms:
+            self._alarms.append(
+                Alarm(
+                    stream=self.name,
+                    detector=raised.detector,
+                    kind=raised.kind,
+                    event_id=event_id,
+                    event_index=index,
+                    ts=ts,
+                    changepoint=raised.changepoint,
+                    statistic=raised.statistic,
+                    threshold=raised.threshold,
+                    rule=raised.rule,
+                    evidence=_json_safe(raised.evidence),
+                )
+            )
+            self._traces.append(self._trace_point(raised.detector, index, ts))
+
+    def _trace(self, detector: str, index: int, ts: datetime) -> None:
+        count = self.event_index if detector == "covariate" else self.labeled
+        if count % self.config.trace_every == 0:
+            self._traces.append(self._trace_point(detector, index, ts))
+
+    def _trace_point(self, detector: str, index: int, ts: datetime) -> TracePoint:
+        monitor = self.detectors.covariate if detector == "covariate" else self.detectors.conditional
+        ess = getattr(monitor, "weights_ess", None)
+        return TracePoint(
+            stream=self.name,
+            detector=detector,
+            event_index=index,
+            ts=ts,
+            log_martingale=_finite(monitor.log_martingale),
+            p_value=_finite(monitor.p_value),
+            log_statistic=_finite(monitor.log_statistic),
+            log_threshold=_finite(math.log(monitor.threshold)),
+            weights_ess=None if ess is None else _finite(ess),
+        )
+
+    def _collect_windows(self, ts: datetime) -> None:
+        assert self.ood is not None
+        for decision in self.ood.windows():
+            self._windows.append(self._window_record(decision, ts))
+
+    def _window_record(self, decision: Any, ts: datetime) -> OODWindow:
+        record = OODWindow(
+            stream=self.name,
+            window_index=self.window_index,
+            start_index=decision.start_index,
+            end_index=decision.end_index,
+            ts=ts,
+            n=decision.n,
+            n_flagged=decision.n_flagged,
+            threshold=_finite(decision.threshold),
+            rule=decision.rule,
+            alpha=decision.alpha,
+            flagged_ids=tuple(decision.flagged_ids),
+        )
+        self.window_index += 1
+        return record
+
+    # -- validation ---------------------------------------------------------------------------
+
+    def _features(self, event: PredictionEvent) -> np.ndarray:
+        x = event.feature_vector(self.calibration.feature_names)
+        if x.shape[0] != self.calibration.n_features:
+            raise InvalidEvent(
+                f"wrong feature dimension: got {x.shape[0]}, "
+                f"stream {self.name!r} expects {self.calibration.n_features}"
+            )
+        return x
+
+    def _prediction(self, event: PredictionEvent) -> float | tuple[float, ...]:
+        n_classes = self.calibration.n_classes
+        if n_classes is None:
+            if not isinstance(event.prediction, float | int):
+                raise InvalidEvent("regression stream expects a number in 'prediction'")
+            return float(event.prediction)
+        if not isinstance(event.prediction, list) or len(event.prediction) != n_classes:
+            raise InvalidEvent(f"'prediction' must be a probability vector of length {n_classes}")
+        probs = np.asarray(event.prediction)
+        if probs.min() < 0 or abs(probs.sum() - 1.0) > 1e-3:
+            raise InvalidEvent("'prediction' probabilities must be >= 0 and sum to 1")
+        return tuple(event.prediction)
+
+    def _check_label(self, label: Any) -> None:
+        n_classes = self.calibration.n_classes
+        if n_classes is None:
+            if isinstance(label, str | bool):
+                raise InvalidEvent("regression stream expects a numeric 'label'")
+        elif not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < n_classes:
+            raise InvalidEvent(f"'label' must be a class index in [0, {n_classes})")
+
+    def _ood_inputs(self, event: PredictionEvent, x: np.ndarray) -> dict[str, np.ndarray]:
+        inputs = {"features": x}
+        for kind in ("logits", "embedding"):
+            value = getattr(event, kind)
+            expected = getattr(self.calibration, kind)
+            if value is None:
+                continue
+            if expected is None or len(value) != expected.shape[1]:
+                width = None if expected is None else expected.shape[1]
+                raise InvalidEvent(f"'{kind}' has length {len(value)}, stream expects {width}")
+            inputs[kind] = np.asarray(value, dtype=float)
+        return inputs
+
+    # -- state --------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: detectors, OOD window, label store, counters."""
+        return {
+            "version": STATE_VERSION,
+            "event_index": self.event_index,
+            "labeled": self.labeled,
+            "window_index": self.window_index,
+            "last_ts": None if self.last_ts is None else self.last_ts.isoformat(),
+            "detectors": self.detectors.state_dict(),
+            "ood": None if self.ood is None else self.ood.state_dict(),
+            "join": self.join.state_dict(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported stream state version {state.get('version')!r}")
+        self.event_index = state["event_index"]
+        self.labeled = state["labeled"]
+        self.window_index = state["window_index"]
+        self.last_ts = None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
+        self.detectors = type(self.detectors).from_state(state["detectors"])
+        if self.ood is not None and state["ood"] is not None:
+            self.ood = type(self.ood).from_state(state["ood"])
+        self.join.load_state(state["join"])
+
+
+def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
+    if config.task == "classification" and calibration.n_classes is None:
+        raise CalibrationError("classification calibration needs probability-vector predictions")
+    if config.task == "regression" and calibration.n_classes is not None:
+        raise CalibrationError("regression calibration needs numeric predictions")
+
+
+def _finite(value: float) -> float:
+    """Trace values must be finite for storage and JSON; clip infinities, keep nan as nan."""
+    if math.isnan(value):
+        return value
+    return max(-1e300, min(1e300, float(value)))
+
+
+def _json_safe(evidence: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in evidence.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None if math.isnan(value) else _finite(value)
+        out[key] = value
+    return out
