@@ -128,6 +128,8 @@ class Worker:
         Records per poll, processed and persisted as one transaction.
     on_alarm
         Called with each alarm after it is durable.
+    on_batch
+        Called with each batch's output after it is durable (progress, plots).
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class Worker:
         batch_size: int = 500,
         on_alarm: Callable[[Alarm], None] | None = None,
         poll_timeout_s: float = 1.0,
+        on_batch: Callable[[BatchOutput], None] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -149,6 +152,7 @@ class Worker:
         self.batch_size = batch_size
         self.on_alarm = on_alarm
         self.poll_timeout_s = poll_timeout_s
+        self.on_batch = on_batch
         self.summary = RunSummary()
         self._committed: dict[TopicPartition, int] = {}
         source.on_assign(self._on_assign)
@@ -186,6 +190,8 @@ class Worker:
         if self.on_alarm is not None:
             for alarm in out.alarms:
                 self.on_alarm(alarm)
+        if self.on_batch is not None:
+            self.on_batch(out)
 
     def _on_assign(self, partitions: set[TopicPartition]) -> None:
         """Restore every stream from the database and seek to the stored offsets."""

@@ -4,28 +4,63 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.ood.ash_b import ASHB
+from monitor.ood.ash_s import ASHS
 from monitor.ood.base import Scorer, check_choice
+from monitor.ood.bfact import BFAct
 from monitor.ood.energy import Energy
 from monitor.ood.entropy import NegativeEntropy
 from monitor.ood.knn import KNN
 from monitor.ood.mahalanobis import Mahalanobis
 from monitor.ood.max_logit import MaxLogit
 from monitor.ood.msp import MSP
+from monitor.ood.piecewise import PiecewiseLinear
+from monitor.ood.react import ReAct
+from monitor.ood.scale import SCALE
 
 SCORERS: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (MSP, MaxLogit, Energy, NegativeEntropy, Mahalanobis, KNN)
+    cls.name: cls
+    for cls in (
+        MSP,
+        MaxLogit,
+        Energy,
+        NegativeEntropy,
+        Mahalanobis,
+        KNN,
+        ReAct,
+        ASHS,
+        ASHB,
+        SCALE,
+        BFAct,
+        PiecewiseLinear,
+    )
 }
+
+#: Scorers that need the model's last layer (``W``, ``b``) as constructor arguments.
+NEEDS_LAST_LAYER: frozenset[str] = frozenset(
+    {"react", "ash_s", "ash_b", "scale", "bfact", "piecewise"}
+)
 
 
 def make_scorer(name: str, **params: Any) -> Scorer:
     """A new, unfitted scorer from its registry name and constructor parameters.
 
+    Names: ``msp``, ``max_logit``, ``energy``, ``entropy`` (logits); ``mahalanobis``, ``knn``
+    (features or embeddings); ``react``, ``ash_s``, ``ash_b``, ``scale``, ``bfact``,
+    ``piecewise`` (embeddings, with ``W`` and ``b`` of the last layer).
+
     Examples
     --------
     >>> make_scorer("knn", standardize=True, normalize=False, k=1)
     KNN(k=1, normalize=False, standardize=True, input_kind=None)
+    >>> make_scorer("energy", temperature=2.0).input
+    'logits'
     """
     check_choice("scorer name", name, SCORERS)
+    if name in NEEDS_LAST_LAYER and not {"W", "b"} <= params.keys():
+        raise ValueError(
+            f"scorer {name!r} needs the model's last layer: pass W= and b= (see load_last_layer)"
+        )
     return SCORERS[name](**params)
 
 

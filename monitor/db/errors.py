@@ -1,0 +1,69 @@
+"""Exceptions raised by the persistence layer.
+
+Hierarchy::
+
+    PersistenceError
+    ├── OffsetRegressionError      a source offset would move backwards (stale or zombie writer)
+    ├── InvalidRecordError         a record that cannot be stored as given (also a ValueError)
+    ├── InvalidCursorError         a pagination cursor that was not produced by this API (ValueError)
+    ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
+    ├── StreamExistsError          creating a stream whose name is taken
+    └── NotFoundError              (also a LookupError)
+        ├── StreamNotFoundError
+        └── AlarmNotFoundError
+
+State (de)serialisation errors live beside the format in :mod:`monitor.state`.
+"""
+
+from __future__ import annotations
+
+
+class PersistenceError(Exception):
+    """Base class of the persistence layer's errors."""
+
+
+class OffsetRegressionError(PersistenceError):
+    """A batch tried to store an offset smaller than the one already stored.
+
+    Offsets only ever increase: a smaller one means a stale writer (for example a worker that lost
+    its partitions in a rebalance) is about to overwrite newer results. The batch is rolled back.
+    """
+
+    def __init__(self, source: str, partition: int, stored: int, attempted: int) -> None:
+        super().__init__(
+            f"offset for source {source!r} partition {partition} would go back from {stored} to "
+            f"{attempted}; another worker has processed further: restore from the database "
+            "instead of writing this batch"
+        )
+        self.source = source
+        self.partition = partition
+        self.stored = stored
+        self.attempted = attempted
+
+
+class InvalidRecordError(PersistenceError, ValueError):
+    """A record that cannot be stored as given; the message names the record and the field."""
+
+
+class InvalidCursorError(PersistenceError, ValueError):
+    """A pagination cursor that is corrupt or belongs to another query order."""
+
+
+class UnsupportedDatabaseError(PersistenceError, ValueError):
+    """A database URL whose dialect is not supported (PostgreSQL and SQLite are)."""
+
+
+class StreamExistsError(PersistenceError):
+    """A stream with this name is already registered."""
+
+
+class NotFoundError(PersistenceError, LookupError):
+    """The requested row does not exist."""
+
+
+class StreamNotFoundError(NotFoundError):
+    """No stream with this name is registered."""
+
+
+class AlarmNotFoundError(NotFoundError):
+    """No alarm with this id exists."""

@@ -1,0 +1,311 @@
+"""SQLAlchemy models of the service's tables (created by the Alembic migrations only).
+
+Results tables (alarms, trace points, OOD windows, checkpoints) are keyed by the stream *name*
+without a foreign key to ``streams``: ``monitor run --config`` monitors a stream that was never
+registered, and deleting a stream's configuration keeps its history. Calibration events belong to
+a registered stream and go with it (``ON DELETE CASCADE``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from monitor.db.types import JSONType, UTCDateTime, id_type
+from monitor.records import Alarm, OODWindow, TracePoint
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "AlarmRow",
+    "Base",
+    "CalibrationEventRow",
+    "CheckpointRow",
+    "DeadLetterRow",
+    "OODFlagRow",
+    "OODWindowRow",
+    "SourceOffsetRow",
+    "StreamRow",
+    "TracePointRow",
+    "WebhookDeliveryRow",
+]
+
+#: Deterministic constraint names, so migrations can refer to (and drop) them on every dialect.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+NAME = String(128)  # stream names: config.NAME_PATTERN allows up to 128 characters
+SHORT = String(64)  # enumerations: detector, kind, rule, task
+LABEL = String(255)  # sources, event ids, user names
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+def _created() -> Mapped[datetime]:
+    return mapped_column(UTCDateTime(), default=utcnow, server_default=func.now())
+
+
+class Base(DeclarativeBase):
+    """Declarative base holding the metadata with the naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StreamRow(Base):
+    """A registered stream: its configuration (``StreamConfig.model_dump(mode="json")``)."""
+
+    __tablename__ = "streams"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    task: Mapped[str] = mapped_column(SHORT)
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+    calibration_events: Mapped[list[CalibrationEventRow]] = relationship(
+        back_populates="stream_row", lazy="raise", passive_deletes=True
+    )
+
+
+class CalibrationEventRow(Base):
+    """One labeled calibration event of a stream, in wire-format fields; ``idx`` keeps file order."""
+
+    __tablename__ = "calibration_events"
+
+    stream: Mapped[str] = mapped_column(
+        NAME, ForeignKey("streams.name", ondelete="CASCADE"), primary_key=True
+    )
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    event_id: Mapped[str | None] = mapped_column(LABEL)
+    features: Mapped[Any] = mapped_column(JSONType)
+    prediction: Mapped[Any] = mapped_column(JSONType)
+    label: Mapped[Any | None] = mapped_column(JSONType)
+    logits: Mapped[list[float] | None] = mapped_column(JSONType)
+    embedding: Mapped[list[float] | None] = mapped_column(JSONType)
+
+    stream_row: Mapped[StreamRow] = relationship(back_populates="calibration_events", lazy="raise")
+
+
+class AlarmRow(Base):
+    """An alarm (DESIGN.md "Alarm record") plus its acknowledgement."""
+
+    __tablename__ = "alarms"
+    __table_args__ = (
+        UniqueConstraint("stream", "detector", "event_index"),
+        Index("ix_alarms_stream_ts_id", "stream", "ts", "id"),
+        Index("ix_alarms_ts_id", "ts", "id"),
+        Index("ix_alarms_kind_ts_id", "kind", "ts", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(SHORT, primary_key=True)
+    stream: Mapped[str] = mapped_column(NAME)
+    detector: Mapped[str] = mapped_column(SHORT)
+    kind: Mapped[str] = mapped_column(SHORT)
+    event_id: Mapped[str] = mapped_column(LABEL)
+    event_index: Mapped[int] = mapped_column(BigInteger)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    changepoint: Mapped[int | None] = mapped_column(BigInteger)
+    statistic: Mapped[float] = mapped_column(Double)
+    threshold: Mapped[float] = mapped_column(Double)
+    rule: Mapped[str] = mapped_column(SHORT)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    acknowledged_by: Mapped[str | None] = mapped_column(LABEL)
+    created_at: Mapped[datetime] = _created()
+
+    def to_record(self) -> Alarm:
+        """The pipeline's :class:`~monitor.records.Alarm` (without the acknowledgement)."""
+        return Alarm(
+            stream=self.stream,
+            detector=self.detector,
+            kind=self.kind,
+            event_id=self.event_id,
+            event_index=self.event_index,
+            ts=self.ts,
+            changepoint=self.changepoint,
+            statistic=self.statistic,
+            threshold=self.threshold,
+            rule=self.rule,
+            evidence=dict(self.evidence),
+            id=self.id,
+        )
+
+
+class TracePointRow(Base):
+    """A downsampled point of a detector's trace; NaN values are stored as NULL."""
+
+    __tablename__ = "trace_points"
+    __table_args__ = (
+        Index("ix_trace_points_stream_event_index", "stream", "event_index"),
+        Index("ix_trace_points_stream_ts", "stream", "ts"),
+    )
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    detector: Mapped[str] = mapped_column(SHORT, primary_key=True)
+    event_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    log_martingale: Mapped[float | None] = mapped_column(Double)
+    p_value: Mapped[float | None] = mapped_column(Double)
+    log_statistic: Mapped[float | None] = mapped_column(Double)
+    log_threshold: Mapped[float | None] = mapped_column(Double)
+    weights_ess: Mapped[float | None] = mapped_column(Double)
+
+    def to_record(self) -> TracePoint:
+        """The pipeline's :class:`~monitor.records.TracePoint` (NULL comes back as NaN)."""
+        nan = float("nan")
+        return TracePoint(
+            stream=self.stream,
+            detector=self.detector,
+            event_index=self.event_index,
+            ts=self.ts,
+            log_martingale=nan if self.log_martingale is None else self.log_martingale,
+            p_value=nan if self.p_value is None else self.p_value,
+            log_statistic=nan if self.log_statistic is None else self.log_statistic,
+            log_threshold=nan if self.log_threshold is None else self.log_threshold,
+            weights_ess=self.weights_ess,
+        )
+
+
+class OODWindowRow(Base):
+    """The OOD decision over one window of a stream's events."""
+
+    __tablename__ = "ood_windows"
+    __table_args__ = (Index("ix_ood_windows_stream_ts", "stream", "ts"),)
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    start_index: Mapped[int] = mapped_column(BigInteger)
+    end_index: Mapped[int] = mapped_column(BigInteger)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    n: Mapped[int] = mapped_column(Integer)
+    n_flagged: Mapped[int] = mapped_column(Integer)
+    threshold: Mapped[float | None] = mapped_column(Double)
+    rule: Mapped[str] = mapped_column(SHORT)
+    alpha: Mapped[float] = mapped_column(Double)
+
+    flags: Mapped[list[OODFlagRow]] = relationship(lazy="raise", passive_deletes=True)
+
+    def to_record(self, flagged_ids: tuple[str, ...] = ()) -> OODWindow:
+        """The pipeline's :class:`~monitor.records.OODWindow`; pass the flags if you loaded them."""
+        return OODWindow(
+            stream=self.stream,
+            window_index=self.window_index,
+            start_index=self.start_index,
+            end_index=self.end_index,
+            ts=self.ts,
+            n=self.n,
+            n_flagged=self.n_flagged,
+            threshold=float("nan") if self.threshold is None else self.threshold,
+            rule=self.rule,
+            alpha=self.alpha,
+            flagged_ids=flagged_ids,
+        )
+
+
+class OODFlagRow(Base):
+    """An event that a window's OOD decision rule flagged."""
+
+    __tablename__ = "ood_flags"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["stream", "window_index"],
+            ["ood_windows.stream", "ood_windows.window_index"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    event_id: Mapped[str] = mapped_column(LABEL, primary_key=True)
+
+
+class CheckpointRow(Base):
+    """A stream's latest detector state (:mod:`monitor.state` format)."""
+
+    __tablename__ = "checkpoints"
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    event_index: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(Text)
+    arrays: Mapped[bytes | None] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+
+class SourceOffsetRow(Base):
+    """Next offset to read per source partition (last processed + 1); only ever increases."""
+
+    __tablename__ = "source_offsets"
+
+    source: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+
+class DeadLetterRow(Base):
+    """A record that could not be processed; one row per source location (replays add nothing)."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (
+        UniqueConstraint("source", "partition", "offset"),
+        Index("ix_dead_letters_ts", "ts"),
+        Index("ix_dead_letters_stream_ts", "stream", "ts"),
+    )
+
+    id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(LABEL)
+    partition: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(Text)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    stream: Mapped[str | None] = mapped_column(NAME)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+
+
+class WebhookDeliveryRow(Base):
+    """One attempt to deliver an alarm to a webhook URL."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("idempotency_key", "attempt"),)
+
+    id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+    alarm_id: Mapped[str] = mapped_column(
+        SHORT, ForeignKey("alarms.id", ondelete="CASCADE"), index=True
+    )
+    url: Mapped[str] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str] = mapped_column(LABEL)
+    created_at: Mapped[datetime] = _created()

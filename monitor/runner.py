@@ -1,0 +1,184 @@
+"""Entry-point glue used by the CLI: build streams, sources and sinks from settings and run them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from monitor.calibration import Calibration, CalibrationError
+from monitor.config import ConfigError, StreamConfig, load_stream_config
+from monitor.pipeline import BatchOutput, Pipeline
+from monitor.records import Alarm, SourceOffset
+from monitor.settings import Settings
+from monitor.stream import StreamMonitor
+from monitor.worker import NullSink, RunSummary, Sink, StopFlag, TopicPartition, Worker
+
+
+class RunError(Exception):
+    """A run that cannot start (bad configuration, calibration or source); message says why."""
+
+
+def load_calibration(config: StreamConfig) -> Calibration:
+    """The calibration data named by (or embedded in) a stream configuration."""
+    try:
+        if isinstance(config.calibration, str):
+            return Calibration.from_jsonl(config.calibration)
+        return Calibration.from_rows(config.calibration)
+    except CalibrationError as exc:
+        raise RunError(f"stream {config.name!r}: {exc}") from None
+
+
+def build_monitors(configs: Iterable[StreamConfig], calibrations: Mapping[str, Calibration] | None = None) -> dict[str, StreamMonitor]:
+    """Stream monitors by name; calibration is loaded from each configuration unless given."""
+    monitors = {}
+    for config in configs:
+        calibration = (calibrations or {}).get(config.name) or load_calibration(config)
+        try:
+            monitors[config.name] = StreamMonitor(config, calibration)
+        except (CalibrationError, ValueError) as exc:
+            raise RunError(f"stream {config.name!r}: {exc}") from None
+    return monitors
+
+
+def read_configs(paths: Iterable[str]) -> list[StreamConfig]:
+    try:
+        return [load_stream_config(p) for p in paths]
+    except ConfigError as exc:
+        raise RunError(str(exc)) from None
+
+
+class DatabaseSink:
+    """Persists each batch with its detector checkpoints and source offsets in one transaction."""
+
+    def __init__(self, url: str) -> None:
+        from monitor.db.engine import make_engine, session_factory
+
+        self.engine = make_engine(url)
+        self.sessions = session_factory(self.engine)
+
+    def load_offsets(self, keys: set[TopicPartition], source: Callable[[str], str]) -> dict[TopicPartition, int]:
+        from monitor.db.store import load_offsets
+
+        out: dict[TopicPartition, int] = {}
+        with self.sessions() as session:
+            for topic in {t for t, _ in keys}:
+                stored = load_offsets(session, source(topic))
+                out.update({(topic, p): o for p, o in stored.items() if (topic, p) in keys})
+        return out
+
+    def load_state(self, stream: str) -> dict[str, Any] | None:
+        from monitor.db.store import load_state
+
+        with self.sessions() as session:
+            checkpoint = load_state(session, stream)
+        return None if checkpoint is None else checkpoint.state
+
+    def persist(self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]) -> None:
+        from monitor.db.store import persist_batch
+        from monitor.state import Checkpoint
+
+        checkpoints = {
+            name: Checkpoint(stream=name, version=state["version"], event_index=state["event_index"], state=state, arrays={})
+            for name, state in states.items()
+        }
+        with self.sessions() as session:
+            persist_batch(
+                session,
+                alarms=out.alarms,
+                trace_points=out.trace_points,
+                ood_windows=out.ood_windows,
+                checkpoints=checkpoints,
+                offsets=offsets,
+                dead_letters=out.dead_letters,
+            )
+
+    def register(self, config: StreamConfig, calibration: Calibration) -> None:
+        from monitor.db.store import upsert_stream
+
+        with self.sessions() as session:
+            upsert_stream(session, config, calibration.to_rows())
+
+    def registered(self) -> list[tuple[StreamConfig, Calibration]]:
+        from monitor.db.store import load_streams
+
+        with self.sessions() as session:
+            rows = load_streams(session)
+        return [(StreamConfig.model_validate(cfg), Calibration.from_rows(cal)) for cfg, cal in rows]
+
+
+def open_sink(settings: Settings, store: bool) -> Sink:
+    return DatabaseSink(settings.database_url) if store else NullSink()
+
+
+def run_source(
+    source_url: str,
+    configs: list[str],
+    group: str,
+    settings: Settings,
+    store: bool = True,
+    batch_size: int = 500,
+    on_alarm: Callable[[Alarm], None] | None = None,
+    stop: StopFlag | None = None,
+    on_batch: Callable[[BatchOutput], None] | None = None,
+) -> RunSummary:
+    """``monitor run``: process a source to its end (file) or until stopped (Kafka)."""
+    from connectors import open_source
+
+    sink = open_sink(settings, store)
+    monitors = _monitors_for_run(configs, sink)
+    kind = source_url.split(":", 1)[0]
+    source = open_source(source_url, group=group)
+    pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
+    worker = Worker(
+        source, pipeline, sink, source_kind=kind, batch_size=batch_size, on_alarm=on_alarm,
+        on_batch=on_batch,
+    )
+    stop = stop or StopFlag()
+    try:
+        with stop.on_signals():
+            return worker.run(stop)
+    finally:
+        source.close()
+
+
+def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor]:
+    if configs:
+        parsed = read_configs(configs)
+        monitors = build_monitors(parsed)
+        if isinstance(sink, DatabaseSink):
+            for config in parsed:
+                sink.register(config, monitors[config.name].calibration)
+        return monitors
+    if not isinstance(sink, DatabaseSink):
+        raise RunError("--no-store needs --config: there is no registry to read streams from")
+    registered = sink.registered()
+    if not registered:
+        raise RunError("no stream is registered: use `monitor streams create CONFIG` or --config")
+    return build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
+
+
+def register_stream(path: str, settings: Settings) -> str:
+    config = read_configs([path])[0]
+    calibration = load_calibration(config)
+    StreamMonitor(config, calibration)  # validates that the stream can be monitored
+    DatabaseSink(settings.database_url).register(config, calibration)
+    return config.name
+
+
+def list_streams(settings: Settings) -> list[dict[str, Any]]:
+    sink = DatabaseSink(settings.database_url)
+    return [{"name": c.name, "task": c.task, "calibration_events": len(cal)} for c, cal in sink.registered()]
+
+
+def list_alarms(settings: Settings, stream: str | None, kind: str | None, limit: int) -> list[dict[str, Any]]:
+    from monitor.db.store import recent_alarms
+
+    sink = DatabaseSink(settings.database_url)
+    with sink.sessions() as session:
+        return [a.to_json() for a in recent_alarms(session, stream=stream, kind=kind, limit=limit)]
+
+
+def default_paths(out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    return {"events": out / "events.jsonl", "calibration": out / "calibration.jsonl", "config": out / "stream.yaml"}
