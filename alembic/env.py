@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
-from alembic import context
 from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
+from alembic import context
 from monitor.db.engine import make_engine
 from monitor.db.models import Base
 from monitor.db.types import UTCDateTime
@@ -35,7 +35,7 @@ def database_url() -> str:
     return Settings().database_url
 
 
-def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | bool:
+def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     """Render our column types as plain SQLAlchemy types so migrations never import models."""
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.TIMESTAMP(timezone=True)"
@@ -56,8 +56,11 @@ def configure(connection: Connection | None = None, url: str | None = None) -> N
 
 @contextmanager
 def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
-    """Batch migrations rebuild SQLite tables; with foreign keys on, dropping the old table would
-    cascade deletes into the tables that refer to it. The pragma only works outside a transaction."""
+    """Switch SQLite foreign keys off while migrating.
+
+    Batch migrations rebuild SQLite tables; with foreign keys on, dropping the old table would
+    cascade deletes into the tables that refer to it. The pragma only works outside a transaction.
+    """
     switch = connection.dialect.name == "sqlite" and not connection.in_transaction()
     raw = connection.connection.driver_connection if switch else None
     if raw is not None:
@@ -69,10 +72,17 @@ def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
             raw.execute("PRAGMA foreign_keys=ON")
 
 
+#: Key of the PostgreSQL advisory lock that serialises concurrent upgrades (several workers
+#: running ``monitor db upgrade`` as they start): the second one waits, then finds nothing to do.
+MIGRATION_LOCK_KEY = 0x6D6F6E69746F72  # "monitor"
+
+
 def run(connection: Connection) -> None:
     with sqlite_foreign_keys_off(connection):
         configure(connection)
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
             context.run_migrations()
 
 

@@ -67,7 +67,7 @@ Event = PredictionEvent | LabelEvent
 _EVENT = TypeAdapter[Event](Annotated[Event, Field(discriminator="kind")])
 
 
-def decode_event(raw: bytes | str | dict[str, Any], max_bytes: int = 256 * 1024) -> Event:
+def decode_event(raw: bytes | bytearray | memoryview | str | dict[str, Any], max_bytes: int = 256 * 1024) -> Event:
     """Decode and validate one event.
 
     Raises
@@ -90,7 +90,9 @@ def decode_event(raw: bytes | str | dict[str, Any], max_bytes: int = 256 * 1024)
     if len(raw) > max_bytes:
         raise InvalidEvent(f"event of {len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
-        data = json.loads(raw, parse_constant=_reject_constant)
+        # Decode strictly as UTF-8 first: json.loads would guess UTF-16/32 from a BOM.
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
+        data = json.loads(text, parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise InvalidEvent(f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:

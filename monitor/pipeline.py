@@ -6,6 +6,7 @@ persists what :meth:`Pipeline.process` returns together with the source offsets.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,6 +55,8 @@ class BatchOutput:
         self.offsets.update(other.offsets)
         self.touched |= other.touched
         self.events += other.events
+
+log = logging.getLogger(__name__)
 
 
 class Pipeline:
@@ -109,6 +112,11 @@ class Pipeline:
             monitor.observe(event, ts)
         except InvalidEvent as exc:
             out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts))
+            return
+        except Exception as exc:  # the worker never dies on data: keep the record and go on
+            log.exception("internal error on %s:%s@%s", record.topic, record.partition, record.offset)
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            out.dead_letters.append(_dead_letter(self.source, record, reason, ts))
             return
         out.events += 1
         out.touched.add(event.stream)

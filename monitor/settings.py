@@ -1,7 +1,8 @@
-"""Service settings, read from the environment (prefix ``MONITOR_``) by entry points only.
+"""Service settings, read only by entry points (CLI, app factory, worker) and passed down.
 
-Library code never reads the environment: the CLI, the app factory and the worker build one
-``Settings`` and pass what they need down.
+Every field can be set through an environment variable with the ``MONITOR_`` prefix, e.g.
+``MONITOR_DATABASE_URL=postgresql+psycopg://user@host/db``. Library code never reads the
+environment.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """Settings of the monitoring service.
+    """Settings of the monitoring service (environment prefix ``MONITOR_``).
 
     Examples
     --------
@@ -18,9 +19,23 @@ class Settings(BaseSettings):
     'sqlite:///./x.db'
     """
 
-    model_config = SettingsConfigDict(env_prefix="MONITOR_")
+    model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
 
-    #: SQLAlchemy URL of the database; SQLite is the embedded default.
+    #: SQLAlchemy URL; SQLite is the embedded default, PostgreSQL is ``postgresql+psycopg://``.
     database_url: str = "sqlite:///./monitor.db"
-    #: ``"read:TOKEN_A,write:TOKEN_B"`` (write implies read).
+    #: ``"read:TOKEN_A,write:TOKEN_B"``; write implies read. Empty: no token is valid.
     api_tokens: str = ""
+    #: Comma-separated webhook URLs that receive every alarm.
+    webhook_urls: str = ""
+    #: HMAC key used to sign webhook bodies.
+    webhook_secret: str = ""
+    #: Largest accepted HTTP request body, bytes.
+    max_body_bytes: int = 4 * 1024 * 1024
+    #: Largest accepted event (one Kafka message, JSONL line or HTTP item), bytes.
+    max_event_bytes: int = 256 * 1024
+    #: Records per processing batch (one database transaction each).
+    batch_size: int = 500
+    #: Apply pending migrations when a command opens the database (off for multi-worker setups).
+    auto_migrate: bool = True
+    #: Logging level of the service.
+    log_level: str = "INFO"

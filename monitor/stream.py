@@ -83,7 +83,7 @@ class StreamMonitor:
             raise InvalidEvent(f"duplicate prediction id {event.id!r} (still waiting for its label)")
         index = self.event_index
         self.event_index += 1
-        self.detectors.update_covariate(x)
+        self.detectors.update_covariate(x, index)
         self._collect_alarms(event.id, index, ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
@@ -101,7 +101,7 @@ class StreamMonitor:
     def _observe_joined(self, joined: Joined, ts: datetime) -> None:
         pending = joined.pending
         score = conditional_score(self.config, pending.prediction, joined.label)
-        self.detectors.update_conditional(np.asarray(pending.features), score)
+        self.detectors.update_conditional(np.asarray(pending.features), score, pending.event_index)
         self.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         self._trace("conditional", pending.event_index, ts)

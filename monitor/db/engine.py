@@ -73,7 +73,7 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions bound to ``engine``; objects stay readable after commit (``expire_on_commit=False``)."""
+    """Sessions bound to ``engine``; objects stay readable after commit (no expiry on commit)."""
     return sessionmaker(engine, expire_on_commit=False)
 
 

@@ -5,7 +5,7 @@ Hierarchy::
     PersistenceError
     ├── OffsetRegressionError      a source offset would move backwards (stale or zombie writer)
     ├── InvalidRecordError         a record that cannot be stored as given (also a ValueError)
-    ├── InvalidCursorError         a pagination cursor that was not produced by this API (ValueError)
+    ├── InvalidCursorError         a pagination cursor not produced by this API (ValueError)
     ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
     ├── StreamExistsError          creating a stream whose name is taken
     └── NotFoundError              (also a LookupError)

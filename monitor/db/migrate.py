@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import URL
 
+from alembic import command
 from monitor.db.engine import make_engine
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "upgrade"]
@@ -38,8 +40,6 @@ def downgrade(url: str | URL, revision: str) -> None:
 
 def current_revision(url: str | URL) -> str | None:
     """The revision the database at ``url`` is at (``None`` before the first upgrade)."""
-    from alembic.runtime.migration import MigrationContext
-
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
@@ -48,7 +48,7 @@ def current_revision(url: str | URL) -> str | None:
         engine.dispose()
 
 
-def _run(url: str | URL, action: "Callable[[Config], None]") -> None:
+def _run(url: str | URL, action: Callable[[Config], None]) -> None:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:

@@ -93,7 +93,7 @@ class StreamRow(Base):
 
 
 class CalibrationEventRow(Base):
-    """One labeled calibration event of a stream, in wire-format fields; ``idx`` keeps file order."""
+    """A labeled calibration event of a stream in wire-format fields; ``idx`` keeps file order."""
 
     __tablename__ = "calibration_events"
 

@@ -12,7 +12,7 @@ from sqlalchemy import JSON, TIMESTAMP, BigInteger, Dialect, Integer
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
-from monitor.records import finite
+from monitor.records import MAX_STATISTIC
 
 __all__ = ["JSONType", "UTCDateTime", "id_type", "json_dumps"]
 
@@ -48,8 +48,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 def json_dumps(value: Any) -> str:
     """JSON text that PostgreSQL's JSONB accepts: no NaN/Infinity tokens, numpy types converted.
 
-    NaN becomes ``null`` and infinities are clipped to ``±records.MAX_STATISTIC`` (as the alarm
-    record's ``to_json`` does); exact non-finite values belong in detector state
+    NaN becomes ``null`` and infinities become ``±records.MAX_STATISTIC`` (as in the alarm
+    record's ``to_json``); finite numbers are written exactly; exact non-finite values belong in detector state
     (:mod:`monitor.state`), not in JSON columns.
 
     Examples
@@ -63,7 +63,9 @@ def json_dumps(value: Any) -> str:
 def _json_safe(value: Any) -> Any:
     if isinstance(value, float | np.floating):
         number = float(value)
-        return None if math.isnan(number) else finite(number)
+        if math.isfinite(number):
+            return number
+        return None if math.isnan(number) else math.copysign(MAX_STATISTIC, number)
     if isinstance(value, dict):
         return {_json_key(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

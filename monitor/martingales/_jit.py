@@ -9,7 +9,7 @@ interpreted kernels perform the same IEEE operations in the same order and call 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,7 +22,11 @@ except ImportError:  # pragma: no cover
 
 
 def jit(func: F) -> F:
-    """Compile ``func`` with numba (no fastmath: results must equal the interpreted code)."""
+    """Compile ``func`` with numba on first call (no fastmath: results equal the interpreted code).
+
+    No on-disk cache: numba keys its cache by file but rebuilds by module name, which breaks
+    when the same file is imported under two names (pytest doctest collection does that).
+    """
     if not HAVE_NUMBA:
         return func
-    return _njit(cache=True, nogil=True)(func)  # type: ignore[no-any-return]
+    return cast(F, _njit(cache=False, nogil=True)(func))

@@ -6,6 +6,7 @@ A state is a dict of JSON-ready builtins (and ``np.ndarray`` values) with two re
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -57,3 +58,13 @@ def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
         "uinteger": int(state["uinteger"]),
     }
     return rng
+
+
+def encode_float(x: float) -> float | None:
+    """Strict JSON (PostgreSQL JSONB) has no NaN or ±inf: they are stored as None."""
+    return x if math.isfinite(x) else None
+
+
+def decode_float(x: float | None, missing: float) -> float:
+    """Inverse of :func:`encode_float`; ``missing`` is the value None stood for."""
+    return missing if x is None else float(x)

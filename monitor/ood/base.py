@@ -55,6 +55,15 @@ class Scorer(abc.ABC):
         names = inspect.signature(type(self).__init__).parameters
         return {p: getattr(self, p) for p in names if p != "self"}
 
+    def clone(self) -> Self:
+        """A new, unfitted scorer with the same constructor arguments."""
+        return type(self)(**self.get_params())
+
+    @property
+    def needs_fit(self) -> bool:
+        """Whether ``fit`` learns anything (then calibration scores need a held-out split)."""
+        return bool(self._fitted)
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-ready builtins and numpy arrays that rebuild this scorer with :meth:`from_state`."""
         fitted = {a: getattr(self, a) for a in self._fitted if hasattr(self, a)}

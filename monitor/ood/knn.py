@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -12,6 +12,7 @@ from monitor.ood.base import (
     InputKind,
     Scorer,
     as_matrix,
+    check_choice,
     check_width,
     default_input,
     fit_standardization,
@@ -43,6 +44,10 @@ class KNN(Scorer):
     input_kind
         ``"features"`` or ``"embedding"``; default ``"features"`` when ``standardize`` else
         ``"embedding"``.
+    dtype
+        ``"float64"`` (exact to rounding) or ``"float32"``: about 3–8× faster distance products,
+        with distance errors up to ~3e-4 for near-duplicate points (cancellation in
+        ‖q‖² − 2q·r + ‖r‖²), harmless for ranking OOD inputs.
 
     Examples
     --------
@@ -67,13 +72,16 @@ class KNN(Scorer):
         normalize: bool = True,
         standardize: bool = False,
         input_kind: InputKind | None = None,
+        dtype: Literal["float64", "float32"] = "float64",
     ) -> None:
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        check_choice("dtype", dtype, ("float64", "float32"))
         self.k = k
         self.normalize = normalize
         self.standardize = standardize
         self.input_kind = input_kind
+        self.dtype = dtype
         self.input = default_input(input_kind, standardize)
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> Self:
@@ -87,7 +95,7 @@ class KNN(Scorer):
             self.mean_, self.scale_ = fit_standardization(data)
         else:
             self.mean_, self.scale_ = np.zeros(data.shape[1]), np.ones(data.shape[1])
-        self.bank_ = self._transform(data)
+        self.bank_ = self._transform(data).astype(self.dtype)
         self.sq_norms_ = np.einsum("ij,ij->i", self.bank_, self.bank_)
         return self
 
@@ -96,7 +104,7 @@ class KNN(Scorer):
         self._require_fitted()
         queries = as_matrix(X)
         check_width(queries, self.bank_.shape[1])
-        queries = self._transform(queries)
+        queries = self._transform(queries).astype(self.dtype)
         out = np.empty(queries.shape[0])
         step = max(1, _BLOCK_ELEMENTS // self.bank_.shape[0])
         for start in range(0, queries.shape[0], step):
@@ -104,10 +112,13 @@ class KNN(Scorer):
         return -out
 
     def _kth_distance(self, block: FloatArray) -> FloatArray:
-        # ‖q − r‖² = ‖q‖² − 2 q·r + ‖r‖²: one matrix product per block instead of a loop.
-        sq = np.einsum("ij,ij->i", block, block)[:, None] - 2.0 * (block @ self.bank_.T)
+        # ‖q − r‖² = ‖q‖² − 2 q·r + ‖r‖²: one matrix product per block instead of a loop; ‖q‖²
+        # is constant along a row, so it is added after the partition (in place, no temporaries).
+        sq = block @ self.bank_.T
+        sq *= -2.0
         sq += self.sq_norms_[None, :]
         kth = np.partition(sq, self.k - 1, axis=1)[:, self.k - 1]
+        kth += np.einsum("ij,ij->i", block, block)
         return np.sqrt(np.maximum(kth, 0.0))
 
     def _transform(self, X: FloatArray) -> FloatArray:

@@ -52,7 +52,7 @@ def make_scorer(name: str, **params: Any) -> Scorer:
     Examples
     --------
     >>> make_scorer("knn", standardize=True, normalize=False, k=1)
-    KNN(k=1, normalize=False, standardize=True, input_kind=None)
+    KNN(k=1, normalize=False, standardize=True, input_kind=None, dtype='float64')
     >>> make_scorer("energy", temperature=2.0).input
     'logits'
     """

@@ -139,3 +139,13 @@ def test_errors_on_misuse() -> None:
         Mahalanobis().fit(np.full((5, 2), np.nan))
     with pytest.raises(ValueError, match="2-d"):
         Mahalanobis().fit(cal).score(test[0])
+
+
+def test_knn_float32_is_close_to_float64() -> None:
+    cal, test = _data(10, n=500, d=16)
+    exact = KNN(k=3).fit(cal).score(test)
+    fast = KNN(k=3, dtype="float32").fit(cal).score(test)
+    assert fast.dtype == np.float64
+    np.testing.assert_allclose(fast, exact, atol=1e-3)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        KNN(dtype="float16")  # type: ignore[arg-type]

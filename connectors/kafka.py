@@ -1,0 +1,404 @@
+"""Kafka source on kafka-python's ``KafkaConsumer``, in a consumer group, committing by hand.
+
+Offsets are committed only through :meth:`KafkaSource.commit`, which the worker calls after the
+batch's results and offsets are in the database (``enable_auto_commit`` is always off). On
+assignment the worker seeks to the offsets stored in the database, so the committed Kafka offsets
+only matter for a group that has no database state yet (it then starts at ``earliest``).
+
+Producers should key records by stream name: every event of a stream then lands in one
+partition, so exactly one worker of the group owns the stream's detector state, in order.
+See ``docs/kafka.md`` for producer settings (partitioner, compression, batch sizes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import (
+    CommitFailedError,
+    KafkaConfigurationError,
+    KafkaError,
+    NoBrokersAvailable,
+    UnsupportedCodecError,
+)
+from kafka.structs import OffsetAndMetadata
+
+from connectors.base import (
+    OffsetLedger,
+    PartitionsCallback,
+    RebalanceCallbacks,
+    Record,
+    TopicPartition,
+)
+from connectors.errors import (
+    OffsetCommitError,
+    PartitionNotAssignedError,
+    SourceConfigError,
+    SourceError,
+    SourceUnavailableError,
+    UnsupportedCompressionError,
+)
+
+__all__ = ["DEFAULT_CONSUMER_OPTIONS", "KafkaSource"]
+
+log = logging.getLogger(__name__)
+
+#: Options every ``KafkaSource`` consumer gets unless overridden (``enable_auto_commit`` cannot
+#: be). kafka-python's fetch sizes need no change: a record batch larger than
+#: ``max_partition_fetch_bytes`` is still returned whole (see docs/kafka.md).
+DEFAULT_CONSUMER_OPTIONS: Mapping[str, Any] = MappingProxyType(
+    {"enable_auto_commit": False, "auto_offset_reset": "earliest"}
+)
+
+_CODEC_HELP = (
+    "install the codec libraries where the worker runs: pip install lz4 zstandard python-snappy "
+    "(kafka-python[lz4,zstd,snappy]), or have producers use compression 'gzip' or 'none'"
+)
+
+
+class KafkaSource:
+    """Consume topics as a member of a consumer group, with manual commits.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        ``"host:port"``, a comma-separated list, or a sequence of them.
+    topics
+        One topic or several.
+    group_id
+        Consumer group; workers in one group share the topics' partitions.
+    start_timeout_s
+        How long to keep retrying (with exponential backoff) when no broker answers at start
+        before raising :class:`~connectors.errors.SourceUnavailableError`.
+    retry_backoff_s
+        First wait between start attempts; doubled after each failure, at most ``max_backoff_s``.
+    max_backoff_s
+        Longest wait between start attempts.
+    commit_timeout_s
+        Longest wait for the broker to acknowledge a commit.
+    max_poll_errors
+        Consecutive failed polls tolerated (each logged, then retried at the next ``poll`` after
+        a backoff) before :class:`~connectors.errors.SourceError` is raised. Group coordination
+        can fail transiently during a rebalance; a persistent failure still surfaces.
+    **consumer_options
+        Passed to ``kafka.KafkaConsumer`` over :data:`DEFAULT_CONSUMER_OPTIONS`
+        (e.g. ``session_timeout_ms``, ``security_protocol``, ``max_partition_fetch_bytes``).
+
+    Notes
+    -----
+    ``on_revoke`` callbacks run inside ``poll`` before partitions are taken away (and at
+    ``close``), ``on_assign`` callbacks after partitions arrive; ``seek`` inside an ``on_assign``
+    callback sets where reading resumes. kafka-python swallows exceptions raised by rebalance
+    callbacks; this class re-raises the first one from the ``poll`` during which it happened,
+    after rewinding so that the records of that poll are not lost.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        topics: str | Sequence[str],
+        group_id: str,
+        start_timeout_s: float = 30.0,
+        retry_backoff_s: float = 0.5,
+        max_backoff_s: float = 5.0,
+        commit_timeout_s: float = 30.0,
+        max_poll_errors: int = 5,
+        **consumer_options: Any,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = topics
+        self.group_id = group_id
+        self.start_timeout_s = start_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.commit_timeout_s = commit_timeout_s
+        self.max_poll_errors = max_poll_errors
+        self.consumer_options = consumer_options
+        self._servers = _split(bootstrap_servers)
+        self._topics = _split(topics)
+        _validate(self)
+        self._callbacks = RebalanceCallbacks()
+        self._ledger = OffsetLedger()
+        self._expected: dict[TopicPartition, int] = {}
+        self._skipped = 0
+        self._poll_errors = 0
+        self._callback_error: Exception | None = None
+        self._closed = False
+        self._consumer = self._connect()
+        self._consumer.subscribe(topics=self._topics, listener=_Listener(self))
+        log.info("group %r subscribed to %s at %s", group_id, self._topics, self._servers)
+
+    @property
+    def name(self) -> str:
+        return "kafka:" + ",".join(self._topics)
+
+    @property
+    def exhausted(self) -> bool:
+        """Always False: a topic has no end."""
+        return False
+
+    @property
+    def committed(self) -> dict[TopicPartition, int]:
+        """Offsets this source committed (next offset to read, per partition)."""
+        return self._ledger.committed
+
+    @property
+    def skipped_offsets(self) -> int:
+        """Offsets jumped over while reading (retention, compaction or transaction markers)."""
+        return self._skipped
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        self._check_open()
+        batches = self._fetch(max_records, timeout_s)
+        if self._callback_error is not None:
+            self._rewind(batches)
+            error, self._callback_error = self._callback_error, None
+            raise error
+        records = [_record(r) for batch in batches.values() for r in batch]
+        self._note_positions(batches)
+        return records
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._check_open()
+        if not offsets:
+            return
+        self._ledger.check(offsets)
+        self._check_assigned(offsets, "commit")
+        payload = {
+            KafkaTopicPartition(t, p): OffsetAndMetadata(offset, "", -1)
+            for (t, p), offset in offsets.items()
+        }
+        try:
+            self._consumer.commit(offsets=payload, timeout_ms=int(self.commit_timeout_s * 1000))
+        except CommitFailedError as exc:
+            raise OffsetCommitError(
+                f"group {self.group_id!r} refused the commit of {dict(offsets)}: the group "
+                "rebalanced and these partitions may belong to another member now; their "
+                "results are in the database, which the new owner resumes from"
+            ) from exc
+        except KafkaError as exc:
+            raise OffsetCommitError(f"commit of {dict(offsets)} failed: {exc}") from exc
+        self._ledger.record(offsets)
+        log.debug("committed %s", dict(offsets))
+
+    def seek(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._check_open()
+        self._check_assigned(offsets, "seek")
+        for (topic, partition), offset in offsets.items():
+            if offset < 0:
+                raise SourceConfigError(f"cannot seek {topic}[{partition}] to {offset}")
+            self._consumer.seek(KafkaTopicPartition(topic, partition), offset)
+            self._expected[(topic, partition)] = offset
+        self._ledger.rewind(offsets)
+        log.info("seek %s", dict(offsets))
+
+    def assignment(self) -> set[TopicPartition]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def on_assign(self, callback: PartitionsCallback) -> None:
+        self._callbacks.on_assign(callback)
+
+    def on_revoke(self, callback: PartitionsCallback) -> None:
+        self._callbacks.on_revoke(callback)
+
+    def close(self) -> None:
+        """Fire ``on_revoke`` for the current assignment, then leave the group."""
+        if self._closed:
+            return
+        try:
+            self._callbacks.revoked(self.assignment())  # may still commit: close afterwards
+        finally:
+            self._closed = True
+            self._consumer.close(autocommit=False)
+            log.info("left group %r", self.group_id)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def _connect(self) -> KafkaConsumer:
+        deadline = time.monotonic() + self.start_timeout_s
+        backoff = self.retry_backoff_s
+        attempt = 1
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self._new_consumer(remaining)
+            except NoBrokersAvailable as exc:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SourceUnavailableError(
+                        f"no Kafka broker answered at {','.join(self._servers)} within "
+                        f"{self.start_timeout_s:g} s ({attempt} attempts): check the address, "
+                        "that the brokers are up and that this host can reach them"
+                    ) from exc
+                wait = min(backoff, remaining)
+                log.warning("no Kafka broker at %s (attempt %d); retrying in %.1f s",
+                            ",".join(self._servers), attempt, wait)
+                time.sleep(wait)
+                backoff = min(2 * backoff, self.max_backoff_s)
+                attempt += 1
+
+    def _new_consumer(self, remaining_s: float) -> KafkaConsumer:
+        options = {**DEFAULT_CONSUMER_OPTIONS, **self.consumer_options}
+        # Bound kafka-python's broker probe by the time left, so the deadline holds.
+        probe_ms = int(1000 * min(max(remaining_s, 0.1), 2.0))
+        options.setdefault("api_version_auto_timeout_ms", probe_ms)
+        try:
+            return KafkaConsumer(
+                bootstrap_servers=self._servers, group_id=self.group_id, **options
+            )
+        except KafkaConfigurationError as exc:
+            raise SourceConfigError(f"invalid Kafka consumer option: {exc}") from exc
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def _fetch(
+        self, max_records: int, timeout_s: float
+    ) -> dict[KafkaTopicPartition, list[ConsumerRecord]]:
+        try:
+            batches = self._consumer.poll(
+                timeout_ms=int(timeout_s * 1000), max_records=max(1, max_records)
+            )
+        except UnsupportedCodecError as exc:
+            raise UnsupportedCompressionError(
+                f"records of {self.name} are compressed with a codec kafka-python cannot decode "
+                f"here ({exc}): {_CODEC_HELP}"
+            ) from exc
+        except KafkaError as exc:
+            self._poll_failed(exc, timeout_s)
+            return {}
+        self._poll_errors = 0
+        return batches
+
+    def _poll_failed(self, exc: KafkaError, timeout_s: float) -> None:
+        self._poll_errors += 1
+        if self._poll_errors > self.max_poll_errors:
+            raise SourceError(
+                f"Kafka consumer of {self.name} failed {self._poll_errors} times in a row, "
+                f"last with {exc!r}"
+            ) from exc
+        wait = min(self.retry_backoff_s * 2 ** (self._poll_errors - 1), self.max_backoff_s)
+        log.warning("poll of %s failed (%r, %d in a row); retrying in %.1f s",
+                    self.name, exc, self._poll_errors, min(wait, timeout_s))
+        time.sleep(min(wait, timeout_s))
+
+    def _rewind(self, batches: Mapping[KafkaTopicPartition, list[ConsumerRecord]]) -> None:
+        owned = self._consumer.assignment()
+        for tp, batch in batches.items():
+            if batch and tp in owned:
+                self._consumer.seek(tp, batch[0].offset)
+
+    def _note_positions(self, batches: Mapping[KafkaTopicPartition, list[ConsumerRecord]]) -> None:
+        for tp, batch in batches.items():
+            if not batch:
+                continue
+            key = (tp.topic, tp.partition)
+            expected = self._expected.get(key)
+            if expected is not None and batch[0].offset > expected:
+                self._report_gap(key, expected, batch[0].offset)
+            self._expected[key] = batch[-1].offset + 1
+
+    def _report_gap(self, tp: TopicPartition, expected: int, got: int) -> None:
+        self._skipped += got - expected
+        # A single skipped offset is usually a transaction marker; more is worth a warning.
+        level = logging.DEBUG if got - expected == 1 else logging.WARNING
+        log.log(level, "%s[%d]: offsets %d..%d were not delivered (deleted by retention before "
+                "they were read, compacted away, or transaction markers); continuing at %d",
+                tp[0], tp[1], expected, got - 1, got)
+
+    # -- rebalances -----------------------------------------------------------------------------
+
+    def _revoked(self, partitions: set[TopicPartition]) -> None:
+        if partitions:
+            log.info("partitions revoked: %s", sorted(partitions))
+        for tp in partitions:
+            self._expected.pop(tp, None)
+        self._run_callback(self._callbacks.revoked, partitions)
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        log.info("partitions assigned: %s", sorted(partitions))
+        self._run_callback(self._callbacks.assigned, partitions)
+
+    def _run_callback(
+        self, fire: Callable[[Iterable[TopicPartition]], None], partitions: set[TopicPartition]
+    ) -> None:
+        try:
+            fire(partitions)
+        except Exception as exc:  # kafka-python would log and drop it: keep it for poll()
+            log.exception("rebalance callback failed for %s", sorted(partitions))
+            if self._callback_error is None:
+                self._callback_error = exc
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SourceError(f"{self.name} is closed")
+
+    def _check_assigned(self, offsets: Mapping[TopicPartition, int], action: str) -> None:
+        missing = sorted(set(offsets) - self.assignment())
+        if missing:
+            raise PartitionNotAssignedError(
+                f"cannot {action} {missing}: not assigned to this member of group "
+                f"{self.group_id!r} (assigned: {sorted(self.assignment())})"
+            )
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Forwards kafka-python's rebalance events to the source's callbacks."""
+
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    def on_partitions_revoked(self, revoked: set[KafkaTopicPartition]) -> None:
+        self._source._revoked({(tp.topic, tp.partition) for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: set[KafkaTopicPartition]) -> None:
+        self._source._assigned({(tp.topic, tp.partition) for tp in assigned})
+
+
+def _record(r: ConsumerRecord) -> Record:
+    ts = r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None
+    value = r.value if r.value is not None else b""  # a tombstone: the pipeline dead-letters it
+    return Record(r.topic, r.partition, r.offset, r.key, value, ts)
+
+
+def _split(names: str | Sequence[str]) -> list[str]:
+    items = names.split(",") if isinstance(names, str) else list(names)
+    return [item.strip() for item in items if item.strip()]
+
+
+def _validate(source: KafkaSource) -> None:
+    if not source._servers:
+        raise SourceConfigError("bootstrap_servers is empty: give 'host:port[,host:port]'")
+    if not source._topics:
+        raise SourceConfigError("no topic given: give one topic or a comma-separated list")
+    if not source.group_id:
+        raise SourceConfigError("group_id is empty: workers of one group share partitions")
+    if source.consumer_options.get("enable_auto_commit"):
+        raise SourceConfigError(
+            "enable_auto_commit must stay False: offsets are committed after persistence"
+        )
+    for field in ("start_timeout_s", "retry_backoff_s", "max_backoff_s", "commit_timeout_s"):
+        if getattr(source, field) <= 0:
+            raise SourceConfigError(f"{field} must be > 0, got {getattr(source, field)}")
+    if source.max_poll_errors < 0:
+        raise SourceConfigError(f"max_poll_errors must be >= 0, got {source.max_poll_errors}")

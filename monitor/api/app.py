@@ -1,0 +1,128 @@
+"""The application factory: :func:`create_app` builds the FastAPI app from one ``Settings``."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+from sqlalchemy.orm import Session, sessionmaker
+
+from monitor.api.auth import AuthMiddleware, TokenStore
+from monitor.api.deps import ApiContext
+from monitor.api.errors import install_error_handlers
+from monitor.api.ingest import Ingestor
+from monitor.api.limits import BodySizeLimitMiddleware
+from monitor.api.routes import alarms, events, health, metrics, streams
+from monitor.db.engine import make_engine, session_factory
+from monitor.metrics import DatabaseCollector
+from monitor.runner import DatabaseSink
+from monitor.settings import Settings
+from monitor.webhooks import WebhookDispatcher
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Alarms, diagnoses, streams, detector traces and OOD decisions of the online ML monitor.
+
+Every route except `/health` needs `Authorization: Bearer <token>` with a token from
+`MONITOR_API_TOKENS` (`read` tokens: GET routes; `write` tokens: every route). Errors are JSON
+`{"detail": ...}`; lists are `{"data": [...], "count": N, "next_cursor": ...}`.
+"""
+
+TAGS = [
+    {"name": "alarms", "description": "Alarms with their diagnosis; filters, keyset pages, ack."},
+    {"name": "streams", "description": "Registered streams, their traces and OOD windows."},
+    {"name": "events", "description": "Batch ingest in the wire format."},
+    {"name": "metrics", "description": "Prometheus exposition."},
+    {"name": "health", "description": "Liveness (no token)."},
+]
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The HTTP API over the database named by ``settings``.
+
+    Parameters
+    ----------
+    settings
+        ``database_url``, ``api_tokens``, ``max_body_bytes``, ``max_event_bytes``,
+        ``webhook_urls`` and ``webhook_secret`` are used.
+
+    Raises
+    ------
+    ValueError
+        ``api_tokens`` is malformed (the message names the entry), or a webhook URL is invalid.
+
+    Examples
+    --------
+    >>> app = create_app(Settings(database_url="sqlite://", api_tokens="read:abc"))
+    >>> sorted(path for path in app.openapi()["paths"] if path.startswith("/alarms"))
+    ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack']
+    """
+    tokens = TokenStore.from_setting(settings.api_tokens)
+    if not len(tokens):
+        log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
+    engine = make_engine(settings.database_url)
+    sessions = session_factory(engine)
+    sink = DatabaseSink(settings.database_url)
+    ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
+    context = ApiContext(settings, engine, sessions, tokens, ingestor)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        hooks = _webhooks(settings, sessions)
+        ingestor.on_alarm = None if hooks is None else hooks.submit
+        try:
+            yield
+        finally:
+            ingestor.on_alarm = None
+            if hooks is not None:
+                await anyio.to_thread.run_sync(hooks.close)
+            engine.dispose()
+            sink.engine.dispose()
+
+    app = FastAPI(
+        title="monitor", version="1", description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan
+    )
+    app.state.context = context
+    app.state.registry = CollectorRegistry(auto_describe=False)
+    app.state.registry.register(DatabaseCollector(sessions))
+    for module in (health, metrics, streams, alarms, events):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    # The last middleware added runs first: authentication before the body is read.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AuthMiddleware, tokens=tokens)
+    return app
+
+
+def _webhooks(settings: Settings, sessions: sessionmaker[Session]) -> WebhookDispatcher | None:
+    urls = webhook_urls(settings.webhook_urls)
+    if not urls:
+        return None
+    if not settings.webhook_secret:
+        log.warning(
+            "webhooks are configured without MONITOR_WEBHOOK_SECRET: signatures are "
+            "computed with an empty key and prove nothing"
+        )
+    return WebhookDispatcher(urls, settings.webhook_secret, sessions)
+
+
+def webhook_urls(value: str | Sequence[str] | None) -> list[str]:
+    """URLs from a comma/space separated string or a list.
+
+    Examples
+    --------
+    >>> webhook_urls("http://a/hook, http://b/hook")
+    ['http://a/hook', 'http://b/hook']
+    """
+    if not value:
+        return []
+    items = re.split(r"[\s,]+", value) if isinstance(value, str) else list(value)
+    return [u.strip() for u in items if u and u.strip()]

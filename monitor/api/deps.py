@@ -1,0 +1,87 @@
+"""Route handler dependencies as ``Annotated`` aliases (``SessionDep``, ``SettingsDep``, ...).
+
+Everything a handler needs lives in one :class:`ApiContext` on ``app.state.context``, built by
+:func:`monitor.api.create_app`; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from monitor.api.auth import Principal, TokenStore
+from monitor.api.ingest import Ingestor
+from monitor.settings import Settings
+
+__all__ = [
+    "ApiContext",
+    "ContextDep",
+    "IngestorDep",
+    "PrincipalDep",
+    "SessionDep",
+    "SettingsDep",
+    "bearer",
+]
+
+#: Documents the bearer scheme in OpenAPI; the check itself is
+#: :class:`~monitor.api.auth.AuthMiddleware`.
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="BearerToken",
+    description="A token from `MONITOR_API_TOKENS`. `read` tokens may call GET routes; "
+    "`write` tokens may call every route.",
+)
+
+
+@dataclass
+class ApiContext:
+    """What the application holds for its lifetime."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    tokens: TokenStore
+    ingestor: Ingestor
+
+
+def get_context(request: Request) -> ApiContext:
+    context: ApiContext = request.app.state.context
+    return context
+
+
+ContextDep = Annotated[ApiContext, Depends(get_context)]
+
+
+def get_settings(context: ContextDep) -> Settings:
+    return context.settings
+
+
+def get_session(context: ContextDep) -> Iterator[Session]:
+    with context.sessions() as session:
+        yield session
+
+
+def get_ingestor(context: ContextDep) -> Ingestor:
+    return context.ingestor
+
+
+def get_principal(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+) -> Principal:
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is None:  # only if the app was assembled without AuthMiddleware
+        raise HTTPException(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
+    return principal
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

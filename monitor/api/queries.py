@@ -1,0 +1,105 @@
+"""Queries the API needs beyond :mod:`monitor.db.repositories`: downsampled traces and a
+newest-first keyset page of OOD windows. Both extend the repositories' ``Select`` statements."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from monitor.db import repositories as repo
+from monitor.db.errors import InvalidCursorError
+from monitor.db.models import OODWindowRow, TracePointRow
+
+__all__ = ["downsampled_trace", "ood_page"]
+
+
+def downsampled_trace(
+    session: Session,
+    stream: str,
+    detector: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    max_points: int,
+) -> tuple[list[TracePointRow], int]:
+    """At most ``max_points`` trace points per detector, and the number stored in the range.
+
+    A detector with more points is cut into buckets of ``width`` consecutive event indexes; each
+    bucket keeps the point with the largest log-statistic (ties: the latest), and the detector's
+    latest point is always kept, so the current value and every threshold crossing stay visible.
+    """
+    base = repo.traces_query(stream, detector=detector, since=since, until=until).order_by(None)
+    inner = base.subquery()
+    spans = session.execute(
+        select(
+            inner.c.detector,
+            func.count(),
+            func.min(inner.c.event_index),
+            func.max(inner.c.event_index),
+        ).group_by(inner.c.detector)
+    ).all()
+    points: list[TracePointRow] = []
+    for name, n, first, last in spans:
+        query = base.where(TracePointRow.detector == name)
+        if n > max_points:
+            query = _bucket_peaks(query, first, last, max_points)
+        points += session.scalars(query)
+    points.sort(key=lambda p: (p.event_index, p.detector))
+    return points, sum(n for _, n, _, _ in spans)
+
+
+def _bucket_peaks(query: Any, first: int, last: int, max_points: int) -> Any:
+    # One bucket per (max_points - 1) slots leaves room for the always-kept latest point.
+    width = -(-(last - first + 1) // (max_points - 1))
+    bucket = (TracePointRow.event_index - first) // width
+    rank = func.row_number().over(
+        partition_by=bucket,
+        order_by=(
+            TracePointRow.log_statistic.desc().nulls_last(),
+            TracePointRow.event_index.desc(),
+        ),
+    )
+    ranked = query.add_columns(rank.label("rank")).subquery()
+    point = aliased(TracePointRow, ranked)
+    return select(point).where(or_(ranked.c.rank == 1, ranked.c.event_index == last))
+
+
+def ood_page(
+    session: Session,
+    stream: str,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[repo.Page[tuple[OODWindowRow, tuple[str, ...]]], int]:
+    """A newest-first page of a stream's OOD windows with their flagged event ids, and the number
+    of windows matching the filters."""
+    query = repo.ood_windows_query(stream, since=since, until=until)
+    total = repo.count(session, query)
+    if cursor is not None:
+        query = query.where(OODWindowRow.window_index < _window_after(cursor))
+    query = query.order_by(None).order_by(OODWindowRow.window_index.desc())
+    windows = list(session.scalars(query.limit(limit + 1)))
+    more = len(windows) > limit
+    windows = windows[:limit]
+    flags: dict[int, list[str]] = {w.window_index: [] for w in windows}
+    if windows:
+        for flag in session.scalars(repo.ood_flags_query(stream, list(flags))):
+            flags[flag.window_index].append(flag.event_id)
+    items = [(w, tuple(flags[w.window_index])) for w in windows]
+    token = (
+        repo.encode_cursor({"k": "ood", "o": "desc", "w": windows[-1].window_index})
+        if more
+        else None
+    )
+    return repo.Page(items, token), total
+
+
+def _window_after(cursor: str) -> int:
+    key = repo.decode_cursor(cursor, "ood", "desc")
+    value = key.get("w")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page")
+    return value

@@ -1,0 +1,110 @@
+"""``/alarms``: list with filters and keyset pagination, read one, acknowledge one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, TypedDict
+
+from fastapi import APIRouter, Body, HTTPException, Path, Query, Security
+
+from monitor.api.deps import PrincipalDep, SessionDep, bearer
+from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
+from monitor.api.schemas import AckRequest, AlarmKindName, AlarmPublic, AlarmsPublic, DetectorName
+from monitor.api.timeutil import Since, Until, check_range
+from monitor.config import NAME_PATTERN
+from monitor.db import repositories as repo
+from monitor.db.errors import AlarmNotFoundError
+from monitor.db.models import AlarmRow
+
+router = APIRouter(
+    prefix="/alarms", tags=["alarms"], dependencies=[Security(bearer)], responses=READ_ERRORS
+)
+
+AlarmId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        description="The alarm's id.",
+        examples=["0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77"],
+    ),
+]
+
+
+class _Filters(TypedDict):
+    stream: str | None
+    kind: str | None
+    detector: str | None
+    since: datetime | None
+    until: datetime | None
+    acknowledged: bool | None
+
+
+def to_public(row: AlarmRow) -> AlarmPublic:
+    """The response body of an alarm row."""
+    return AlarmPublic.model_validate(row, from_attributes=True)
+
+
+@router.get("", summary="List alarms, newest first")
+def list_alarms(
+    session: SessionDep,
+    stream: Annotated[
+        str | None, Query(pattern=NAME_PATTERN, description="Only this stream.")
+    ] = None,
+    kind: Annotated[AlarmKindName | None, Query(description="Only this diagnosis.")] = None,
+    detector: Annotated[DetectorName | None, Query(description="Only this detector.")] = None,
+    since: Since = None,
+    until: Until = None,
+    acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged alarms.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
+    ] = None,
+) -> AlarmsPublic:
+    """Alarms matching every given filter, ordered by time then id, newest first.
+
+    Pagination is by keyset: pass the page's `next_cursor` as `cursor` (with the same filters)
+    to get the next page; alarms stored meanwhile never make a page repeat or skip one.
+    """
+    start, end = check_range(since, until)
+    filters = _Filters(
+        stream=stream,
+        kind=kind,
+        detector=detector,
+        since=start,
+        until=end,
+        acknowledged=acknowledged,
+    )
+    page = repo.list_alarms(session, **filters, limit=limit, cursor=cursor)
+    total = repo.count(session, repo.alarms_query(**filters))
+    return AlarmsPublic(
+        data=[to_public(r) for r in page.items], count=total, next_cursor=page.next_cursor
+    )
+
+
+@router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
+def get_alarm(session: SessionDep, alarm_id: AlarmId) -> AlarmPublic:
+    """The alarm with its diagnosis, evidence and acknowledgement."""
+    row = repo.get_alarm(session, alarm_id)
+    if row is None:
+        raise HTTPException(404, f"no alarm with id {alarm_id!r}")
+    return to_public(row)
+
+
+@router.post(
+    "/{alarm_id}/ack", summary="Acknowledge an alarm", responses={**WRITE_ERRORS, **responses(404)}
+)
+def acknowledge(
+    session: SessionDep,
+    principal: PrincipalDep,
+    alarm_id: AlarmId,
+    body: Annotated[AckRequest | None, Body()] = None,
+) -> AlarmPublic:
+    """Mark the alarm acknowledged (write scope). Idempotent: the first acknowledgement (time
+    and author) is kept and returned by later calls."""
+    by = body.by if body is not None and body.by else f"token:{principal.token_id}"
+    try:
+        row = repo.acknowledge_alarm(session, alarm_id, by=by)
+    except AlarmNotFoundError:
+        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+    return to_public(row)

@@ -1,0 +1,182 @@
+"""``/streams``: register and read streams, their downsampled traces and their OOD windows."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response, Security, status
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from monitor.api import queries
+from monitor.api.deps import SessionDep, bearer
+from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
+from monitor.api.ingest import build_monitor
+from monitor.api.schemas import (
+    DetectorName,
+    OODWindowPublic,
+    OODWindowsPublic,
+    StreamCreate,
+    StreamPublic,
+    StreamsPublic,
+    TracePointPublic,
+    TracePublic,
+)
+from monitor.api.timeutil import Since, Until, check_range
+from monitor.calibration import Calibration, CalibrationError
+from monitor.config import NAME_PATTERN, StreamConfig
+from monitor.db import repositories as repo
+from monitor.db.models import AlarmRow, CalibrationEventRow, CheckpointRow, StreamRow
+
+router = APIRouter(
+    prefix="/streams", tags=["streams"], dependencies=[Security(bearer)], responses=READ_ERRORS
+)
+
+StreamPath = Annotated[
+    str, Path(pattern=NAME_PATTERN, description="The stream's name.", examples=["bikes"])
+]
+
+
+@router.get("", summary="List registered streams")
+def list_streams(session: SessionDep) -> StreamsPublic:
+    """Every registered stream with its configuration and progress, by name."""
+    rows = repo.list_streams(session)
+    stats = _stream_stats(session, None)
+    data = [_public(row, stats) for row in rows]
+    return StreamsPublic(data=data, count=len(data))
+
+
+@router.post(
+    "",
+    summary="Register a stream",
+    status_code=status.HTTP_201_CREATED,
+    responses={**WRITE_ERRORS, **responses(409)},
+)
+def create_stream(body: StreamCreate, session: SessionDep, response: Response) -> StreamPublic:
+    """Register a stream with its configuration and inline calibration rows (write scope).
+
+    The calibration rows are validated the way the worker will use them (shape, labels, task);
+    any problem is a 422 naming the row or field. A name already registered is a 409.
+    """
+    rows = body.calibration
+    _check_monitorable(StreamConfig.model_validate(body.model_dump()), rows)
+    # The rows live in calibration_events; keeping them in the configuration too would double
+    # the row size of every stream read.
+    config = StreamConfig.model_validate({**body.model_dump(), "calibration": []})
+    row = repo.create_stream(session, config, rows)
+    response.headers["Location"] = f"/streams/{config.name}"
+    return _public(row, _stream_stats(session, config.name))
+
+
+@router.get("/{name}", summary="Read one stream", responses=responses(404))
+def get_stream(name: StreamPath, session: SessionDep) -> StreamPublic:
+    """The stream's configuration (without calibration rows) and progress."""
+    return _public(_get_row(session, name), _stream_stats(session, name))
+
+
+@router.get("/{name}/trace", summary="Downsampled detector traces", responses=responses(404))
+def get_trace(
+    name: StreamPath,
+    session: SessionDep,
+    detector: Annotated[DetectorName | None, Query(description="Only this detector.")] = None,
+    since: Since = None,
+    until: Until = None,
+    max_points: Annotated[
+        int, Query(ge=2, le=10_000, description="Most points per detector.")
+    ] = 1000,
+) -> TracePublic:
+    """Log-martingale, p-value, statistic and threshold over time, per detector.
+
+    At most `max_points` points per detector: buckets of consecutive stored points keep their
+    point with the largest statistic, so downsampling never hides a threshold crossing, and each
+    detector's latest point is always included.
+    """
+    start, end = check_range(since, until)
+    _get_row(session, name)
+    rows, stored = queries.downsampled_trace(session, name, detector, start, end, max_points)
+    data = [TracePointPublic.model_validate(r, from_attributes=True) for r in rows]
+    return TracePublic(
+        stream=name, data=data, count=len(data), stored=stored, downsampled=len(data) < stored
+    )
+
+
+@router.get("/{name}/ood", summary="OOD decisions by window", responses=responses(404))
+def get_ood(
+    name: StreamPath,
+    session: SessionDep,
+    since: Since = None,
+    until: Until = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
+    ] = None,
+) -> OODWindowsPublic:
+    """The stream's OOD windows, newest first, each with the ids of the events its decision rule
+    flagged (FDR controlled at the window's `alpha`)."""
+    start, end = check_range(since, until)
+    _get_row(session, name)
+    page, total = queries.ood_page(session, name, start, end, limit, cursor)
+    data = [
+        OODWindowPublic.model_validate({**_columns(w), "flagged_ids": list(ids)})
+        for w, ids in page.items
+    ]
+    return OODWindowsPublic(stream=name, data=data, count=total, next_cursor=page.next_cursor)
+
+
+def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None:
+    """422 unless the worker could monitor this stream with these calibration rows."""
+    try:
+        calibration = Calibration.from_rows(rows)
+    except CalibrationError as exc:
+        raise body_error(("calibration",), str(exc), None) from None
+    try:
+        build_monitor(config, calibration)
+    except (ValueError, LookupError) as exc:
+        raise body_error(
+            (), f"this configuration cannot monitor this calibration data: {exc}", None
+        ) from None
+
+
+def _get_row(session: Session, name: str) -> StreamRow:
+    row = repo.get_stream(session, name)
+    if row is None:
+        raise HTTPException(404, f"no stream named {name!r}; GET /streams lists them")
+    return row
+
+
+def _columns(row: Any) -> dict[str, Any]:
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns}
+
+
+def _stream_stats(session: Session, name: str | None) -> dict[str, dict[str, Any]]:
+    """Calibration size, events processed, alarms and last checkpoint time per stream."""
+    stats: dict[str, dict[str, Any]] = {}
+
+    def grouped(column: Any, value: Any, key: str) -> None:
+        query = select(column, value).group_by(column)
+        if name is not None:
+            query = query.where(column == name)
+        for stream, v in session.execute(query):
+            stats.setdefault(stream, {})[key] = v
+
+    grouped(CalibrationEventRow.stream, func.count(), "calibration_events")
+    grouped(AlarmRow.stream, func.count(), "alarms")
+    grouped(CheckpointRow.stream, func.max(CheckpointRow.event_index), "events")
+    grouped(CheckpointRow.stream, func.max(CheckpointRow.updated_at), "last_event_at")
+    return stats
+
+
+def _public(row: StreamRow, stats: dict[str, dict[str, Any]]) -> StreamPublic:
+    own = stats.get(row.name, {})
+    config = {k: v for k, v in row.config.items() if k != "calibration"}
+    return StreamPublic(
+        name=row.name,
+        task=row.task,
+        config=config,
+        calibration_events=own.get("calibration_events", 0),
+        events=own.get("events", 0),
+        alarms=own.get("alarms", 0),
+        last_event_at=own.get("last_event_at"),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

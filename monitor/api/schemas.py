@@ -1,0 +1,305 @@
+"""Request and response bodies of the HTTP API (separate from the database models).
+
+Lists share one shape: ``data`` (the page), ``count`` (how many rows match the filters in all
+pages) and, for keyset-paginated lists, ``next_cursor`` (pass it back as ``cursor`` for the next
+page; ``null`` on the last page).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.config import NAME_PATTERN, StreamConfig
+
+__all__ = [
+    "AckRequest",
+    "AlarmPublic",
+    "AlarmsPublic",
+    "DeadLetterItem",
+    "ErrorResponse",
+    "EventsAccepted",
+    "Health",
+    "OODWindowPublic",
+    "OODWindowsPublic",
+    "StreamCreate",
+    "StreamPublic",
+    "StreamsPublic",
+    "TracePointPublic",
+    "TracePublic",
+]
+
+DetectorName = Literal["covariate", "conditional", "ood"]
+AlarmKindName = Literal["concept_shift", "extreme_covariate_shift", "benign_covariate_shift"]
+StreamName = Annotated[str, Field(pattern=NAME_PATTERN, examples=["bikes"])]
+
+ALARM_EXAMPLE: dict[str, Any] = {
+    "id": "0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77",
+    "stream": "bikes",
+    "detector": "conditional",
+    "kind": "concept_shift",
+    "event_id": "e-000517",
+    "event_index": 517,
+    "ts": "2026-11-30T12:08:37Z",
+    "changepoint": 301,
+    "statistic": 10342.7,
+    "threshold": 10000.0,
+    "rule": "shiryaev_roberts",
+    "evidence": {"covariate_statistic": 3.1, "penalised_fraction": 0.0, "weights_ess": 812.4},
+    "acknowledged_at": None,
+    "acknowledged_by": None,
+}
+
+CALIBRATION_ROW_EXAMPLE: dict[str, Any] = {
+    "features": [0.3, 1.2, 5.0],
+    "prediction": 41.7,
+    "label": 44.0,
+}
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer except 422: one human-readable sentence."""
+
+    detail: str = Field(examples=["alarm '0b1e7a3c-…' not found"])
+
+
+class Health(BaseModel):
+    """Liveness and database reachability."""
+
+    status: Literal["ok", "degraded"] = Field(examples=["ok"])
+    database: Literal["ok", "unreachable"] = Field(examples=["ok"])
+    version: str = Field(examples=["0.1.0"])
+
+
+class AlarmPublic(BaseModel):
+    """An alarm (DESIGN.md "Alarm record") with its acknowledgement."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [ALARM_EXAMPLE]})
+
+    id: str
+    stream: str
+    detector: str = Field(description="`covariate`, `conditional` or `ood`.")
+    kind: str = Field(
+        description="`concept_shift`, `extreme_covariate_shift` or "
+        "`benign_covariate_shift` (informational: the monitor adapted)."
+    )
+    event_id: str
+    event_index: int = Field(ge=0, description="The stream's events counted from 0.")
+    ts: datetime
+    changepoint: int | None = Field(description="Estimated event index where the change began.")
+    statistic: float = Field(description="The alarm rule's statistic when it fired.")
+    threshold: float
+    rule: str = Field(examples=["shiryaev_roberts"])
+    evidence: dict[str, Any] = Field(description="Diagnosis evidence (detector specific).")
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
+
+
+class AlarmsPublic(BaseModel):
+    """A page of alarms, newest first."""
+
+    data: list[AlarmPublic]
+    count: int = Field(ge=0, description="Alarms matching the filters (all pages).")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to get the next page; null on the last page."
+    )
+
+
+class AckRequest(BaseModel):
+    """Optional details of an acknowledgement."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"by": "alice"}]})
+
+    by: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="Who acknowledges; defaults to `token:<id>` of the bearer token.",
+    )
+
+
+class StreamCreate(StreamConfig):
+    """A stream configuration (DESIGN.md "Stream configuration") with inline calibration rows.
+
+    ``calibration`` must be a list of labeled wire-format prediction events (``features``,
+    ``prediction``, ``label``; optional ``logits``, ``embedding``); at least 20. A server-side
+    file path is refused: an HTTP client must not be able to make the server read its files.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "bikes",
+                    "task": "regression",
+                    "calibration": [CALIBRATION_ROW_EXAMPLE] * 20,
+                    "alarm": {"rule": "shiryaev_roberts", "threshold": 10000},
+                }
+            ]
+        },
+    )
+
+    calibration: Annotated[list[dict[str, Any]], Field(min_length=20, max_length=100_000)]
+
+
+class StreamPublic(BaseModel):
+    """A registered stream: configuration (without its calibration rows) and progress."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "bikes",
+                    "task": "regression",
+                    "config": {
+                        "name": "bikes",
+                        "task": "regression",
+                        "score": "abs_residual",
+                        "covariate_score": "knn",
+                        "betting": "composite_jumper",
+                        "alarm": {"rule": "shiryaev_roberts", "threshold": 10000.0, "alpha": 0.01},
+                    },
+                    "calibration_events": 500,
+                    "events": 12840,
+                    "alarms": 2,
+                    "last_event_at": "2026-11-30T12:08:37Z",
+                    "created_at": "2026-11-30T09:00:00Z",
+                    "updated_at": "2026-11-30T09:00:00Z",
+                }
+            ]
+        }
+    )
+
+    name: str
+    task: Literal["regression", "classification"]
+    config: dict[str, Any] = Field(description="The stream configuration without `calibration`.")
+    calibration_events: int = Field(ge=0)
+    events: int = Field(ge=0, description="Events processed so far (from the checkpoint).")
+    alarms: int = Field(ge=0)
+    last_event_at: datetime | None = Field(description="When the checkpoint was last written.")
+    created_at: datetime
+    updated_at: datetime
+
+
+class StreamsPublic(BaseModel):
+    """Every registered stream, by name."""
+
+    data: list[StreamPublic]
+    count: int = Field(ge=0)
+
+
+class TracePointPublic(BaseModel):
+    """A point of a detector's trace; values that are undefined are null."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "detector": "conditional",
+                    "event_index": 510,
+                    "ts": "2026-11-30T12:08:30Z",
+                    "log_martingale": 8.9,
+                    "p_value": 0.004,
+                    "log_statistic": 9.1,
+                    "log_threshold": 9.21,
+                    "weights_ess": 812.4,
+                }
+            ]
+        }
+    )
+
+    detector: str = Field(description="`covariate`, `conditional` or `ood`.")
+    event_index: int = Field(ge=0)
+    ts: datetime
+    log_martingale: float | None
+    p_value: float | None
+    log_statistic: float | None = Field(description="log of the alarm rule's statistic.")
+    log_threshold: float | None
+    weights_ess: float | None
+
+
+class TracePublic(BaseModel):
+    """A downsampled trace: at most ``max_points`` points per detector.
+
+    Each bucket of ``bucket_events`` consecutive stored points keeps its point with the largest
+    statistic (so a threshold crossing is never hidden by downsampling), and the latest point of
+    each detector is always kept.
+    """
+
+    stream: str
+    data: list[TracePointPublic]
+    count: int = Field(ge=0, description="Points returned.")
+    stored: int = Field(ge=0, description="Stored points in the requested range.")
+    downsampled: bool
+
+
+class OODWindowPublic(BaseModel):
+    """The OOD decision over one window of a stream's events."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "window_index": 12,
+                    "start_index": 3072,
+                    "end_index": 3328,
+                    "ts": "2026-11-30T12:05:00Z",
+                    "n": 256,
+                    "n_flagged": 3,
+                    "threshold": 0.0012,
+                    "rule": "eg_bh",
+                    "alpha": 0.1,
+                    "flagged_ids": ["e-3101", "e-3177", "e-3290"],
+                }
+            ]
+        }
+    )
+
+    window_index: int = Field(ge=0)
+    start_index: int = Field(ge=0)
+    end_index: int = Field(ge=0)
+    ts: datetime
+    n: int = Field(ge=0)
+    n_flagged: int = Field(ge=0)
+    threshold: float | None = Field(description="p-value threshold of the decision rule.")
+    rule: str
+    alpha: float
+    flagged_ids: list[str]
+
+
+class OODWindowsPublic(BaseModel):
+    """A page of a stream's OOD windows, newest first."""
+
+    stream: str
+    data: list[OODWindowPublic]
+    count: int = Field(ge=0, description="Windows matching the filters (all pages).")
+    next_cursor: str | None
+
+
+class DeadLetterItem(BaseModel):
+    """An item of a POST /events batch that was not processed, and why."""
+
+    index: int = Field(ge=0, description="Position of the item in the request body.")
+    reason: str = Field(examples=["unknown stream 'bikez'"])
+
+
+class EventsAccepted(BaseModel):
+    """What a POST /events batch did."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "accepted": 2,
+                    "dead_letters": [{"index": 2, "reason": "field 'features': Field required"}],
+                    "alarms": [],
+                }
+            ]
+        }
+    )
+
+    accepted: int = Field(ge=0, description="Items processed by their stream's monitors.")
+    dead_letters: list[DeadLetterItem]
+    alarms: list[AlarmPublic] = Field(description="Alarms raised by this batch.")

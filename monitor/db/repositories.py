@@ -1,0 +1,550 @@
+"""Queries of the service's tables.
+
+Functions named ``*_query`` return ``Select`` statements that callers can extend (extra filters,
+``.limit()``, ``func.count()`` over a subquery); the small executors next to them run those
+statements. Write executors (stream CRUD, acknowledgement) commit their own transaction.
+
+Time ranges are half-open everywhere: ``since`` is inclusive, ``until`` exclusive.
+
+Keyset pagination: a page ends with an opaque ``next_cursor`` (URL-safe base64 of the last row's
+sort key); passing it back returns the rows strictly after that key, so concurrent inserts never
+make a page skip or repeat a row that already existed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Select,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from monitor.config import StreamConfig
+from monitor.db.engine import SQLITE_BEGIN
+from monitor.db.errors import (
+    AlarmNotFoundError,
+    InvalidCursorError,
+    StreamExistsError,
+    StreamNotFoundError,
+)
+from monitor.db.models import (
+    AlarmRow,
+    CalibrationEventRow,
+    CheckpointRow,
+    DeadLetterRow,
+    OODFlagRow,
+    OODWindowRow,
+    SourceOffsetRow,
+    StreamRow,
+    TracePointRow,
+    utcnow,
+)
+
+__all__ = [
+    "CALIBRATION_FIELDS",
+    "Page",
+    "acknowledge_alarm",
+    "alarms_query",
+    "calibration_event",
+    "calibration_query",
+    "checkpoint_query",
+    "count",
+    "create_stream",
+    "dead_letters_query",
+    "decode_cursor",
+    "delete_stream",
+    "encode_cursor",
+    "get_alarm",
+    "get_stream",
+    "list_alarms",
+    "list_dead_letters",
+    "list_ood_windows",
+    "list_streams",
+    "list_traces",
+    "offsets_query",
+    "ood_flags_query",
+    "ood_windows_query",
+    "streams_query",
+    "traces_query",
+    "update_stream",
+]
+
+T = TypeVar("T")
+Order = Literal["asc", "desc"]
+
+#: Calibration event fields stored in their own columns (DESIGN.md wire format).
+CALIBRATION_FIELDS = ("features", "prediction", "label", "logits", "embedding")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of rows and the cursor of the next page (``None`` on the last page)."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+def count(session: Session, query: Select[Any]) -> int:
+    """Number of rows ``query`` would return (ordering and limits ignored)."""
+    inner = query.order_by(None).limit(None).offset(None).subquery()
+    return session.execute(select(func.count()).select_from(inner)).scalar_one()
+
+
+# --- cursors ----------------------------------------------------------------------------------
+
+
+def encode_cursor(payload: Mapping[str, Any]) -> str:
+    """Opaque, URL-safe cursor text for a sort key."""
+    text = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, kind: str, order: Order) -> dict[str, Any]:
+    """Sort key of a cursor made by :func:`encode_cursor` for the same kind of query and order."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+    if not isinstance(payload, dict) or payload.get("k") != kind or payload.get("o") != order:
+        raise InvalidCursorError(
+            f"cursor does not belong to a {kind} query in {order} order: pass the next_cursor "
+            "of a page of the same query"
+        )
+    return payload
+
+
+def _after(
+    keys: Sequence[InstrumentedAttribute[Any]], values: Sequence[Any], order: Order
+) -> ColumnElement[bool]:
+    # Row-value comparison (PostgreSQL, SQLite >= 3.15) walks the composite index directly. The
+    # literals take the columns' types, so timestamps are bound exactly as they were stored.
+    right = tuple_(*(literal(v, type_=k.type) for k, v in zip(keys, values, strict=True)))
+    return tuple_(*keys) > right if order == "asc" else tuple_(*keys) < right
+
+
+def _check_order(order: str) -> None:
+    if order not in ("asc", "desc"):
+        raise ValueError(f"order must be 'asc' or 'desc', got {order!r}")
+
+
+def _begin_write(session: Session) -> None:
+    """Start a write transaction; on SQLite take the write lock up front (waiting for it under
+    the busy timeout) instead of failing when a read transaction tries to upgrade."""
+    if not session.in_transaction():
+        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+
+
+# --- alarms -----------------------------------------------------------------------------------
+
+
+def alarms_query(
+    *,
+    stream: str | None = None,
+    kind: str | None = None,
+    detector: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    acknowledged: bool | None = None,
+    order: Order = "desc",
+) -> Select[AlarmRow]:
+    """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default)."""
+    _check_order(order)
+    query = select(AlarmRow)
+    if stream is not None:
+        query = query.where(AlarmRow.stream == stream)
+    if kind is not None:
+        query = query.where(AlarmRow.kind == kind)
+    if detector is not None:
+        query = query.where(AlarmRow.detector == detector)
+    if since is not None:
+        query = query.where(AlarmRow.ts >= since)
+    if until is not None:
+        query = query.where(AlarmRow.ts < until)
+    if acknowledged is not None:
+        acked = AlarmRow.acknowledged_at.is_not(None)
+        query = query.where(acked if acknowledged else AlarmRow.acknowledged_at.is_(None))
+    keys = (AlarmRow.ts, AlarmRow.id)
+    return query.order_by(*(k.asc() if order == "asc" else k.desc() for k in keys))
+
+
+def list_alarms(
+    session: Session,
+    *,
+    stream: str | None = None,
+    kind: str | None = None,
+    detector: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    acknowledged: bool | None = None,
+    order: Order = "desc",
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Page[AlarmRow]:
+    """One page of :func:`alarms_query`; pass ``next_cursor`` back to get the next page.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from monitor.db.engine import make_engine, session_factory
+    >>> from monitor.db.migrate import upgrade
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> url = f"sqlite:///{folder.name}/monitor.db"
+    >>> upgrade(url)
+    >>> engine = make_engine(url)
+    >>> with session_factory(engine)() as session:
+    ...     page = list_alarms(session, stream="bikes", limit=10)
+    >>> page.items, page.next_cursor
+    ([], None)
+    >>> engine.dispose(); folder.cleanup()
+    """
+    _check_limit(limit)
+    query = alarms_query(
+        stream=stream,
+        kind=kind,
+        detector=detector,
+        since=since,
+        until=until,
+        acknowledged=acknowledged,
+        order=order,
+    )
+    if cursor is not None:
+        key = decode_cursor(cursor, "alarms", order)
+        try:
+            after = (datetime.fromisoformat(key["ts"]), str(key["id"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+        query = query.where(_after((AlarmRow.ts, AlarmRow.id), after, order))
+    rows = list(session.scalars(query.limit(limit + 1)))
+    if len(rows) <= limit:
+        return Page(rows, None)
+    last = rows[limit - 1]
+    token = encode_cursor({"k": "alarms", "o": order, "ts": last.ts.isoformat(), "id": last.id})
+    return Page(rows[:limit], token)
+
+
+def get_alarm(session: Session, alarm_id: str) -> AlarmRow | None:
+    """The alarm with this id, or ``None``."""
+    return session.get(AlarmRow, alarm_id)
+
+
+def acknowledge_alarm(
+    session: Session, alarm_id: str, *, by: str, at: datetime | None = None
+) -> AlarmRow:
+    """Mark an alarm acknowledged and commit; the first acknowledgement is kept.
+
+    Raises
+    ------
+    AlarmNotFoundError
+        No alarm has this id.
+    """
+    _begin_write(session)
+    alarm = session.get(AlarmRow, alarm_id, with_for_update=True)
+    if alarm is None:
+        session.rollback()
+        raise AlarmNotFoundError(f"no alarm with id {alarm_id!r}")
+    if alarm.acknowledged_at is None:
+        alarm.acknowledged_at = at or utcnow()
+        alarm.acknowledged_by = by
+    session.commit()
+    return alarm
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+
+def traces_query(
+    stream: str,
+    *,
+    detector: str | None = None,
+    since_index: int | None = None,
+    until_index: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Select[TracePointRow]:
+    """A stream's trace points, ordered by ``(event_index, detector)``."""
+    query = select(TracePointRow).where(TracePointRow.stream == stream)
+    if detector is not None:
+        query = query.where(TracePointRow.detector == detector)
+    if since_index is not None:
+        query = query.where(TracePointRow.event_index >= since_index)
+    if until_index is not None:
+        query = query.where(TracePointRow.event_index < until_index)
+    if since is not None:
+        query = query.where(TracePointRow.ts >= since)
+    if until is not None:
+        query = query.where(TracePointRow.ts < until)
+    return query.order_by(TracePointRow.event_index, TracePointRow.detector)
+
+
+def list_traces(
+    session: Session,
+    stream: str,
+    *,
+    detector: str | None = None,
+    since_index: int | None = None,
+    until_index: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 1000,
+    cursor: str | None = None,
+) -> Page[TracePointRow]:
+    """One page of :func:`traces_query` (keyset on ``(event_index, detector)``)."""
+    _check_limit(limit)
+    query = traces_query(
+        stream,
+        detector=detector,
+        since_index=since_index,
+        until_index=until_index,
+        since=since,
+        until=until,
+    )
+    if cursor is not None:
+        key = decode_cursor(cursor, "traces", "asc")
+        try:
+            after = (int(key["i"]), str(key["d"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+        keys = (TracePointRow.event_index, TracePointRow.detector)
+        query = query.where(_after(keys, after, "asc"))
+    rows = list(session.scalars(query.limit(limit + 1)))
+    if len(rows) <= limit:
+        return Page(rows, None)
+    last = rows[limit - 1]
+    token = encode_cursor({"k": "traces", "o": "asc", "i": last.event_index, "d": last.detector})
+    return Page(rows[:limit], token)
+
+
+# --- OOD ----------------------------------------------------------------------------------------
+
+
+def ood_windows_query(
+    stream: str,
+    *,
+    since_index: int | None = None,
+    until_index: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Select[OODWindowRow]:
+    """A stream's OOD windows by window index; ``*_index`` bound the windows' event ranges."""
+    query = select(OODWindowRow).where(OODWindowRow.stream == stream)
+    if since_index is not None:
+        query = query.where(OODWindowRow.end_index > since_index)
+    if until_index is not None:
+        query = query.where(OODWindowRow.start_index < until_index)
+    if since is not None:
+        query = query.where(OODWindowRow.ts >= since)
+    if until is not None:
+        query = query.where(OODWindowRow.ts < until)
+    return query.order_by(OODWindowRow.window_index)
+
+
+def ood_flags_query(stream: str, window_indexes: Sequence[int] | None = None) -> Select[OODFlagRow]:
+    """Flagged events of a stream (optionally of some windows), by window then event id."""
+    query = select(OODFlagRow).where(OODFlagRow.stream == stream)
+    if window_indexes is not None:
+        query = query.where(OODFlagRow.window_index.in_(list(window_indexes)))
+    return query.order_by(OODFlagRow.window_index, OODFlagRow.event_id)
+
+
+def list_ood_windows(
+    session: Session, stream: str, *, limit: int = 1000, after_window: int | None = None
+) -> list[tuple[OODWindowRow, tuple[str, ...]]]:
+    """Up to ``limit`` windows after ``after_window`` (keyset), each with its flagged event ids."""
+    _check_limit(limit)
+    query = ood_windows_query(stream)
+    if after_window is not None:
+        query = query.where(OODWindowRow.window_index > after_window)
+    windows = list(session.scalars(query.limit(limit)))
+    flags: dict[int, list[str]] = {w.window_index: [] for w in windows}
+    if windows:
+        for flag in session.scalars(ood_flags_query(stream, list(flags))):
+            flags[flag.window_index].append(flag.event_id)
+    return [(w, tuple(flags[w.window_index])) for w in windows]
+
+
+# --- streams ------------------------------------------------------------------------------------
+
+
+def streams_query() -> Select[StreamRow]:
+    """Registered streams by name."""
+    return select(StreamRow).order_by(StreamRow.name)
+
+
+def list_streams(session: Session) -> list[StreamRow]:
+    """Every registered stream, by name."""
+    return list(session.scalars(streams_query()))
+
+
+def get_stream(session: Session, name: str) -> StreamRow | None:
+    """The registered stream called ``name``, or ``None``."""
+    return session.get(StreamRow, name)
+
+
+def create_stream(
+    session: Session,
+    config: StreamConfig,
+    calibration: Sequence[Mapping[str, Any]] | None = None,
+) -> StreamRow:
+    """Register a stream with its calibration events and commit.
+
+    Parameters
+    ----------
+    config
+        The stream's configuration, stored as ``config.model_dump(mode="json")``.
+    calibration
+        Calibration events in the wire format (``features``, ``prediction``, ``label`` and the
+        optional ``id``, ``logits``, ``embedding``); defaults to ``config.calibration`` when that
+        is an inline list, else none.
+
+    Raises
+    ------
+    StreamExistsError
+        A stream with this name is already registered.
+    """
+    exists = StreamExistsError(f"stream {config.name!r} already exists; update it instead")
+    _begin_write(session)
+    if session.get(StreamRow, config.name) is not None:
+        session.rollback()
+        raise exists
+    row = StreamRow(name=config.name, task=config.task, config=config.model_dump(mode="json"))
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # registered concurrently since the check above
+        session.rollback()
+        raise exists from exc
+    _store_calibration(session, config, calibration)
+    session.commit()
+    return row
+
+
+def update_stream(
+    session: Session,
+    config: StreamConfig,
+    calibration: Sequence[Mapping[str, Any]] | None = None,
+) -> StreamRow:
+    """Replace a registered stream's configuration (and, if given, its calibration) and commit."""
+    _begin_write(session)
+    row = session.get(StreamRow, config.name, with_for_update=True)
+    if row is None:
+        session.rollback()
+        raise StreamNotFoundError(f"no stream named {config.name!r}; create it first")
+    row.task = config.task
+    row.config = config.model_dump(mode="json")
+    if calibration is not None:
+        session.execute(delete(CalibrationEventRow).where(CalibrationEventRow.stream == row.name))
+        _store_calibration(session, config, calibration)
+    session.commit()
+    return row
+
+
+def delete_stream(session: Session, name: str) -> None:
+    """Delete a stream's configuration and calibration events and commit; results are kept."""
+    _begin_write(session)
+    result = session.execute(delete(StreamRow).where(StreamRow.name == name))
+    deleted = cast(CursorResult[Any], result).rowcount
+    if not deleted:
+        session.rollback()
+        raise StreamNotFoundError(f"no stream named {name!r}")
+    session.commit()
+
+
+def calibration_query(stream: str | None = None) -> Select[CalibrationEventRow]:
+    """A stream's (or every stream's) calibration events, by stream, in their original order."""
+    query = select(CalibrationEventRow)
+    if stream is not None:
+        query = query.where(CalibrationEventRow.stream == stream)
+    return query.order_by(CalibrationEventRow.stream, CalibrationEventRow.idx)
+
+
+def calibration_event(row: CalibrationEventRow) -> dict[str, Any]:
+    """A stored calibration event back in the wire format (absent optional fields omitted)."""
+    event = {} if row.event_id is None else {"id": row.event_id}
+    event |= {name: getattr(row, name) for name in CALIBRATION_FIELDS}
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def _store_calibration(
+    session: Session, config: StreamConfig, events: Sequence[Mapping[str, Any]] | None
+) -> None:
+    if events is None:
+        events = config.calibration if isinstance(config.calibration, list) else []
+    rows = [
+        {"stream": config.name, "idx": i, "event_id": event.get("id")}
+        | {name: event.get(name) for name in CALIBRATION_FIELDS}
+        for i, event in enumerate(events)
+    ]
+    if rows:
+        session.execute(insert(CalibrationEventRow), rows)
+
+
+# --- dead letters, offsets, checkpoints -------------------------------------------------------
+
+
+def dead_letters_query(
+    *,
+    source: str | None = None,
+    stream: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Select[DeadLetterRow]:
+    """Dead letters matching the filters, newest first (by ``ts``, then id)."""
+    query = select(DeadLetterRow)
+    if source is not None:
+        query = query.where(DeadLetterRow.source == source)
+    if stream is not None:
+        query = query.where(DeadLetterRow.stream == stream)
+    if since is not None:
+        query = query.where(DeadLetterRow.ts >= since)
+    if until is not None:
+        query = query.where(DeadLetterRow.ts < until)
+    return query.order_by(DeadLetterRow.ts.desc(), DeadLetterRow.id.desc())
+
+
+def list_dead_letters(
+    session: Session,
+    *,
+    source: str | None = None,
+    stream: str | None = None,
+    limit: int = 100,
+) -> list[DeadLetterRow]:
+    """The ``limit`` newest dead letters matching the filters."""
+    _check_limit(limit)
+    query = dead_letters_query(source=source, stream=stream)
+    return list(session.scalars(query.limit(limit)))
+
+
+def offsets_query(source: str) -> Select[SourceOffsetRow]:
+    """Stored offsets of a source's partitions."""
+    return (
+        select(SourceOffsetRow)
+        .where(SourceOffsetRow.source == source)
+        .order_by(SourceOffsetRow.partition)
+    )
+
+
+def checkpoint_query(stream: str) -> Select[CheckpointRow]:
+    """A stream's checkpoint row."""
+    return select(CheckpointRow).where(CheckpointRow.stream == stream)

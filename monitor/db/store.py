@@ -1,0 +1,379 @@
+"""Writing a batch of results atomically, and reading back what a restart needs.
+
+One batch = one transaction: the alarms, trace points, OOD windows (and their flags), dead letters,
+detector checkpoints and the source offsets they correspond to are committed together or not at
+all. A worker that crashes anywhere resumes from a consistent (state, offset) pair, so it
+reprocesses exactly the events whose results were not committed.
+
+Replays are idempotent: alarms (deterministic ids, unique per stream, detector and event index),
+trace points, OOD windows and flags and dead letters (unique per source location) are inserted with
+``ON CONFLICT DO NOTHING``; checkpoints and offsets are upserted. Offsets only ever increase: a
+batch carrying a smaller offset than the stored one raises :class:`OffsetRegressionError` and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from monitor.config import StreamConfig
+from monitor.db.engine import SQLITE_BEGIN
+from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
+from monitor.db.models import (
+    AlarmRow,
+    Base,
+    CheckpointRow,
+    DeadLetterRow,
+    OODFlagRow,
+    OODWindowRow,
+    SourceOffsetRow,
+    TracePointRow,
+    utcnow,
+)
+from monitor.db.repositories import (
+    calibration_event,
+    calibration_query,
+    checkpoint_query,
+    create_stream,
+    get_stream,
+    list_streams,
+    offsets_query,
+    update_stream,
+)
+from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.state import Checkpoint
+
+__all__ = ["load_offsets", "load_state", "load_streams", "persist_batch", "upsert_stream"]
+
+Row = dict[str, Any]
+_NO_CHECKPOINTS: Mapping[str, Checkpoint] = MappingProxyType({})
+
+
+def persist_batch(
+    session: Session,
+    *,
+    alarms: Sequence[Alarm] = (),
+    trace_points: Sequence[TracePoint] = (),
+    ood_windows: Sequence[OODWindow] = (),
+    checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
+    offsets: Sequence[SourceOffset] = (),
+    dead_letters: Sequence[DeadLetter] = (),
+) -> None:
+    """Store one batch's results in one transaction, and commit it.
+
+    Parameters
+    ----------
+    session
+        A session with no transaction in progress; ``persist_batch`` begins one, commits it on
+        success and rolls it back on any error.
+    alarms, trace_points, ood_windows, dead_letters
+        New results; ones already stored (a replay) are skipped.
+    checkpoints
+        Detector state per stream name after this batch; replaces the stored one.
+    offsets
+        Next offset to read per source partition after this batch.
+
+    Raises
+    ------
+    OffsetRegressionError
+        An offset is smaller than the stored one (nothing is written).
+    InvalidRecordError
+        A record cannot be stored as given (nothing is written).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from datetime import UTC, datetime
+    >>> from monitor.db.engine import make_engine, session_factory
+    >>> from monitor.db.migrate import upgrade
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> url = f"sqlite:///{folder.name}/monitor.db"
+    >>> upgrade(url)
+    >>> engine = make_engine(url)
+    >>> ts = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    >>> with session_factory(engine)() as session:
+    ...     persist_batch(
+    ...         session,
+    ...         trace_points=[TracePoint("bikes", "conditional", 9, ts, 0.5, 0.2, 0.7, 9.2)],
+    ...         offsets=[SourceOffset("file:events.jsonl", 0, 10)],
+    ...     )
+    ...     load_offsets(session, "file:events.jsonl")
+    {0: 10}
+    >>> engine.dispose(); folder.cleanup()
+    """
+    if session.in_transaction():
+        raise PersistenceError(
+            "persist_batch commits its own transaction: call it with a session that has none in "
+            "progress (commit or roll back the session first)"
+        )
+    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, offsets, dead_letters)
+    with session.begin():
+        # SQLite: take the write lock now rather than fail upgrading a read transaction later.
+        dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
+        _check_offsets(session, offsets)
+        for table, table_rows in rows.inserts():
+            if table_rows:
+                session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _upsert_checkpoints(session, dialect, rows.checkpoints)
+        _upsert_offsets(session, dialect, rows.offsets)
+
+
+def load_state(session: Session, stream: str) -> Checkpoint | None:
+    """The stream's stored checkpoint, or ``None`` if it has none."""
+    with _read(session):
+        row = session.scalars(checkpoint_query(stream)).one_or_none()
+        if row is None:
+            return None
+        return Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays)
+
+
+def load_offsets(session: Session, source: str) -> dict[int, int]:
+    """Next offset to read per partition of ``source`` (partitions never stored are absent)."""
+    with _read(session):
+        return {row.partition: row.offset for row in session.scalars(offsets_query(source))}
+
+
+def upsert_stream(
+    session: Session, config: StreamConfig, calibration: Sequence[Mapping[str, Any]]
+) -> None:
+    """Register a stream, or replace its configuration and calibration events, and commit."""
+    with _read(session):
+        exists = get_stream(session, config.name) is not None
+    if exists:
+        update_stream(session, config, calibration)
+    else:
+        create_stream(session, config, calibration)
+
+
+def load_streams(session: Session) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Every registered stream's stored configuration and calibration events (wire format)."""
+    with _read(session):
+        events: dict[str, list[dict[str, Any]]] = {}
+        for row in session.scalars(calibration_query()):
+            events.setdefault(row.stream, []).append(calibration_event(row))
+        return [(s.config, events.get(s.name, [])) for s in list_streams(session)]
+
+
+@contextmanager
+def _read(session: Session) -> Iterator[None]:
+    """Read in the session's transaction, closing it afterwards if the read opened it (so that
+    ``persist_batch`` can follow on the same session)."""
+    opened = not session.in_transaction()
+    try:
+        yield
+    finally:
+        if opened:
+            session.rollback()
+
+
+@dataclass(slots=True)
+class _BatchRows:
+    """A batch turned into row dicts, validated before any write."""
+
+    alarms: list[Row]
+    trace_points: list[Row]
+    ood_windows: list[Row]
+    ood_flags: list[Row]
+    dead_letters: list[Row]
+    checkpoints: list[Row]
+    offsets: list[Row]
+
+    @classmethod
+    def build(
+        cls,
+        alarms: Sequence[Alarm],
+        trace_points: Sequence[TracePoint],
+        ood_windows: Sequence[OODWindow],
+        checkpoints: Mapping[str, Checkpoint],
+        offsets: Sequence[SourceOffset],
+        dead_letters: Sequence[DeadLetter],
+    ) -> _BatchRows:
+        now = utcnow()
+        return cls(
+            alarms=[_alarm_row(a, now) for a in alarms],
+            trace_points=[_trace_row(t) for t in trace_points],
+            ood_windows=[_ood_window_row(w) for w in ood_windows],
+            ood_flags=[_ood_flag_row(w, e) for w in ood_windows for e in w.flagged_ids],
+            dead_letters=[_dead_letter_row(d, now) for d in dead_letters],
+            checkpoints=[_checkpoint_row(s, c, now) for s, c in checkpoints.items()],
+            offsets=_offset_rows(offsets, now),
+        )
+
+    def inserts(self) -> Iterable[tuple[Table, list[Row]]]:
+        """Insert-if-absent tables in foreign-key order, with their rows."""
+        yield _table(AlarmRow), self.alarms
+        yield _table(TracePointRow), self.trace_points
+        yield _table(OODWindowRow), self.ood_windows
+        yield _table(OODFlagRow), self.ood_flags
+        yield _table(DeadLetterRow), self.dead_letters
+
+
+def _table(model: type[Base]) -> Table:
+    return Base.metadata.tables[model.__tablename__]
+
+
+def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    if dialect == "sqlite":
+        return sqlite.insert(table)
+    raise PersistenceError(f"unsupported database dialect {dialect!r}")
+
+
+def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
+    """Raise if any offset is below the stored one (locking the stored rows on PostgreSQL)."""
+    stored: dict[tuple[str, int], int] = {}
+    for source in sorted({o.source for o in offsets}):
+        query = offsets_query(source).with_for_update()
+        stored.update({(source, r.partition): r.offset for r in session.scalars(query)})
+    for o in offsets:
+        previous = stored.get((o.source, o.partition))
+        if previous is not None and o.offset < previous:
+            raise OffsetRegressionError(o.source, o.partition, previous, o.offset)
+        stored[(o.source, o.partition)] = o.offset
+
+
+def _upsert_checkpoints(session: Session, dialect: str, rows: list[Row]) -> None:
+    if not rows:
+        return
+    stmt = _insert(dialect, _table(CheckpointRow))
+    columns = ("version", "event_index", "state", "arrays", "updated_at")
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["stream"], set_={c: stmt.excluded[c] for c in columns}
+    )
+    session.execute(stmt, rows)
+
+
+def _upsert_offsets(session: Session, dialect: str, rows: list[Row]) -> None:
+    if not rows:
+        return
+    stmt = _insert(dialect, _table(SourceOffsetRow))
+    # The guard keeps offsets monotonic even against a writer that raced past _check_offsets.
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["source", "partition"],
+        set_={"offset": stmt.excluded.offset, "updated_at": stmt.excluded.updated_at},
+        where=SourceOffsetRow.offset <= stmt.excluded.offset,
+    )
+    session.execute(stmt, rows)
+
+
+# --- records to rows ----------------------------------------------------------------------------
+
+
+def _alarm_row(alarm: Alarm, now: datetime) -> Row:
+    for name in ("statistic", "threshold"):
+        if math.isnan(getattr(alarm, name)):
+            raise InvalidRecordError(f"alarm {alarm.id} ({alarm.stream}) has a NaN {name}")
+    _check_length(alarm.event_id, 255, f"alarm {alarm.id} event_id")
+    return {
+        "id": alarm.id,
+        "stream": alarm.stream,
+        "detector": alarm.detector,
+        "kind": alarm.kind,
+        "event_id": alarm.event_id,
+        "event_index": alarm.event_index,
+        "ts": alarm.ts,
+        "changepoint": alarm.changepoint,
+        "statistic": alarm.statistic,
+        "threshold": alarm.threshold,
+        "rule": alarm.rule,
+        "evidence": alarm.evidence,
+        "created_at": now,
+    }
+
+
+def _trace_row(point: TracePoint) -> Row:
+    # SQLite turns NaN into NULL by itself; doing it here makes PostgreSQL agree.
+    return {
+        "stream": point.stream,
+        "detector": point.detector,
+        "event_index": point.event_index,
+        "ts": point.ts,
+        "log_martingale": _nan_to_none(point.log_martingale),
+        "p_value": _nan_to_none(point.p_value),
+        "log_statistic": _nan_to_none(point.log_statistic),
+        "log_threshold": _nan_to_none(point.log_threshold),
+        "weights_ess": _nan_to_none(point.weights_ess),
+    }
+
+
+def _ood_window_row(window: OODWindow) -> Row:
+    return {
+        "stream": window.stream,
+        "window_index": window.window_index,
+        "start_index": window.start_index,
+        "end_index": window.end_index,
+        "ts": window.ts,
+        "n": window.n,
+        "n_flagged": window.n_flagged,
+        "threshold": _nan_to_none(window.threshold),
+        "rule": window.rule,
+        "alpha": window.alpha,
+    }
+
+
+def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
+    _check_length(event_id, 255, f"OOD flag of {window.stream} window {window.window_index}")
+    return {"stream": window.stream, "window_index": window.window_index, "event_id": event_id}
+
+
+def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
+    _check_length(letter.source, 255, "dead letter source")
+    return {
+        "source": letter.source,
+        "partition": letter.partition,
+        "offset": letter.offset,
+        "reason": letter.reason,
+        "payload": bytes(letter.payload[: DeadLetter.MAX_PAYLOAD]),
+        "stream": letter.stream,
+        "ts": letter.ts,
+        "created_at": now,
+    }
+
+
+def _checkpoint_row(stream: str, checkpoint: Checkpoint, now: datetime) -> Row:
+    if checkpoint.stream != stream:
+        raise InvalidRecordError(
+            f"checkpoint of stream {checkpoint.stream!r} was passed under key {stream!r}"
+        )
+    text, blob = checkpoint.encode()
+    return {
+        "stream": stream,
+        "version": checkpoint.version,
+        "event_index": checkpoint.event_index,
+        "state": text,
+        "arrays": blob,
+        "updated_at": now,
+    }
+
+
+def _offset_rows(offsets: Sequence[SourceOffset], now: datetime) -> list[Row]:
+    latest: dict[tuple[str, int], int] = {}
+    for o in offsets:
+        _check_length(o.source, 255, "offset source")
+        if o.offset < 0:
+            raise InvalidRecordError(f"offset of {o.source} partition {o.partition} is negative")
+        latest[(o.source, o.partition)] = o.offset
+    return [
+        {"source": s, "partition": p, "offset": v, "updated_at": now}
+        for (s, p), v in latest.items()
+    ]
+
+
+def _nan_to_none(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _check_length(text: str, limit: int, what: str) -> None:
+    if len(text) > limit:
+        raise InvalidRecordError(f"{what} is {len(text)} characters long (at most {limit})")

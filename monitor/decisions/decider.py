@@ -1,0 +1,353 @@
+"""Per-stream OOD flags: scorers → conformal p-values → g-BH / eg-BH over windows, or LOND.
+
+Pure computation (no I/O): the pipeline feeds events with :meth:`OODDecider.add`, drains finished
+windows with :meth:`OODDecider.windows` and persists them; :meth:`OODDecider.state_dict` keeps the
+pending window across restarts.
+
+Calibration and exchangeability. An unfitted scorer that learns from data (KNN, Mahalanobis,
+ReAct, ...) is fitted on one random part of the calibration data (``fit_fraction``) and its
+calibration scores are computed on the other part, so that a null test score is exchangeable with
+them (a KNN distance of a point to a bank holding itself would be 0). Scorers that learn nothing
+(MSP, energy, ASH, ...) and scorers passed already fitted on other data (the model's training
+set, say) use every calibration point. For ``eg_bh`` each learning scorer contributes ``splits``
+runs over independent random splits, and each scorer is one more run: the K p-value vectors are
+merged by averaged BH e-values (see :mod:`monitor.decisions.eg_bh`). ``bh`` and ``lond`` use the
+first scorer with one split.
+
+Missing inputs. Every scorer's input (``features``, ``logits`` or ``embedding``) must be present
+in the calibration data and in every event: :meth:`OODDecider.add` raises a ``ValueError`` naming
+the missing kind rather than silently skipping a scorer, which would change the rule (and its
+guarantee) from one event to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from monitor.decisions.base import FloatArray, check_alpha
+from monitor.decisions.conformal import p_values_from_sorted
+from monitor.decisions.lond import LOND
+from monitor.decisions.registry import RULES, make_rule
+from monitor.ood import KNN, MSP, Energy, Mahalanobis, Scorer, scorer_from_state
+from monitor.ood.base import INPUT_KINDS, as_matrix, check_width
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDecision:
+    """Summary of one window of events, with the ids the rule flagged as OOD.
+
+    ``start_index``/``end_index`` are the stream positions (from 0, in arrival order) of the
+    window's first and last event, both inclusive. ``threshold`` is the step-up threshold for
+    ``bh``/``eg_bh`` (alpha·R/n on the p-value, respectively 1/e-value, scale) and the LOND level
+    alpha_t of the window's last event for ``lond``.
+    """
+
+    start_index: int
+    end_index: int
+    n: int
+    n_flagged: int
+    threshold: float
+    rule: str
+    alpha: float
+    flagged_ids: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready builtins."""
+        out = asdict(self)
+        out["flagged_ids"] = list(self.flagged_ids)
+        return out
+
+
+def default_scorers(available: Sequence[str]) -> list[Scorer]:
+    """Scorers used when a stream's configuration names none.
+
+    Logits available: ``energy`` and ``msp`` (no fitting, every calibration point is used).
+    Else an embedding: ``knn`` (k = 5, L2-normalised) and ``mahalanobis`` on it. Else raw
+    tabular features: ``knn`` (k = 5, standardised, not normalised) and ``mahalanobis``
+    (standardised).
+    """
+    if "logits" in available:
+        return [Energy(), MSP()]
+    if "embedding" in available:
+        return [KNN(k=5), Mahalanobis()]
+    if "features" in available:
+        return [KNN(k=5, standardize=True, normalize=False), Mahalanobis(standardize=True)]
+    raise ValueError(f"calibration needs at least one of {list(INPUT_KINDS)}")
+
+
+@dataclass(slots=True)
+class _Run:
+    """One p-value source: a fitted scorer and its sorted held-out calibration scores."""
+
+    scorer: Scorer
+    calibration: FloatArray
+
+    def p_values(self, inputs: Mapping[str, FloatArray]) -> FloatArray:
+        return p_values_from_sorted(self.scorer.score(inputs[self.scorer.input]), self.calibration)
+
+
+class OODDecider:
+    """OOD flags with FDR control for one stream, over windows of ``window`` events.
+
+    Parameters
+    ----------
+    rule
+        ``"bh"`` (g-BH per window), ``"eg_bh"`` (ensemble per window) or ``"lond"`` (per event,
+        restarted every window so that its FDR guarantee, like the others', is per window).
+    alpha
+        Target FDR in (0, 1).
+    window
+        Number of events per window (the last window may be shorter, see :meth:`flush`).
+    scorers
+        Unfitted scorers; empty means :func:`default_scorers` for the calibration inputs.
+    splits
+        Random fit/calibration splits per learning scorer for ``eg_bh``.
+    seed
+        Seed of the splits.
+    fit_fraction
+        Share of calibration rows used to fit learning scorers (the rest calibrates).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> decider = OODDecider("eg_bh", alpha=0.1, window=100, splits=3)
+    >>> decider = decider.fit({"features": rng.normal(size=(400, 3))})
+    >>> for i in range(100):
+    ...     x = rng.normal(size=3) + (6.0 if i % 10 == 0 else 0.0)  # every 10th event is OOD
+    ...     decider.add(f"e-{i}", {"features": x})
+    >>> [w.flagged_ids for w in decider.windows()]
+    [('e-0', 'e-10', 'e-20', 'e-30', 'e-40', 'e-50', 'e-60', 'e-70', 'e-80', 'e-90')]
+    """
+
+    def __init__(
+        self,
+        rule: str = "eg_bh",
+        alpha: float = 0.1,
+        window: int = 256,
+        scorers: Sequence[Scorer] = (),
+        splits: int = 5,
+        seed: int = 0,
+        fit_fraction: float = 0.5,
+    ) -> None:
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {sorted(RULES)}, got {rule!r}")
+        check_alpha(alpha)
+        for name, value in (("window", window), ("splits", splits)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not 0.0 < fit_fraction < 1.0:
+            raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction!r}")
+        self.rule = rule
+        self.alpha = alpha
+        self.window = window
+        self.scorers = scorers
+        self.splits = splits
+        self.seed = seed
+        self.fit_fraction = fit_fraction
+        self._templates: list[Scorer] = []
+        self._widths: dict[str, int] = {}
+        self._runs: list[_Run] = []
+        self._next_index = 0
+        self._reset_window()
+        self._finished: list[WindowDecision] = []
+
+    # ----------------------------------------------------------------- calibration
+    def fit(self, calibration: Mapping[str, ArrayLike], y: ArrayLike | None = None) -> Self:
+        """Fit the scorers and compute the calibration scores of every run.
+
+        ``calibration`` maps input kinds to arrays with one row per calibration example (all
+        kinds with the same number of rows); ``y`` optional class labels (Mahalanobis means).
+        """
+        data = {kind: as_matrix(X, kind) for kind, X in calibration.items()}
+        m = _common_rows(data)
+        templates = list(self.scorers) or default_scorers(list(data))
+        self._widths = {kind: X.shape[1] for kind, X in data.items()}
+        for scorer in templates:
+            _require_input(scorer, data, "calibration")
+        labels = None if y is None else np.asarray(y)
+        rng = np.random.default_rng(self.seed)
+        self._templates = templates
+        self._runs = []
+        for scorer in templates[:1] if self.rule != "eg_bh" else templates:
+            n_runs = self.splits if self.rule == "eg_bh" and _splittable(scorer) else 1
+            for _ in range(n_runs):
+                self._runs.append(self._fit_run(scorer, data, labels, m, rng))
+        return self
+
+    def _fit_run(
+        self,
+        template: Scorer,
+        data: Mapping[str, FloatArray],
+        labels: np.ndarray | None,
+        m: int,
+        rng: np.random.Generator,
+    ) -> _Run:
+        X = data[template.input]
+        if template.needs_fit and template.is_fitted:
+            # Fitted elsewhere (e.g. on the model's training data): every row calibrates.
+            return _Run(template, np.sort(template.score(X)))
+        scorer = template.clone()
+        if not scorer.needs_fit:
+            return _Run(scorer.fit(X), np.sort(scorer.score(X)))
+        n_fit = round(self.fit_fraction * m)
+        if not 1 <= n_fit < m:
+            raise ValueError(f"{m} calibration rows are too few to split for {scorer.name}")
+        order = rng.permutation(m)
+        fit_idx, cal_idx = order[:n_fit], order[n_fit:]
+        scorer.fit(X[fit_idx], None if labels is None else labels[fit_idx])
+        return _Run(scorer, np.sort(scorer.score(X[cal_idx])))
+
+    # ----------------------------------------------------------------- streaming
+    def add(self, event_id: str, inputs: Mapping[str, ArrayLike]) -> None:
+        """Add one event (inputs keyed by kind, one vector each); closes the window when full."""
+        if not self._runs:
+            raise RuntimeError("OODDecider must be fitted before add(); call fit()")
+        row = self._event_inputs(event_id, inputs)
+        self._ids.append(event_id)
+        self._next_index += 1
+        if self.rule == "lond":
+            self._lond_step(row)
+        else:
+            for kind in {run.scorer.input for run in self._runs}:
+                self._pending.setdefault(kind, []).append(row[kind][0])
+        if len(self._ids) == self.window:
+            self._finished.append(self._close())
+
+    def _event_inputs(
+        self, event_id: str, inputs: Mapping[str, ArrayLike]
+    ) -> dict[str, FloatArray]:
+        """The inputs the runs read, as (1, d) rows checked against the calibration widths.
+
+        Checked here, at arrival, so that a bad event cannot break a whole window later.
+        """
+        row: dict[str, FloatArray] = {}
+        for run in self._runs:
+            _require_input(run.scorer, inputs, f"event {event_id!r}")
+            kind = run.scorer.input
+            if kind not in row:
+                vector = as_matrix(np.reshape(inputs[kind], (1, -1)), f"{kind} of {event_id!r}")
+                check_width(vector, self._widths[kind], f"{kind} of {event_id!r}")
+                row[kind] = vector
+        return row
+
+    def windows(self) -> list[WindowDecision]:
+        """Finished windows since the last call (drained)."""
+        finished, self._finished = self._finished, []
+        return finished
+
+    def flush(self) -> WindowDecision | None:
+        """Close the partial window at the end of a stream; ``None`` if it is empty."""
+        return self._close() if self._ids else None
+
+    def p_values(self, inputs: Mapping[str, ArrayLike]) -> FloatArray:
+        """The (K, n) conformal p-values of a batch under every run (K = number of runs)."""
+        batch = {kind: as_matrix(X, kind) for kind, X in inputs.items()}
+        return np.vstack([run.p_values(batch) for run in self._runs])
+
+    def _lond_step(self, row: Mapping[str, FloatArray]) -> None:
+        p = float(self._runs[0].p_values(row)[0])
+        self._lond.update(p)
+        self._flags.append(self._lond.rejected)
+
+    def _close(self) -> WindowDecision:
+        if self.rule == "lond":
+            flags, threshold = np.array(self._flags, dtype=bool), self._lond.level
+        else:
+            batch = {kind: np.vstack(rows) for kind, rows in self._pending.items()}
+            rule = make_rule(self.rule, self.alpha)
+            assert not isinstance(rule, LOND)
+            decision = rule.decide(self.p_values(batch))
+            flags, threshold = decision.rejected, decision.threshold
+        ids = self._ids
+        start = self._next_index - len(ids)
+        self._reset_window()
+        return WindowDecision(
+            start_index=start,
+            end_index=start + len(ids) - 1,
+            n=len(ids),
+            n_flagged=int(flags.sum()),
+            threshold=float(threshold),
+            rule=self.rule,
+            alpha=self.alpha,
+            flagged_ids=tuple(i for i, f in zip(ids, flags, strict=True) if f),
+        )
+
+    def _reset_window(self) -> None:
+        self._ids: list[str] = []
+        self._pending: dict[str, list[FloatArray]] = {}
+        self._flags: list[bool] = []
+        self._lond = LOND(self.alpha, horizon=self.window)
+
+    # ----------------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready builtins and numpy arrays (no pickle): fitted runs and the pending window."""
+        return {
+            "config": {
+                "rule": self.rule,
+                "alpha": self.alpha,
+                "window": self.window,
+                "splits": self.splits,
+                "seed": self.seed,
+                "fit_fraction": self.fit_fraction,
+            },
+            "widths": dict(self._widths),
+            "templates": [s.state_dict() for s in self._templates],
+            "runs": [
+                {"scorer": r.scorer.state_dict(), "calibration": r.calibration} for r in self._runs
+            ],
+            "next_index": self._next_index,
+            "pending_ids": list(self._ids),
+            "pending_inputs": {k: np.vstack(v) for k, v in self._pending.items()},
+            "pending_flags": list(self._flags),
+            "lond": self._lond.state_dict(),
+            "finished": [w.to_json() for w in self._finished],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> OODDecider:
+        """Rebuild a decider saved with :meth:`state_dict`, pending window included."""
+        templates = [scorer_from_state(s) for s in state["templates"]]
+        decider = cls(scorers=templates, **state["config"])
+        decider._templates = templates
+        decider._widths = {k: int(v) for k, v in state["widths"].items()}
+        decider._runs = [
+            _Run(scorer_from_state(r["scorer"]), np.asarray(r["calibration"], dtype=np.float64))
+            for r in state["runs"]
+        ]
+        decider._next_index = int(state["next_index"])
+        decider._ids = list(state["pending_ids"])
+        decider._pending = {k: list(np.asarray(v)) for k, v in state["pending_inputs"].items()}
+        decider._flags = [bool(f) for f in state["pending_flags"]]
+        decider._lond = LOND.from_state(state["lond"])
+        decider._finished = [_window_from_json(w) for w in state["finished"]]
+        return decider
+
+
+def _window_from_json(data: Mapping[str, Any]) -> WindowDecision:
+    return WindowDecision(**{**data, "flagged_ids": tuple(data["flagged_ids"])})
+
+
+def _splittable(scorer: Scorer) -> bool:
+    """Whether the decider fits this scorer itself on a random calibration split."""
+    return scorer.needs_fit and not scorer.is_fitted
+
+
+def _common_rows(data: Mapping[str, FloatArray]) -> int:
+    rows = {X.shape[0] for X in data.values()}
+    if len(rows) != 1:
+        raise ValueError(f"calibration inputs must have the same number of rows, got {rows}")
+    return rows.pop()
+
+
+def _require_input(scorer: Scorer, available: Mapping[str, Any], where: str) -> None:
+    if scorer.input not in available:
+        raise ValueError(
+            f"scorer {scorer.name!r} reads {scorer.input!r}, missing from the {where} "
+            f"(it has {sorted(available)})"
+        )

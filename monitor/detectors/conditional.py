@@ -1,0 +1,384 @@
+"""Conditional monitor: CTM / weighted CTM (WATCH) on conditional nonconformity scores s(x, y)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from monitor.detectors._base import (
+    MONITORING,
+    WARMING_UP,
+    FloatArray,
+    MartingaleMonitor,
+    as_matrix,
+    as_row,
+    check_int,
+    check_lifecycle,
+    check_test_params,
+    derive_seed,
+)
+from monitor.martingales import ConformalPValue
+from monitor.martingales._state import check_state, new_state
+from monitor.martingales.density_ratio import OnlineDensityRatio
+from monitor.martingales.weighted import WeightedConformalPValue
+
+__all__ = ["ConditionalMonitor", "RobustClipping"]
+
+
+class RobustClipping:
+    """x ↦ clip((x − median) / scale, −c, c) per feature, fitted once on calibration features.
+
+    ``scale`` is the interquartile range / 1.349 (the standard deviation for Gaussian data),
+    else the standard deviation when the IQR is 0, else 1. The density ratio is a logistic model
+    that is linear in its inputs, so one raw heavy-tailed feature (a sensor glitch 1 000 standard
+    deviations out) would give its rows weights at the clip and collapse the effective sample
+    size of the reference; clipped robust z-scores keep every weight moderate. A fixed function
+    of x composed with the estimated ratio is still a weight function of x, so weighted
+    conformal validity (Tibshirani et al. 2019, Lemma 3) is unaffected.
+    """
+
+    def __init__(self, X: FloatArray, clip: float) -> None:
+        q25, self.center, q75 = np.quantile(X, [0.25, 0.5, 0.75], axis=0)
+        scale = (q75 - q25) / 1.349
+        std = X.std(axis=0)
+        scale = np.where(scale > 0, scale, np.where(std > 0, std, 1.0))
+        self.scale = scale
+        self.clip = clip
+
+    def __call__(self, X: FloatArray) -> FloatArray:
+        return np.clip((X - self.center) / self.scale, -self.clip, self.clip)
+
+    def state(self) -> dict[str, Any]:
+        return {"center": self.center.copy(), "scale": self.scale.copy(), "clip": self.clip}
+
+    @classmethod
+    def load(cls, state: dict[str, Any]) -> RobustClipping:
+        obj = cls.__new__(cls)
+        obj.center = np.asarray(state["center"], np.float64)
+        obj.scale = np.asarray(state["scale"], np.float64)
+        obj.clip = float(state["clip"])
+        return obj
+
+
+class ConditionalMonitor(MartingaleMonitor):
+    """Conformal test martingale on conditional scores s(x, y) (residuals, 1 − p̂(y|x)).
+
+    ``weighted=False`` is the plain CTM (Vovk et al. 2021): it tests exchangeability of the
+    (x, y) pairs, so it also alarms on benign covariate shifts when the scores depend on x (for
+    example heteroscedastic residuals). ``weighted=True`` is WATCH's weighted CTM (Prinster et
+    al. 2025, Sec. 4): identical to the CTM until :meth:`start_adaptation` (called when the
+    covariate monitor alarms), after which every p-value weights the reference by an online
+    estimate of the density ratio w(x), so that a covariate shift with unchanged p(y | x) keeps
+    the p-values (approximately) uniform, while a test point outside the reference support gets
+    a penalised p-value. With ``restart_on_adaptation`` the martingale and rule restart at the
+    adaptation start: evidence gathered under the exchangeability assumption that the covariate
+    monitor has just rejected is discarded, and the weighted test of "p(y | x) unchanged" starts
+    at S = 1 (see ``docs/detectors.md``).
+
+    Re-baselining after an alarm: the next ``rebaseline`` labelled events (score and x) become
+    the fresh calibration, adaptation ends (the new reference is the new source distribution),
+    the martingale restarts. An adaptation requested during warm-up starts when it ends.
+
+    Parameters
+    ----------
+    calibration_scores
+        Conditional nonconformity scores of the labelled calibration events (larger = worse).
+    calibration_X
+        Their features, shape (m, d) (the density ratio's source sample); may be None when
+        ``weighted=False``.
+    weighted
+        WCTM (True) or plain CTM (False).
+    betting, rule, threshold, alpha
+        As in :class:`~monitor.detectors.CovariateMonitor`.
+    batch_size
+        Micro-batch of the weighted p-values: weights are refreshed every ``batch_size`` events.
+    penalty_alpha
+        Penalise a p-value when the test point's normalised weight reaches this level.
+    rebaseline, max_reference, seed
+        As in :class:`~monitor.detectors.CovariateMonitor`. ``max_reference`` is only available
+        with ``weighted=False`` (the weighted p-values keep every reference point).
+    restart_on_adaptation
+        Restart the martingale when adaptation starts.
+    feature_clip
+        The density ratio sees robust z-scores of x clipped at ± this value
+        (:class:`RobustClipping`, fitted on the calibration features); None passes raw x.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> cal_x = rng.normal(size=(500, 2))
+    >>> monitor = ConditionalMonitor(np.abs(rng.normal(size=500)), cal_x, threshold=1000.0)
+    >>> xs = rng.normal(size=(400, 2))
+    >>> scores = np.abs(rng.normal(size=400)) * np.r_[np.ones(200), 3 * np.ones(200)]
+    >>> for t, (x, s) in enumerate(zip(xs, scores)):  # the residuals triple at t = 200
+    ...     monitor.update(x, s)
+    ...     if monitor.alarm:
+    ...         break
+    >>> t, monitor.changepoint, monitor.adapting
+    (229, 201, False)
+
+    References
+    ----------
+    Prinster, Han, Liu, Saria. *WATCH: Adaptive Monitoring for AI Deployments via
+    Weighted-Conformal Martingales.* ICML 2025. Tibshirani, Barber, Candès, Ramdas. *Conformal
+    prediction under covariate shift.* NeurIPS 2019.
+    """
+
+    def __init__(
+        self,
+        calibration_scores: ArrayLike,
+        calibration_X: ArrayLike | None,
+        weighted: bool = True,
+        betting: str = "composite_jumper",
+        rule: str = "shiryaev_roberts",
+        threshold: float = 10_000.0,
+        alpha: float = 0.01,
+        batch_size: int = 32,
+        penalty_alpha: float = 0.1,
+        rebaseline: int = 300,
+        max_reference: int | None = None,
+        seed: int | None = 0,
+        restart_on_adaptation: bool = True,
+        feature_clip: float | None = 5.0,
+    ) -> None:
+        check_test_params(betting, rule, threshold, alpha)
+        _check_params(weighted, batch_size, penalty_alpha, rebaseline, max_reference, seed)
+        if feature_clip is not None and not (
+            isinstance(feature_clip, int | float) and 0.0 < feature_clip < math.inf
+        ):
+            raise ValueError(f"feature_clip must be None or a finite number > 0, got {feature_clip!r}")
+        self.calibration_scores = calibration_scores
+        self.calibration_X = calibration_X
+        self.weighted = weighted
+        self.betting = betting
+        self.rule = rule
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.penalty_alpha = penalty_alpha
+        self.rebaseline = rebaseline
+        self.max_reference = max_reference
+        self.seed = seed
+        self.restart_on_adaptation = restart_on_adaptation
+        self.feature_clip = feature_clip
+        self._threshold_arg = threshold
+        self._init_test(betting, rule, threshold, alpha)
+        scores, X = _calibration(calibration_scores, calibration_X, weighted)
+        self._n_features = 0 if X is None else X.shape[1]
+        self._pv = self._new_p_values(scores, X)
+        self._warmup_scores: list[float] = []
+        self._warmup_X: list[list[float]] = []
+        self._pending_adaptation = False
+
+    def _new_p_values(
+        self, scores: FloatArray, X: FloatArray | None
+    ) -> ConformalPValue | WeightedConformalPValue:
+        seed = derive_seed(self.seed, 2, self._n_alarms)
+        self._transform: RobustClipping | None = None
+        if not self.weighted or X is None:
+            return ConformalPValue(scores, seed=seed, max_reference=self.max_reference)
+        if self.feature_clip is not None:
+            self._transform = RobustClipping(X, float(self.feature_clip))
+            X = self._transform(X)
+        ratio = OnlineDensityRatio(self._n_features, seed=derive_seed(self.seed, 3, self._n_alarms))
+        return WeightedConformalPValue(
+            scores, X, ratio, batch_size=self.batch_size, penalty_alpha=self.penalty_alpha,
+            seed=seed,
+        )
+
+    # -------------------------------------------------------------------------- properties
+    @property
+    def adapting(self) -> bool:
+        """Whether the weighted p-values currently use the estimated density ratio."""
+        return isinstance(self._pv, WeightedConformalPValue) and self._pv.adapting
+
+    @property
+    def penalised(self) -> bool:
+        """Whether the last p-value was penalised (test point outside the reference support)."""
+        return isinstance(self._pv, WeightedConformalPValue) and self._pv.penalised
+
+    @property
+    def penalised_fraction(self) -> float:
+        """Share of penalised p-values since adaptation started (0 when not adapting)."""
+        return self._pv.penalised_fraction if isinstance(self._pv, WeightedConformalPValue) else 0.0
+
+    @property
+    def weights_ess(self) -> float:
+        """Effective sample size (Σw)²/Σw² of the reference weights (the reference size when
+        not adapting)."""
+        if isinstance(self._pv, WeightedConformalPValue):
+            return float(self._pv.weights_ess)
+        return float(self._pv.n_reference)
+
+    @property
+    def n_reference(self) -> int:
+        """Number of reference scores the next p-value is compared with."""
+        return int(self._pv.n_reference)
+
+    # ---------------------------------------------------------------------------- updates
+    def start_adaptation(self) -> None:
+        """Start weighting by the estimated density ratio (the covariate monitor alarmed).
+
+        A no-op for the unweighted CTM and when already adapting; deferred to the end of the
+        warm-up when re-baselining.
+        """
+        if not self.weighted or self.adapting:
+            return
+        if self._phase == WARMING_UP:
+            self._pending_adaptation = True
+        elif self._phase == MONITORING:
+            self._adapt()
+
+    def _adapt(self) -> None:
+        assert isinstance(self._pv, WeightedConformalPValue)
+        self._pv.start_adaptation()
+        if self.restart_on_adaptation:
+            self._test.restart(self._n_seen)
+
+    def update(self, x: ArrayLike | None, score: float) -> None:
+        """One labelled event: features ``x`` and its conditional nonconformity ``score``."""
+        score = float(score)
+        if math.isnan(score):
+            raise ValueError("score is NaN; a nonconformity score must be a number")
+        row = self._row(x)
+        self._start_update()
+        index = self._n_seen
+        self._n_seen += 1
+        self._p_value = math.nan
+        if self._phase == MONITORING:
+            self._bet(index, score, row)
+        elif self._phase == WARMING_UP:
+            self._collect(score, row)
+
+    def _row(self, x: ArrayLike | None) -> FloatArray | None:
+        if not self.weighted:
+            return None
+        if x is None:
+            raise ValueError("the weighted monitor needs the features x of every event")
+        return as_row(x, self._n_features)
+
+    def _bet(self, index: int, score: float, row: FloatArray | None) -> None:
+        if isinstance(self._pv, WeightedConformalPValue):
+            assert row is not None
+            self._pv.update(score, (row if self._transform is None else self._transform(row))[0])
+        else:
+            self._pv.update(score)
+        self._p_value = self._pv.p_value
+        if self._test.step(self._p_value):
+            self._raise(self._test.alarm_event(index))
+
+    def _collect(self, score: float, row: FloatArray | None) -> None:
+        self._warmup_scores.append(score)
+        if row is not None:
+            self._warmup_X.append(row[0].tolist())
+        if len(self._warmup_scores) < self.rebaseline:
+            return
+        X = np.asarray(self._warmup_X, dtype=np.float64) if self.weighted else None
+        self._pv = self._new_p_values(np.asarray(self._warmup_scores), X)
+        self._warmup_scores, self._warmup_X = [], []
+        self._resume()
+        if self._pending_adaptation:
+            self._pending_adaptation = False
+            self._adapt()
+
+    # ---------------------------------------------------------------------------- state
+    def clone(self) -> ConditionalMonitor:
+        """A new monitor with the same parameters and calibration, in its initial state."""
+        if self.calibration_scores is None:
+            raise ValueError("a monitor restored with from_state has no calibration to clone")
+        return ConditionalMonitor(
+            self.calibration_scores, self.calibration_X, **self._params()
+        )
+
+    def _params(self) -> dict[str, Any]:
+        return {
+            "weighted": self.weighted,
+            "betting": self.betting,
+            "rule": self.rule,
+            "threshold": self._threshold_arg,
+            "alpha": self.alpha,
+            "batch_size": self.batch_size,
+            "penalty_alpha": self.penalty_alpha,
+            "rebaseline": self.rebaseline,
+            "max_reference": self.max_reference,
+            "seed": self.seed,
+            "restart_on_adaptation": self.restart_on_adaptation,
+            "feature_clip": self.feature_clip,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state; :meth:`from_state` continues exactly (no calibration arrays)."""
+        return new_state(
+            self,
+            params=self._params(),
+            n_features=self._n_features,
+            transform=None if self._transform is None else self._transform.state(),
+            p_values=self._pv.state_dict(),
+            warmup_scores=np.asarray(self._warmup_scores, dtype=np.float64),
+            warmup_X=np.asarray(self._warmup_X, dtype=np.float64).reshape(
+                len(self._warmup_X), self._n_features
+            ),
+            pending_adaptation=self._pending_adaptation,
+            monitor=self._monitor_state(),
+        )
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        """Rebuild a monitor saved with :meth:`state_dict` (calibration arguments are None)."""
+        check_state(state, cls)
+        obj = cls.__new__(cls)
+        params = dict(state["params"])
+        obj._threshold_arg = params.pop("threshold")
+        for name, value in params.items():
+            setattr(obj, name, value)
+        obj.calibration_scores, obj.calibration_X = None, None
+        obj._n_features = int(state["n_features"])
+        transform = state["transform"]
+        obj._transform = None if transform is None else RobustClipping.load(transform)
+        pv_cls = WeightedConformalPValue if obj.weighted else ConformalPValue
+        obj._pv = pv_cls.from_state(state["p_values"])
+        obj._warmup_scores = np.asarray(state["warmup_scores"], dtype=np.float64).tolist()
+        obj._warmup_X = np.asarray(state["warmup_X"], dtype=np.float64).tolist()
+        obj._pending_adaptation = bool(state["pending_adaptation"])
+        obj._load_monitor_state(state["monitor"])
+        return obj
+
+
+def _calibration(
+    scores: ArrayLike, X: ArrayLike | None, weighted: bool
+) -> tuple[FloatArray, FloatArray | None]:
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if s.size < 2 or not np.isfinite(s).all():
+        raise ValueError(f"calibration_scores must be >= 2 finite numbers, got {s.size} values")
+    if X is None:
+        if weighted:
+            raise ValueError("the weighted monitor needs calibration_X (the density ratio source)")
+        return s, None
+    arr = as_matrix(X, "calibration_X")
+    if arr.shape[0] != s.size:
+        raise ValueError(f"{s.size} calibration scores but {arr.shape[0]} calibration_X rows")
+    return s, arr
+
+
+def _check_params(
+    weighted: object,
+    batch_size: object,
+    penalty_alpha: object,
+    rebaseline: object,
+    max_reference: object,
+    seed: object,
+) -> None:
+    if not isinstance(weighted, bool):
+        raise ValueError(f"weighted must be True or False, got {weighted!r}")
+    check_int("batch_size", batch_size, 1)
+    if not (isinstance(penalty_alpha, int | float) and 0.0 < penalty_alpha <= 1.0):
+        raise ValueError(f"penalty_alpha must lie in (0, 1], got {penalty_alpha!r}")
+    check_lifecycle(rebaseline, max_reference, seed)
+    if weighted and max_reference is not None:
+        raise ValueError(
+            "max_reference (bounded memory) is only available with weighted=False: the weighted "
+            "p-values keep every reference point"
+        )

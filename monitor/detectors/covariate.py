@@ -1,0 +1,319 @@
+"""Covariate monitor: a conformal test martingale on an x-only score (DESIGN.md, diagnosis)."""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from monitor.detectors._base import (
+    MONITORING,
+    STOPPED,
+    WARMING_UP,
+    FloatArray,
+    MartingaleMonitor,
+    as_matrix,
+    as_row,
+    check_int,
+    check_lifecycle,
+    check_test_params,
+    derive_seed,
+    window_mean,
+)
+from monitor.martingales import ConformalPValue
+from monitor.martingales._state import check_state, new_state
+from monitor.ood import Scorer, make_scorer, scorer_from_state
+
+__all__ = ["TABULAR_SCORERS", "CovariateMonitor"]
+
+#: Defaults for scorers given by name: the tabular x-only scores of DESIGN.md (1-NN distance in
+#: standardised feature space; Mahalanobis distance to the calibration mean).
+TABULAR_SCORERS: dict[str, dict[str, Any]] = {
+    "knn": {"standardize": True, "normalize": False, "k": 1},
+    "mahalanobis": {"standardize": True},
+}
+
+
+def _make_scorer(scorer: Scorer | str) -> Scorer:
+    """A fresh, unfitted scorer: by name (tabular defaults) or a clone of the given one."""
+    if isinstance(scorer, str):
+        return make_scorer(scorer, **TABULAR_SCORERS.get(scorer, {}))
+    if isinstance(scorer, Scorer):
+        return make_scorer(scorer.name, **scorer.get_params())
+    raise ValueError(f"scorer must be a monitor.ood Scorer or a scorer name, got {scorer!r}")
+
+
+class CovariateMonitor(MartingaleMonitor):
+    """Conformal test martingale on the x-only nonconformity −score(x) of an OOD scorer.
+
+    **Exchangeability.** A score fitted on the very points it is compared with is not
+    exchangeable with a test point's score (a calibration point is its own nearest neighbour).
+    The calibration features are therefore split at random: the scorer is fitted on a fraction
+    ``fit_fraction`` of them, the conformal reference is the nonconformity of the *other* part,
+    and test points are scored by the same fitted scorer. Given the fitted scorer, reference and
+    test scores are then i.i.d. under no shift, so the smoothed p-values are i.i.d. uniform (ALRW
+    2nd ed., Theorem 11.1) and the martingale is a test martingale. Each test score joins the
+    reference after its p-value (the online CTM).
+
+    **Re-baselining.** After an alarm the next ``rebaseline`` scores (with the same fitted
+    scorer) become the fresh reference, the martingale and the rule restart, and monitoring
+    resumes; no alarm is possible during this warm-up. ``rebaseline=0`` stops monitoring after
+    the first alarm. See ``docs/detectors.md`` for why this keeps validity for the new regime.
+
+    Parameters
+    ----------
+    scorer
+        A :mod:`monitor.ood` scorer (it is cloned, never mutated) or its name; by name, ``knn``
+        and ``mahalanobis`` use the tabular defaults of :data:`TABULAR_SCORERS`.
+    calibration_X
+        Calibration inputs of the scorer's kind, shape (m, d), m >= 4.
+    betting
+        Betting function name (``simple_jumper``, ``composite_jumper``, ``power``, ``mixture``).
+    rule, threshold, alpha
+        The alarm rule as in :class:`monitor.config.AlarmConfig`: ``ville`` alarms at S ≥ 1/alpha;
+        ``cusum`` and ``shiryaev_roberts`` at statistic ≥ threshold (mean run length ≥ threshold).
+    rebaseline
+        Warm-up window after an alarm (0 = stop after the first alarm, else >= 2).
+    max_reference
+        None keeps every score; an integer bounds the reference memory (quantized reference of
+        :class:`monitor.martingales.ConformalPValue`).
+    seed
+        Seeds the calibration split and the p-values' tie-breaking uniforms.
+    fit_fraction
+        Share of the calibration rows used to fit the scorer, in (0, 1); the rest (>= 2 rows)
+        is the conformal reference.
+    support_history
+        How many recent support flags are kept for the diagnosis (:meth:`outside_fraction`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> monitor = CovariateMonitor("knn", rng.normal(size=(400, 3)), threshold=1000.0, seed=0)
+    >>> stream = np.vstack([rng.normal(size=(300, 3)), rng.normal(3.0, 1.0, size=(100, 3))])
+    >>> for t, x in enumerate(stream):
+    ...     monitor.update(x)
+    ...     if monitor.alarm:
+    ...         break
+    >>> t, monitor.changepoint, monitor.phase
+    (313, 302, 'warming_up')
+
+    References
+    ----------
+    Vovk, Gammerman, Shafer. *Algorithmic Learning in a Random World*, 2nd ed. (2022), Ch. 8-9.
+    Vovk et al. *Retrain or not retrain: conformal test martingales for change-point detection.*
+    COPA 2021. Prinster et al. *WATCH.* ICML 2025, Sec. 4.
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer | str,
+        calibration_X: ArrayLike,
+        betting: str = "composite_jumper",
+        rule: str = "shiryaev_roberts",
+        threshold: float = 10_000.0,
+        alpha: float = 0.01,
+        rebaseline: int = 300,
+        max_reference: int | None = None,
+        seed: int | None = 0,
+        fit_fraction: float = 0.5,
+        support_history: int = 10_000,
+    ) -> None:
+        check_test_params(betting, rule, threshold, alpha)
+        check_lifecycle(rebaseline, max_reference, seed)
+        check_int("support_history", support_history, 1)
+        if not (isinstance(fit_fraction, int | float) and 0.0 < fit_fraction < 1.0):
+            raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
+        self.scorer = scorer
+        self.calibration_X = calibration_X
+        self.betting = betting
+        self.rule = rule
+        self.alpha = alpha
+        self.rebaseline = rebaseline
+        self.max_reference = max_reference
+        self.seed = seed
+        self.fit_fraction = fit_fraction
+        self.support_history = support_history
+        self._threshold_arg = threshold
+        self._init_test(betting, rule, threshold, alpha)
+        self._fit(as_matrix(calibration_X, "calibration_X", min_rows=4))
+
+    def _fit(self, X: FloatArray) -> None:
+        n_fit = int(round(self.fit_fraction * X.shape[0]))
+        if not 1 <= n_fit <= X.shape[0] - 2:
+            raise ValueError(
+                f"fit_fraction={self.fit_fraction} leaves no room for both parts of "
+                f"{X.shape[0]} calibration rows (need >= 1 to fit and >= 2 for the reference)"
+            )
+        order = np.random.default_rng(derive_seed(self.seed, 0)).permutation(X.shape[0])
+        self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
+        reference = -self._scorer.score(X[order[n_fit:]])
+        self._n_features = X.shape[1]
+        self._support_max = float(reference.max())
+        self._support: collections.deque[bool] = collections.deque(maxlen=self.support_history)
+        self._warmup: list[float] = []
+        self._pv: ConformalPValue | None = self._new_p_values(reference)
+
+    def _new_p_values(self, reference: FloatArray) -> ConformalPValue:
+        # A fresh generator per reference (not ConformalPValue.reset): the uniforms then do not
+        # depend on how many p-values the batch path computed past an alarm.
+        seed = derive_seed(self.seed, 1, self._n_alarms)
+        return ConformalPValue(reference, seed=seed, max_reference=self.max_reference)
+
+    # -------------------------------------------------------------------------- properties
+    @property
+    def outside_support(self) -> bool:
+        """Whether the last input was outside the calibration support: its nonconformity is
+        above every calibration reference score, i.e. its p-value against the calibration-only
+        reference, (1 + #{j: s_j ≥ s})/(m + 1), is at the minimum 1/(m + 1)."""
+        return bool(self._support[-1]) if self._support else False
+
+    @property
+    def support_max(self) -> float:
+        """Largest nonconformity among the calibration reference scores."""
+        return self._support_max
+
+    def outside_fraction(self, start: int, stop: int | None = None) -> float:
+        """Share of inputs with absolute index in [start, stop] outside the calibration support
+        (over the last ``support_history`` inputs; nan if none of them is in the range)."""
+        last = self._n_seen - 1 if stop is None else stop
+        return window_mean(self._support, self._n_seen, start, last)
+
+    # ---------------------------------------------------------------------------- updates
+    def nonconformity(self, X: ArrayLike) -> FloatArray:
+        """−score of each row of ``X`` (larger = stranger); no state change."""
+        return -self._scorer.score(as_matrix(X, "X"))
+
+    def update(self, x: ArrayLike) -> None:
+        """Score one input, then bet on its conformal p-value (or collect it in warm-up)."""
+        score = float(-self._scorer.score(as_row(x, self._n_features))[0])
+        self._start_update()
+        self._support.append(score > self._support_max)
+        index = self._n_seen
+        self._n_seen += 1
+        self._p_value = math.nan
+        if self._phase == MONITORING:
+            assert self._pv is not None
+            self._pv.update(score)
+            self._p_value = self._pv.p_value
+            if self._test.step(self._p_value):
+                self._raise(self._test.alarm_event(index))
+        elif self._phase == WARMING_UP:
+            self._collect([score])
+
+    def update_many(self, X: ArrayLike) -> None:
+        """Update with every row of ``X`` in order; the same results as repeated :meth:`update`
+        (scores in one batch, betting and rule by their batch paths). ``last_alarms`` then
+        lists every alarm the batch raised."""
+        arr = as_matrix(X, "X")
+        if arr.shape[1] != self._n_features:
+            raise ValueError(f"X must have {self._n_features} columns, got {arr.shape[1]}")
+        scores = -self._scorer.score(arr)
+        self._start_update()
+        self._support.extend((scores > self._support_max).tolist())
+        i = 0
+        while i < scores.size:
+            i += self._advance(scores[i:])
+
+    def _advance(self, scores: FloatArray) -> int:
+        """Consume a prefix of ``scores`` in the current phase; how many were consumed."""
+        if self._phase == STOPPED:
+            self._n_seen += scores.size
+            self._p_value = math.nan
+            return int(scores.size)
+        if self._phase == WARMING_UP:
+            take = scores[: self.rebaseline - len(self._warmup)]
+            self._n_seen += take.size
+            self._p_value = math.nan
+            self._collect(take.tolist())
+            return int(take.size)
+        assert self._pv is not None
+        ps = np.empty(scores.size)
+        for j, s in enumerate(scores.tolist()):
+            self._pv.update(s)
+            ps[j] = self._pv.p_value
+        event = self._test.step_many(ps)
+        used = scores.size if event is None else event.index + 1
+        self._p_value = float(ps[used - 1])
+        self._n_seen += used
+        if event is not None:
+            self._raise(self._test.alarm_event(self._n_seen - 1, event.log_martingale))
+        return int(used)
+
+    def _collect(self, scores: list[float]) -> None:
+        self._warmup.extend(scores)
+        if len(self._warmup) >= self.rebaseline:
+            self._pv = self._new_p_values(np.asarray(self._warmup))
+            self._warmup = []
+            self._resume()
+
+    def _on_alarm(self) -> None:
+        self._pv = None  # the old regime's reference is not needed any more
+
+    # ---------------------------------------------------------------------------- state
+    def clone(self) -> CovariateMonitor:
+        """A new monitor with the same parameters and calibration, in its initial state."""
+        if self.calibration_X is None:
+            raise ValueError("a monitor restored with from_state has no calibration_X to clone")
+        return CovariateMonitor(**self._params(), calibration_X=self.calibration_X)
+
+    def _params(self) -> dict[str, Any]:
+        return {
+            "scorer": self.scorer,
+            "betting": self.betting,
+            "rule": self.rule,
+            "threshold": self._threshold_arg,
+            "alpha": self.alpha,
+            "rebaseline": self.rebaseline,
+            "max_reference": self.max_reference,
+            "seed": self.seed,
+            "fit_fraction": self.fit_fraction,
+            "support_history": self.support_history,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state (builtins and numpy arrays); :meth:`from_state` continues exactly.
+
+        The calibration features are not included (the fitted scorer and the reference are).
+        """
+        params = self._params()
+        if isinstance(self.scorer, Scorer):
+            params["scorer"] = {"name": self.scorer.name, "params": self.scorer.get_params()}
+        return new_state(
+            self,
+            params=params,
+            scorer=self._scorer.state_dict(),
+            n_features=self._n_features,
+            support_max=self._support_max,
+            support=np.asarray(self._support, dtype=np.uint8),
+            warmup=np.asarray(self._warmup, dtype=np.float64),
+            p_values=None if self._pv is None else self._pv.state_dict(),
+            monitor=self._monitor_state(),
+        )
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        """Rebuild a monitor saved with :meth:`state_dict` (``calibration_X`` is None)."""
+        check_state(state, cls)
+        obj = cls.__new__(cls)
+        params = dict(state["params"])
+        spec = params.pop("scorer")
+        obj.scorer = spec if isinstance(spec, str) else make_scorer(spec["name"], **spec["params"])
+        obj._threshold_arg = params.pop("threshold")
+        for name, value in params.items():
+            setattr(obj, name, value)
+        obj.calibration_X = None
+        obj._scorer = scorer_from_state(state["scorer"])
+        obj._n_features = int(state["n_features"])
+        obj._support_max = float(state["support_max"])
+        flags = np.asarray(state["support"], dtype=bool).tolist()
+        obj._support = collections.deque(flags, maxlen=obj.support_history)
+        obj._warmup = np.asarray(state["warmup"], dtype=np.float64).tolist()
+        pv = state["p_values"]
+        obj._pv = None if pv is None else ConformalPValue.from_state(pv)
+        obj._load_monitor_state(state["monitor"])
+        return obj
+

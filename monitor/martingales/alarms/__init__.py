@@ -1,0 +1,31 @@
+"""Alarm rules on a log test martingale: Ville, CUSUM, Shiryaev–Roberts."""
+
+from __future__ import annotations
+
+from monitor.martingales.alarms.base import AlarmRule
+from monitor.martingales.alarms.cusum import CUSUM
+from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
+from monitor.martingales.alarms.ville import Ville
+
+__all__ = ["ALARM_RULES", "CUSUM", "AlarmRule", "ShiryaevRoberts", "Ville", "make_alarm_rule"]
+
+ALARM_RULES = ("ville", "cusum", "shiryaev_roberts")
+
+
+def make_alarm_rule(rule: str, threshold: float = 10_000.0, alpha: float = 0.05) -> AlarmRule:
+    """Build an alarm rule by its configuration name (``threshold`` or ``alpha`` as it needs).
+
+    Examples
+    --------
+    >>> make_alarm_rule("ville", threshold=100.0, alpha=0.01).threshold
+    100.0
+    >>> make_alarm_rule("cusum", threshold=500.0, alpha=0.05).threshold
+    500.0
+    """
+    if rule == "ville":
+        return Ville(alpha=alpha)
+    if rule == "cusum":
+        return CUSUM(threshold=threshold)
+    if rule == "shiryaev_roberts":
+        return ShiryaevRoberts(threshold=threshold)
+    raise ValueError(f"unknown alarm rule {rule!r}; valid: {', '.join(ALARM_RULES)}")

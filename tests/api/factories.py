@@ -1,0 +1,144 @@
+"""Rows and tokens shared by the API tests (fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+import monitor.settings
+from monitor.config import StreamConfig
+from monitor.db.repositories import create_stream
+from monitor.db.store import persist_batch
+from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.state import Checkpoint
+
+READ_TOKEN = "read-token-0123456789"
+WRITE_TOKEN = "write-token-9876543210"
+READ = {"Authorization": f"Bearer {READ_TOKEN}"}
+WRITE = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+KINDS = ("concept_shift", "extreme_covariate_shift", "benign_covariate_shift")
+DETECTORS = ("covariate", "conditional", "ood")
+
+
+def make_settings(database_url: str, **values: Any) -> monitor.settings.Settings:
+    """Settings of a test app; ``values`` override the defaults."""
+    defaults: dict[str, Any] = {
+        "database_url": database_url,
+        "api_tokens": f"read:{READ_TOKEN},write:{WRITE_TOKEN}",
+        "max_body_bytes": 1_000_000,
+    }
+    return monitor.settings.Settings(**(defaults | values))
+
+
+def calibration_rows(n: int = 40, seed: int = 0, d: int = 3) -> list[dict[str, Any]]:
+    """Labeled regression rows in the wire format: y = sum(x) + noise, prediction = sum(x)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    y = x.sum(axis=1) + rng.normal(scale=0.5, size=n)
+    return [
+        {
+            "features": x[i].round(4).tolist(),
+            "prediction": float(x[i].sum().round(4)),
+            "label": float(y[i].round(4)),
+        }
+        for i in range(n)
+    ]
+
+
+def stream_config(name: str, **values: Any) -> dict[str, Any]:
+    return {"name": name, "task": "regression", "calibration": calibration_rows()} | values
+
+
+def register(session: Session, name: str) -> None:
+    """Store a registered stream directly (without the monitor-building validation)."""
+    config = StreamConfig.model_validate(stream_config(name, calibration=[]))
+    create_stream(session, config, calibration_rows())
+
+
+def alarm(
+    stream: str,
+    i: int,
+    *,
+    kind: str | None = None,
+    detector: str | None = None,
+    ts: datetime | None = None,
+) -> Alarm:
+    return Alarm(
+        stream=stream,
+        detector=detector or DETECTORS[i % 3],
+        kind=kind or KINDS[i % 3],
+        event_id=f"e-{i:06d}",
+        event_index=i,
+        ts=ts or T0 + timedelta(seconds=i),
+        changepoint=max(0, i - 50),
+        statistic=10_000.0 + i,
+        threshold=10_000.0,
+        rule="shiryaev_roberts",
+        evidence={"covariate_statistic": 3.1, "penalised_fraction": 0.0, "weights_ess": 812.4},
+    )
+
+
+def trace(
+    stream: str,
+    detector: str,
+    indexes: Sequence[int],
+    log_statistic: Callable[[int], float] = float,
+) -> list[TracePoint]:
+    return [
+        TracePoint(
+            stream,
+            detector,
+            i,
+            T0 + timedelta(seconds=i),
+            log_martingale=0.01 * i,
+            p_value=0.5,
+            log_statistic=log_statistic(i),
+            log_threshold=9.21,
+            weights_ess=None,
+        )
+        for i in indexes
+    ]
+
+
+def ood_window(stream: str, w: int, flagged: tuple[str, ...] = ()) -> OODWindow:
+    return OODWindow(
+        stream,
+        w,
+        256 * w,
+        256 * (w + 1),
+        T0 + timedelta(minutes=w),
+        256,
+        len(flagged),
+        0.001,
+        "eg_bh",
+        0.1,
+        flagged,
+    )
+
+
+def dead_letter(offset: int, source: str = "http") -> DeadLetter:
+    return DeadLetter(source, 0, offset, "not valid JSON", b"{", T0)
+
+
+def checkpoint(
+    stream: str, event_index: int, pending_ts: Sequence[float] = (), last_ts: datetime = T0
+) -> Checkpoint:
+    """A checkpoint whose label-join part is realistic (the metrics read only that part)."""
+    join = {
+        "version": 1,
+        "predictions": [[f"p{i}", i, t, [0.0], 1.0] for i, t in enumerate(pending_ts)],
+        "labels": [["early", 1.0, T0.timestamp()]],
+        "counts": [2, 1, 10],
+    }
+    state = {"version": 1, "event_index": event_index, "last_ts": last_ts.isoformat(), "join": join}
+    return Checkpoint(stream, 1, event_index, state)
+
+
+def store(session: Session, **records: Any) -> None:
+    """``persist_batch`` with keyword lists of records."""
+    persist_batch(session, **records)

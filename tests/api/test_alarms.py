@@ -1,0 +1,196 @@
+"""GET /alarms (filters, keyset pages, count), GET /alarms/{id}, POST /alarms/{id}/ack."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from monitor.records import Alarm
+from tests.api.factories import READ, T0, WRITE, alarm, store
+
+
+@pytest.fixture
+def alarms(session: Session) -> list[Alarm]:
+    """90 alarms on two streams, all kinds and detectors, one per second from T0."""
+    records = [alarm("bikes" if i % 2 else "taxis", i) for i in range(90)]
+    store(session, alarms=records)
+    return records
+
+
+def _all_pages(client: TestClient, **params: Any) -> tuple[list[dict[str, Any]], int, int]:
+    """Every alarm over all pages, the count reported, and the number of pages."""
+    items: list[dict[str, Any]] = []
+    pages, cursor, counts = 0, None, set()
+    while True:
+        query = params | ({"cursor": cursor} if cursor else {})
+        body = client.get("/alarms", params=query, headers=READ).json()
+        items += body["data"]
+        counts.add(body["count"])
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert len(counts) == 1, "count must not depend on the page"
+    return items, counts.pop(), pages
+
+
+def _ids(records: list[Alarm]) -> list[str]:
+    newest_first = sorted(records, key=lambda a: (a.ts, a.id), reverse=True)
+    return [a.id for a in newest_first]
+
+
+def test_alarm_record_matches_the_design(client: TestClient, alarms: list[Alarm]) -> None:
+    body = client.get("/alarms", params={"limit": 1}, headers=READ).json()
+    item = body["data"][0]
+    newest = max(alarms, key=lambda a: a.ts)
+    assert item == newest.to_json() | {"acknowledged_at": None, "acknowledged_by": None}
+    assert item["ts"].endswith("Z")
+
+
+@pytest.mark.parametrize("limit", [1, 7, 90, 1000])
+def test_pages_cover_every_alarm_once_in_order(
+    client: TestClient, alarms: list[Alarm], limit: int
+) -> None:
+    items, count, pages = _all_pages(client, limit=limit)
+    assert [a["id"] for a in items] == _ids(alarms)
+    assert count == 90
+    assert pages == -(-90 // limit)  # the last page is never an empty one
+
+
+@pytest.mark.parametrize(
+    ("params", "keep"),
+    [
+        ({"stream": "bikes"}, lambda a: a.stream == "bikes"),
+        ({"kind": "concept_shift"}, lambda a: a.kind == "concept_shift"),
+        ({"detector": "ood"}, lambda a: a.detector == "ood"),
+        (
+            {"since": (T0 + timedelta(seconds=30)).isoformat()},
+            lambda a: a.ts >= T0 + timedelta(seconds=30),
+        ),
+        ({"until": "2026-11-30T12:00:45Z"}, lambda a: a.ts < T0 + timedelta(seconds=45)),
+        (
+            {"since": "2026-11-30T12:00:10", "until": "2026-11-30T12:00:20"},  # naive = UTC
+            lambda a: T0 + timedelta(seconds=10) <= a.ts < T0 + timedelta(seconds=20),
+        ),
+        (
+            {"stream": "taxis", "kind": "benign_covariate_shift", "since": "2026-11-30T12:00:05Z"},
+            lambda a: (
+                a.stream == "taxis"
+                and a.kind == "benign_covariate_shift"
+                and a.ts >= T0 + timedelta(seconds=5)
+            ),
+        ),
+        ({"stream": "nope"}, lambda a: False),
+    ],
+    ids=["stream", "kind", "detector", "since", "until", "range-naive", "combined", "none"],
+)
+def test_filters_with_pagination(
+    client: TestClient, alarms: list[Alarm], params: dict[str, Any], keep: Any
+) -> None:
+    items, count, _ = _all_pages(client, limit=4, **params)
+    expected = _ids([a for a in alarms if keep(a)])
+    assert [a["id"] for a in items] == expected
+    assert count == len(expected)
+
+
+def test_acknowledged_filter(client: TestClient, alarms: list[Alarm]) -> None:
+    target = alarms[3].id
+    client.post(f"/alarms/{target}/ack", headers=WRITE)
+    acked, count, _ = _all_pages(client, acknowledged="true")
+    assert [a["id"] for a in acked] == [target] and count == 1
+    open_, count, _ = _all_pages(client, acknowledged="false", limit=50)
+    assert target not in {a["id"] for a in open_} and count == 89
+
+
+def test_alarms_stored_between_pages_do_not_shift_the_next_page(
+    client: TestClient, session: Session, alarms: list[Alarm]
+) -> None:
+    first = client.get("/alarms", params={"limit": 10}, headers=READ).json()
+    store(session, alarms=[alarm("bikes", 1000, ts=T0 + timedelta(hours=1))])
+    second = client.get(
+        "/alarms", params={"limit": 10, "cursor": first["next_cursor"]}, headers=READ
+    ).json()
+    assert [a["id"] for a in first["data"] + second["data"]] == _ids(alarms)[:20]
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"cursor": "garbage!"}, "cursor is not valid"),
+        ({"cursor": "eyJrIjoidHJhY2VzIiwibyI6ImFzYyJ9"}, "does not belong to a alarms query"),
+        ({"limit": 0}, "greater than or equal to 1"),
+        ({"limit": 1001}, "less than or equal to 1000"),
+        ({"kind": "fire"}, "concept_shift"),
+        ({"detector": "x"}, "covariate"),
+        ({"since": "yesterday"}, "expected an ISO 8601 date and time"),
+        (
+            {"since": "2026-11-30T13:00:00Z", "until": "2026-11-30T12:00:00Z"},
+            "must be later than 'since'",
+        ),
+        ({"stream": "../etc"}, "pattern"),
+        ({"acknowledged": "maybe"}, "boolean"),
+    ],
+    ids=[
+        "cursor-garbage",
+        "cursor-other-query",
+        "limit-0",
+        "limit-big",
+        "kind",
+        "detector",
+        "since",
+        "empty-range",
+        "stream-pattern",
+        "acknowledged",
+    ],
+)
+def test_bad_query_is_422_with_a_clear_message(
+    client: TestClient, params: dict[str, Any], fragment: str
+) -> None:
+    response = client.get("/alarms", params=params, headers=READ)
+    assert response.status_code == 422
+    assert fragment in response.text
+
+
+def test_get_one_alarm(client: TestClient, alarms: list[Alarm]) -> None:
+    response = client.get(f"/alarms/{alarms[5].id}", headers=READ)
+    assert response.status_code == 200
+    assert response.json()["id"] == alarms[5].id
+    assert response.json()["evidence"] == alarms[5].evidence
+
+
+def test_unknown_alarm_is_404(client: TestClient, alarms: list[Alarm]) -> None:
+    for method, path in (("GET", "/alarms/nope"), ("POST", "/alarms/nope/ack")):
+        response = client.request(method, path, headers=WRITE)
+        assert response.status_code == 404
+        assert response.json() == {"detail": "no alarm with id 'nope'"}
+
+
+def test_ack_records_who_and_when_and_is_idempotent(
+    client: TestClient, alarms: list[Alarm]
+) -> None:
+    target = alarms[0].id
+    first = client.post(f"/alarms/{target}/ack", json={"by": "alice"}, headers=WRITE)
+    assert first.status_code == 200
+    assert first.json()["acknowledged_by"] == "alice"
+    assert first.json()["acknowledged_at"] is not None
+    again = client.post(f"/alarms/{target}/ack", json={"by": "bob"}, headers=WRITE)
+    assert again.json()["acknowledged_by"] == "alice"
+    assert again.json()["acknowledged_at"] == first.json()["acknowledged_at"]
+    stored = client.get(f"/alarms/{target}", headers=READ).json()
+    assert stored["acknowledged_by"] == "alice"
+
+
+def test_ack_without_body_names_the_token(client: TestClient, alarms: list[Alarm]) -> None:
+    body = client.post(f"/alarms/{alarms[1].id}/ack", headers=WRITE).json()
+    assert body["acknowledged_by"].startswith("token:") and len(body["acknowledged_by"]) == 18
+
+
+@pytest.mark.parametrize("body", [{"by": ""}, {"by": "x" * 256}, {"who": "alice"}, [1]])
+def test_ack_with_bad_body_is_422(client: TestClient, alarms: list[Alarm], body: Any) -> None:
+    response = client.post(f"/alarms/{alarms[2].id}/ack", json=body, headers=WRITE)
+    assert response.status_code == 422
+    assert client.get(f"/alarms/{alarms[2].id}", headers=READ).json()["acknowledged_at"] is None

@@ -1,0 +1,51 @@
+"""Delayed-label join: bounded by count and time, expiries counted, state round-trips."""
+
+from __future__ import annotations
+
+from monitor.join import LabelJoin, Pending
+
+
+def pending(i: int, ts: float = 0.0) -> Pending:
+    return Pending(f"e{i}", i, ts, (float(i),), float(i))
+
+
+def test_labels_join_in_either_order() -> None:
+    join = LabelJoin(max_pending=10, max_delay_seconds=100)
+    join.add_prediction(pending(0))
+    join.add_label("e1", 1.5, ts=1.0)  # early label
+    join.add_label("e0", 0.5, ts=2.0)
+    join.add_prediction(pending(1, ts=3.0))
+    assert [(j.pending.event_id, j.label) for j in join.drain()] == [("e0", 0.5), ("e1", 1.5)]
+    assert join.pending_predictions == 0 and join.pending_labels == 0 and join.joined == 2
+
+
+def test_count_bound_expires_oldest_and_counts_it() -> None:
+    join = LabelJoin(max_pending=3, max_delay_seconds=1e9)
+    for i in range(5):
+        join.add_prediction(pending(i, ts=float(i)))
+    assert join.pending_predictions == 3 and join.expired_predictions == 2
+    join.add_label("e0", 0.0, ts=5.0)  # its prediction expired: the label waits
+    assert join.pending_labels == 1 and not join.drain()
+
+
+def test_time_bound_expires_old_entries() -> None:
+    join = LabelJoin(max_pending=100, max_delay_seconds=10)
+    join.add_prediction(pending(0, ts=0.0))
+    join.add_label("zz", 0.0, ts=1.0)
+    join.add_prediction(pending(1, ts=20.0))
+    assert join.expired_predictions == 1 and join.expired_labels == 1
+    assert join.pending_predictions == 1
+
+
+def test_state_round_trip_resumes_exactly() -> None:
+    a = LabelJoin(max_pending=5, max_delay_seconds=50)
+    for i in range(4):
+        a.add_prediction(pending(i, ts=float(i)))
+    a.add_label("x", 3.0, ts=4.0)
+    b = LabelJoin(max_pending=5, max_delay_seconds=50)
+    b.load_state(a.state_dict())
+    for join in (a, b):
+        join.add_label("e2", 7.0, ts=5.0)
+        join.add_prediction(pending(9, ts=6.0))
+    assert a.drain() == b.drain()
+    assert a.state_dict() == b.state_dict()

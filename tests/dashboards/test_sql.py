@@ -1,0 +1,351 @@
+"""Every dashboard query runs on real PostgreSQL holding a pipeline run's output.
+
+A fresh database is migrated (``monitor.db.migrate.upgrade``), the example stream of
+``monitor.datasets.build_example`` (river's Shuttle data with scripted shifts, plus a few bad
+lines for the dead letters) is registered as ``monitor streams create`` does and processed by
+``monitor.runner.run_source`` as the worker does. Then every SQL query of every panel, annotation
+and template variable, with Grafana's macros and variables expanded
+(:mod:`tests.dashboards.grafana_sql`), runs in a read-only transaction and must return the
+columns its panel expects; aggregates are cross-checked against the tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from monitor.datasets import build_example
+from monitor.db.migrate import upgrade
+from monitor.settings import Settings
+from tests.conftest import postgres_database
+from tests.dashboards.conftest import load_dashboards, queries
+from tests.dashboards.grafana_sql import QueryContext, Variable, expand
+
+pytestmark = pytest.mark.postgres
+
+PHASES = [
+    ("stable", 300),
+    ("benign_covariate", 300),
+    ("benign_covariate+concept", 300),
+    ("extreme_covariate", 300),
+]
+N_CALIBRATION = 500
+BAD_LINES = ["this is not json", '{"kind": "prediction", "stream": "nobody", "id": "x"}']
+
+SERIES = ["time", "metric", "value"]
+ANNOTATION = ["time", "text", "tags"]
+#: The columns each query must return, by query id (dashboard uid / panel or annotation / refId).
+EXPECTED: dict[str, list[str]] = {
+    "monitor-overview/panel-1/A": ["alarms"],
+    "monitor-overview/panel-2/A": ["harmful_alarms"],
+    "monitor-overview/panel-4/A": ["dead_letters"],
+    "monitor-overview/panel-5/A": ["ood_flag_rate"],
+    "monitor-overview/panel-6/A": ["streams"],
+    "monitor-overview/panel-7/A": [
+        "time",
+        "stream",
+        "detector",
+        "kind",
+        "statistic",
+        "threshold",
+        "rule",
+        "changepoint",
+        "event_index",
+        "event_id",
+        "acknowledged",
+    ],
+    "monitor-overview/panel-8/A": SERIES,
+    "monitor-overview/panel-10/A": SERIES,
+    "monitor-overview/panel-12/A": SERIES,
+    "monitor-overview/panel-13/A": ["time", "stream", "reason", "source", "partition", "offset"],
+    "monitor-overview/panel-14/A": [
+        "stream",
+        "task",
+        "events_processed",
+        "last_checkpoint",
+        "alarms_total",
+        "last_alarm",
+    ],
+    "monitor-overview/annotation/Alarms": ANNOTATION,
+    "monitor-overview/variable/stream": ["name"],
+    "monitor-stream/panel-1/A": ["alarms"],
+    "monitor-stream/panel-2/A": ["kind"],
+    "monitor-stream/panel-3/A": ["changepoint"],
+    "monitor-stream/panel-4/A": ["events_processed"],
+    "monitor-stream/panel-5/A": ["detector", "log_martingale"],
+    "monitor-stream/panel-6/A": SERIES,
+    "monitor-stream/panel-6/B": SERIES,
+    "monitor-stream/panel-7/A": SERIES,
+    "monitor-stream/panel-7/B": SERIES,
+    "monitor-stream/panel-8/A": SERIES,
+    "monitor-stream/panel-9/A": SERIES,
+    "monitor-stream/panel-10/A": ["time", "flagged", "flagged_fraction"],
+    "monitor-stream/panel-11/A": ["time", "window_index", "event_id", "rule", "alpha"],
+    "monitor-stream/panel-12/A": [
+        "time",
+        "detector",
+        "kind",
+        "rule",
+        "statistic",
+        "threshold",
+        "changepoint",
+        "event_index",
+        "event_id",
+        "penalised_fraction",
+        "weights_ess",
+        "covariate_statistic",
+        "acknowledged_at",
+        "acknowledged_by",
+    ],
+    "monitor-stream/annotation/Alarms": ANNOTATION,
+    "monitor-stream/annotation/Changepoints": ANNOTATION,
+    "monitor-stream/variable/stream": ["name"],
+}
+
+DASHBOARDS = {d["uid"]: d for d in load_dashboards()}
+SQL_QUERIES = [
+    (uid, qid, q) for uid, d in DASHBOARDS.items() for qid, q in queries(d) if "rawSql" in q
+]
+QIDS = [qid for _, qid, _ in SQL_QUERIES]
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    url: str
+    stream: str
+    first: datetime
+    last: datetime
+
+    def context(
+        self,
+        interval: str = "10s",
+        streams: tuple[str, ...] | None = None,
+        multi: bool = False,
+        shift: timedelta = timedelta(0),
+    ) -> QueryContext:
+        values = streams or (self.stream,)
+        return QueryContext(
+            self.first - timedelta(minutes=1) + shift,
+            self.last + timedelta(hours=1) + shift,
+            interval,
+            {"stream": Variable(values, multi=multi)},
+        )
+
+
+@pytest.fixture(scope="module")
+def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineRun]:
+    from monitor.runner import register_stream, run_source
+
+    with postgres_database(postgres_admin) as url:
+        upgrade(url)
+        paths = build_example(
+            tmp_path_factory.mktemp("example"),
+            seed=0,
+            phases=PHASES,
+            n_calibration=N_CALIBRATION,
+            label_delay=5,
+        )
+        with paths["events"].open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(BAD_LINES) + "\n")
+        settings = Settings(database_url=url)
+        stream = register_stream(str(paths["config"]), settings)  # as `monitor streams create`
+        run_source(f"file:{paths['events']}", [], "dashboards", settings)  # as the worker
+        first, last = _stored_time_range(url)
+        yield PipelineRun(url, stream, first, last)
+
+
+def _stored_time_range(url: str) -> tuple[datetime, datetime]:
+    """Earliest and latest ``ts`` of the stored results (events carry their own times; dead
+    letters of unparsable lines are stamped when they are read)."""
+    tables = ("alarms", "trace_points", "ood_windows", "dead_letters")
+    union = " UNION ALL ".join(f"SELECT min(ts) AS lo, max(ts) AS hi FROM {t}" for t in tables)
+    lo, hi = _execute(url, f"SELECT min(lo), max(hi) FROM ({union}) r")[1][0]
+    return lo, hi
+
+
+def _execute(url: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one query like Grafana's datasource: its own connection, read-only."""
+    u = make_url(url)
+    with psycopg.connect(
+        host=u.host,
+        port=u.port or 5432,
+        dbname=u.database,
+        user=u.username,
+        password=u.password,
+        autocommit=False,
+    ) as conn:
+        conn.execute("SET TRANSACTION READ ONLY")
+        cur = conn.execute(sql.encode())  # bytes: never parsed for placeholders, like pgx
+        columns = [c.name for c in cur.description or []]
+        return columns, cur.fetchall()
+
+
+def _scalar(url: str, sql: str) -> Any:
+    return _execute(url, sql)[1][0][0]
+
+
+def _multi(uid: str) -> bool:
+    var = next(v for v in DASHBOARDS[uid]["templating"]["list"] if v["name"] == "stream")
+    return bool(var["multi"] or var["includeAll"])
+
+
+def test_every_sql_query_has_expected_columns() -> None:
+    assert sorted(EXPECTED) == sorted(QIDS)
+
+
+def test_pipeline_produced_every_kind_of_row(run: PipelineRun) -> None:
+    counts = {
+        t: _scalar(run.url, f"SELECT count(*) FROM {t}")
+        for t in ("streams", "alarms", "trace_points", "ood_windows", "checkpoints", "dead_letters")
+    }
+    assert all(n > 0 for n in counts.values()), counts
+    assert _scalar(run.url, "SELECT count(*) FROM alarms WHERE changepoint IS NOT NULL") > 0
+    assert _scalar(run.url, "SELECT count(*) FROM trace_points WHERE weights_ess IS NOT NULL") > 0
+
+
+@pytest.mark.parametrize("interval", ["1s", "1m"])
+@pytest.mark.parametrize(("uid", "qid", "query"), SQL_QUERIES, ids=QIDS)
+def test_query_returns_expected_columns(
+    run: PipelineRun, uid: str, qid: str, query: dict[str, Any], interval: str
+) -> None:
+    sql = expand(query["rawSql"], run.context(interval, multi=_multi(uid)))
+    columns, rows = _execute(run.url, sql)
+    assert columns == EXPECTED[qid]
+    if columns[:1] == ["time"] and query["format"] == "time_series":
+        times = [_epoch(r[0]) for r in rows]
+        assert times == sorted(times), "Grafana needs time series sorted by time"
+        assert all(_number(v) for r in rows for v in r[1:] if not isinstance(v, str))
+    if columns == ANNOTATION:
+        assert all(isinstance(r[1], str) and isinstance(r[2], str) for r in rows)
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    assert _number(value), f"time column holds {value!r}"
+    return float(value)
+
+
+def _number(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+    )
+
+
+#: Queries that must show rows for the run (the others may legitimately be empty or are
+#: aggregates that always return one row).
+NON_EMPTY = [
+    *(f"monitor-overview/panel-{i}/A" for i in (7, 8, 10, 12, 13, 14)),
+    "monitor-overview/annotation/Alarms",
+    "monitor-overview/variable/stream",
+    *(f"monitor-stream/panel-{i}/A" for i in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)),
+    "monitor-stream/panel-6/B",
+    "monitor-stream/panel-7/B",
+    "monitor-stream/annotation/Alarms",
+    "monitor-stream/annotation/Changepoints",
+    "monitor-stream/variable/stream",
+]
+
+
+@pytest.mark.parametrize(
+    ("uid", "qid", "query"),
+    [q for q in SQL_QUERIES if q[1] in NON_EMPTY],
+    ids=[q for q in QIDS if q in NON_EMPTY],
+)
+def test_query_shows_the_run(run: PipelineRun, uid: str, qid: str, query: dict[str, Any]) -> None:
+    _, rows = _execute(run.url, expand(query["rawSql"], run.context(multi=_multi(uid))))
+    assert rows, f"{qid} shows nothing for a run that has data for it"
+
+
+@pytest.mark.parametrize(("uid", "qid", "query"), SQL_QUERIES, ids=QIDS)
+def test_time_range_without_data(
+    run: PipelineRun, uid: str, qid: str, query: dict[str, Any]
+) -> None:
+    ctx = run.context(multi=_multi(uid), shift=-timedelta(days=3650))
+    columns, rows = _execute(run.url, expand(query["rawSql"], ctx))
+    assert columns == EXPECTED[qid]
+    if "$__timeFilter" in query["rawSql"]:  # nothing in range: no rows, or one row of 0 / NULL
+        assert rows == [] or (len(rows) == 1 and all(v in (None, 0) for v in rows[0])), qid
+
+
+def _panel_sql(uid: str, panel_id: int, ref: str = "A") -> str:
+    return next(q["rawSql"] for _, qid, q in SQL_QUERIES if qid == f"{uid}/panel-{panel_id}/{ref}")
+
+
+def test_overview_aggregates_match_the_tables(run: PipelineRun) -> None:
+    ctx = run.context(interval="1m", multi=True)
+    alarms = _scalar(run.url, "SELECT count(*) FROM alarms")
+    assert _execute(run.url, expand(_panel_sql("monitor-overview", 1), ctx))[1] == [(alarms,)]
+    assert len(_execute(run.url, expand(_panel_sql("monitor-overview", 7), ctx))[1]) == alarms
+    series = _execute(run.url, expand(_panel_sql("monitor-overview", 8), ctx))[1]
+    assert sum(r[2] for r in series) == alarms
+    kinds = {r[0] for r in _execute(run.url, "SELECT DISTINCT kind FROM alarms")[1]}
+    assert {r[1] for r in series} == kinds
+    letters = _scalar(run.url, "SELECT count(*) FROM dead_letters")
+    assert letters >= len(BAD_LINES)
+    assert _execute(run.url, expand(_panel_sql("monitor-overview", 4), ctx))[1] == [(letters,)]
+    rate = _scalar(run.url, "SELECT sum(n_flagged)::float8 / sum(n) FROM ood_windows")
+    (got,) = _execute(run.url, expand(_panel_sql("monitor-overview", 5), ctx))[1][0]
+    assert math.isclose(got, rate)
+
+
+def test_overview_stream_filter(run: PipelineRun) -> None:
+    other = run.context(streams=("no-such-stream",), multi=True)
+    assert _execute(run.url, expand(_panel_sql("monitor-overview", 7), other))[1] == []
+    both = run.context(streams=(run.stream, "no-such-stream"), multi=True)
+    assert _execute(run.url, expand(_panel_sql("monitor-overview", 7), both))[1]
+
+
+def test_stream_detail_matches_the_tables(run: PipelineRun) -> None:
+    ctx = run.context(interval="1s")
+    events = _scalar(run.url, f"SELECT event_index FROM checkpoints WHERE stream = '{run.stream}'")
+    assert _execute(run.url, expand(_panel_sql("monitor-stream", 4), ctx))[1] == [(events,)]
+    latest = _execute(run.url, expand(_panel_sql("monitor-stream", 2), ctx))[1]
+    newest = _scalar(run.url, "SELECT kind FROM alarms ORDER BY ts DESC, id LIMIT 1")
+    assert latest == [(newest,)]
+    detectors = {r[1] for r in _execute(run.url, expand(_panel_sql("monitor-stream", 7), ctx))[1]}
+    assert {"covariate", "conditional"} <= detectors
+    thresholds = {
+        r[1] for r in _execute(run.url, expand(_panel_sql("monitor-stream", 7, "B"), ctx))[1]
+    }
+    assert {f"{d} threshold" for d in ("covariate", "conditional")} <= thresholds
+    p_values = [r[2] for r in _execute(run.url, expand(_panel_sql("monitor-stream", 8), ctx))[1]]
+    assert p_values and all(0.0 <= p <= 1.0 for p in p_values)
+
+
+def test_changepoint_annotations_precede_their_alarms(run: PipelineRun) -> None:
+    detail = DASHBOARDS["monitor-stream"]
+    (anno,) = [a for a in detail["annotations"]["list"] if a["name"] == "Changepoints"]
+    rows = _execute(run.url, expand(anno["target"]["rawSql"], run.context()))[1]
+    alarms = _scalar(run.url, "SELECT count(*) FROM alarms WHERE changepoint IS NOT NULL")
+    assert len(rows) == alarms
+    first_alarm = _scalar(run.url, "SELECT min(ts) FROM alarms")
+    assert min(r[0] for r in rows) <= first_alarm
+
+
+def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
+    """The metric names of the Prometheus-fed panels are served by the API's collector."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from monitor.db.engine import make_engine, session_factory
+    from monitor.metrics import DatabaseCollector
+    from tests.dashboards.test_structure import METRICS
+
+    engine = make_engine(run.url)
+    try:
+        registry = CollectorRegistry()
+        registry.register(DatabaseCollector(session_factory(engine)))
+        text = generate_latest(registry).decode()
+    finally:
+        engine.dispose()
+    for name in METRICS:
+        assert f'{name}{{stream="{run.stream}"}}' in text, name

@@ -1,0 +1,170 @@
+"""Betting functions are test martingales: exact one-step quadrature and Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from monitor.martingales import (
+    BETTING_FUNCTIONS,
+    BettingFunction,
+    CompositeJumper,
+    PowerBetting,
+    SimpleJumper,
+    SimpleMixture,
+    make_betting,
+)
+from monitor.martingales.betting.base import P_FLOOR
+from monitor.martingales.betting.mixture import log_mixture
+
+N_STATES = 1000
+QUAD_TOL = 1e-9
+GL_X, GL_W = np.polynomial.legendre.leggauss(8)
+GL_U, GL_UW = (GL_X + 1) / 2, GL_W / 2  # nodes and weights on [0, 1]
+
+
+def random_states(make: Callable[[], BettingFunction], seed: int) -> Any:
+    """Yield betting functions driven to random reachable states (random lengths and regimes)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(N_STATES):
+        length = int(rng.integers(0, 80))
+        a, b = rng.choice([0.2, 1.0, 3.0], size=2)  # small, uniform or large p-values
+        bet = make()
+        bet.update_many(rng.beta(a, b, size=length))
+        yield bet
+
+
+@pytest.mark.parametrize(
+    "make",
+    [SimpleJumper, lambda: SimpleJumper(jump=0.3), CompositeJumper,
+     lambda: CompositeJumper(jumps=(0.0, 0.5))],
+    ids=["simple", "simple-J0.3", "composite", "composite-custom"],
+)
+def test_jumper_factor_integrates_to_one(make: Callable[[], BettingFunction]) -> None:
+    # the factor is linear in p, so 8-point Gauss-Legendre is exact
+    for bet in random_states(make, seed=1):
+        before = bet.log_martingale
+        integral = sum(w * math.exp(bet.log_factor(u)) for u, w in zip(GL_U, GL_UW, strict=True))
+        assert abs(integral - 1.0) < QUAD_TOL
+        assert bet.log_martingale == before  # log_factor does not change the state
+
+
+def test_power_factor_integrates_to_one() -> None:
+    # substitute p = u^(1/ε): ε p^(ε-1) dp = du, so the integrand must be 1 at every node
+    rng = np.random.default_rng(2)
+    for bet in random_states(lambda: PowerBetting(epsilon=float(rng.uniform(0.05, 1.0))), 2):
+        eps = float(bet.epsilon)
+        p = GL_U ** (1.0 / eps)
+        jac = GL_U ** (1.0 / eps - 1.0) / eps
+        vals = np.exp([bet.log_factor(float(max(q, P_FLOOR))) for q in p]) * jac
+        assert abs(float(np.dot(GL_UW, vals)) - 1.0) < QUAD_TOL
+
+
+def test_mixture_factor_integrates_to_one() -> None:
+    """p = e^(-v); quad over v ≤ V, plus the exact tail e^(-V) S_n(λ+V) / S_n(λ) (Fubini).
+
+    The tail is the mass at p < e^(-V) ≈ 1e-304, below which p is floored: analytically it is
+    there; numerically no p-value is that small.
+    """
+    v_max = 700.0
+    for bet in random_states(SimpleMixture, seed=3):
+        n, lam = float(bet._n), float(bet._lam)
+        head, _ = integrate.quad(lambda v, b=bet: math.exp(b.log_factor(math.exp(-v)) - v),
+                                 0.0, v_max, epsabs=1e-13, epsrel=1e-13, limit=400,
+                                 points=[1.0, 10.0, 100.0])
+        tail_log = log_mixture(np.array([n]), np.array([lam + v_max]))[0] - v_max
+        tail = math.exp(tail_log - bet.log_martingale)
+        assert abs(head + tail - 1.0) < QUAD_TOL
+
+
+def test_mixture_matches_direct_integration() -> None:
+    rng = np.random.default_rng(4)
+    for length in [1, 2, 10, 50, 300]:
+        ps = rng.uniform(size=length) ** rng.choice([0.3, 1.0, 3.0])
+        lam = -np.log(ps).sum()
+        direct, _ = integrate.quad(
+            lambda e, lam=lam, n=length: math.exp(n * math.log(e) + lam * (1 - e) - lam)
+            if e > 0 else 0.0, 0.0, 1.0, epsabs=0, epsrel=1e-12, limit=200)
+        got = SimpleMixture().update_many(ps)[-1]
+        assert got == pytest.approx(math.log(direct) + lam, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("simple_jumper", {}), ("composite_jumper", {}), ("power", {"epsilon": 0.75})],
+    ids=["simple_jumper", "composite_jumper", "power-0.75"],
+)
+def test_monte_carlo_mean_is_one(name: str, params: dict[str, float]) -> None:
+    """Mean of S_n over 10 000 uniform paths within 3 standard errors of 1 (n = 10, 100).
+
+    The power betting function with ε ≤ ½ and the mixture have S_n of infinite variance (their
+    ε → 0 part bets like 1/p): a sample mean has no standard error, so they are checked by the
+    exact quadrature above instead.
+    """
+    rng = np.random.default_rng(5)
+    bet = make_betting(name, **params)
+    ends = np.empty((10_000, 2))
+    for i, row in enumerate(rng.uniform(size=(10_000, 100))):
+        bet.reset()
+        path = bet.update_many(row)
+        ends[i] = path[9], path[99]
+    s = np.exp(ends)
+    se = s.std(axis=0, ddof=1) / math.sqrt(s.shape[0])
+    assert np.all(np.abs(s.mean(axis=0) - 1.0) < 3 * se)
+
+
+def test_monte_carlo_harness_can_fail() -> None:
+    """The same harness rejects the mean when the p-values are not uniform (Beta(0.8, 1))."""
+    rng = np.random.default_rng(5)
+    bet = SimpleJumper()
+    ends = np.empty(10_000)
+    for i, row in enumerate(rng.beta(0.8, 1.0, size=(10_000, 100))):
+        bet.reset()
+        ends[i] = bet.update_many(row)[-1]
+    s = np.exp(ends)
+    assert abs(s.mean() - 1.0) > 3 * s.std(ddof=1) / 100
+
+
+@pytest.mark.parametrize("name", sorted(BETTING_FUNCTIONS))
+def test_update_many_equals_repeated_update(name: str) -> None:
+    rng = np.random.default_rng(6)
+    ps = np.concatenate([rng.uniform(size=400), rng.uniform(0, 0.05, 300), [0.0, 1.0, 0.5]])
+    one, many = make_betting(name), make_betting(name)
+    path = []
+    for p in ps:
+        one.update(p)
+        path.append(one.log_martingale)
+    got = np.concatenate([many.update_many(ps[:250]), many.update_many(ps[250:])])
+    np.testing.assert_array_equal(got, path)
+    assert np.all(np.isfinite(got))
+
+
+@pytest.mark.parametrize("name", sorted(BETTING_FUNCTIONS))
+def test_long_strong_evidence_never_overflows(name: str) -> None:
+    bet = make_betting(name)
+    path = bet.update_many(np.full(100_000, 1e-6))
+    assert np.all(np.isfinite(path)) and path[-1] > 1000
+
+
+@pytest.mark.parametrize("name", sorted(BETTING_FUNCTIONS))
+def test_invalid_p_values_are_rejected(name: str) -> None:
+    bet = make_betting(name)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            bet.update(bad)
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            bet.update_many([0.5, bad])
+
+
+def test_make_betting_names_the_valid_choices() -> None:
+    with pytest.raises(ValueError, match="composite_jumper, mixture, power, simple_jumper"):
+        make_betting("kelly")
+    with pytest.raises(ValueError, match="epsilon"):
+        PowerBetting(epsilon=0.0)
+    with pytest.raises(ValueError, match="jump"):
+        SimpleJumper(jump=1.5)
