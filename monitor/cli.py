@@ -30,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     handler: Handler = args.handler
     try:
         return handler(args, settings)

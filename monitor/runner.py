@@ -51,9 +51,12 @@ def read_configs(paths: Iterable[str]) -> list[StreamConfig]:
 class DatabaseSink:
     """Persists each batch with its detector checkpoints and source offsets in one transaction."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, migrate: bool = True) -> None:
         from monitor.db.engine import make_engine, session_factory
+        from monitor.db.migrate import upgrade
 
+        if migrate:
+            upgrade(url)
         self.engine = make_engine(url)
         self.sessions = session_factory(self.engine)
 
@@ -79,7 +82,7 @@ class DatabaseSink:
         from monitor.state import Checkpoint
 
         checkpoints = {
-            name: Checkpoint(stream=name, version=state["version"], event_index=state["event_index"], state=state, arrays={})
+            name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
         }
         with self.sessions() as session:
@@ -107,8 +110,12 @@ class DatabaseSink:
         return [(StreamConfig.model_validate(cfg), Calibration.from_rows(cal)) for cfg, cal in rows]
 
 
+    def close(self) -> None:
+        self.engine.dispose()
+
+
 def open_sink(settings: Settings, store: bool) -> Sink:
-    return DatabaseSink(settings.database_url) if store else NullSink()
+    return DatabaseSink(settings.database_url, settings.auto_migrate) if store else NullSink()
 
 
 def run_source(
@@ -162,23 +169,28 @@ def register_stream(path: str, settings: Settings) -> str:
     config = read_configs([path])[0]
     calibration = load_calibration(config)
     StreamMonitor(config, calibration)  # validates that the stream can be monitored
-    DatabaseSink(settings.database_url).register(config, calibration)
+    DatabaseSink(settings.database_url, settings.auto_migrate).register(config, calibration)
     return config.name
 
 
 def list_streams(settings: Settings) -> list[dict[str, Any]]:
-    sink = DatabaseSink(settings.database_url)
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     return [{"name": c.name, "task": c.task, "calibration_events": len(cal)} for c, cal in sink.registered()]
 
 
 def list_alarms(settings: Settings, stream: str | None, kind: str | None, limit: int) -> list[dict[str, Any]]:
-    from monitor.db.store import recent_alarms
+    from monitor.db.repositories import list_alarms as query_alarms
 
-    sink = DatabaseSink(settings.database_url)
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     with sink.sessions() as session:
-        return [a.to_json() for a in recent_alarms(session, stream=stream, kind=kind, limit=limit)]
+        page = query_alarms(session, stream=stream, kind=kind, limit=limit)
+        return [_alarm_json(row) for row in page.items]
 
 
-def default_paths(out_dir: str | Path) -> dict[str, Path]:
-    out = Path(out_dir)
-    return {"events": out / "events.jsonl", "calibration": out / "calibration.jsonl", "config": out / "stream.yaml"}
+def _alarm_json(row: Any) -> dict[str, Any]:
+    return Alarm(
+        id=row.id, stream=row.stream, detector=row.detector, kind=row.kind,
+        event_id=row.event_id, event_index=row.event_index, ts=row.ts,
+        changepoint=row.changepoint, statistic=row.statistic, threshold=row.threshold,
+        rule=row.rule, evidence=dict(row.evidence or {}),
+    ).to_json()
