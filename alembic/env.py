@@ -15,7 +15,7 @@ from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from monitor.db.engine import make_engine
+from monitor.db.engine import SQLITE_BEGIN, make_engine
 from monitor.db.models import Base
 from monitor.db.types import UTCDateTime
 
@@ -74,6 +74,7 @@ def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
 
 #: Key of the PostgreSQL advisory lock that serialises concurrent upgrades (several workers
 #: running ``monitor db upgrade`` as they start): the second one waits, then finds nothing to do.
+#: On SQLite the migration transaction begins IMMEDIATE, which takes the write lock the same way.
 MIGRATION_LOCK_KEY = 0x6D6F6E69746F72  # "monitor"
 
 
@@ -93,7 +94,7 @@ def run_migrations_online() -> None:
         return
     engine = make_engine(database_url())
     try:
-        with engine.connect() as connection:
+        with engine.connect().execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}) as connection:
             run(connection)
     finally:
         engine.dispose()

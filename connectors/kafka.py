@@ -52,10 +52,18 @@ __all__ = ["DEFAULT_CONSUMER_OPTIONS", "KafkaSource"]
 log = logging.getLogger(__name__)
 
 #: Options every ``KafkaSource`` consumer gets unless overridden (``enable_auto_commit`` cannot
-#: be). kafka-python's fetch sizes need no change: a record batch larger than
-#: ``max_partition_fetch_bytes`` is still returned whole (see docs/kafka.md).
+#: be). ``receive_message_max_bytes``: kafka-python 2.3 rejects any response frame above it
+#: (default 1 000 000 bytes) and closes the connection, but a Fetch response holds up to
+#: ``fetch_max_bytes`` (50 MiB) of record batches, and one batch from a librdkafka or Java
+#: producer can be 1 MB by itself; kafka-python's own parser limit (100 MB) is used instead.
+#: The fetch sizes need no change: a first batch larger than ``max_partition_fetch_bytes`` is
+#: still returned whole. See docs/kafka.md.
 DEFAULT_CONSUMER_OPTIONS: Mapping[str, Any] = MappingProxyType(
-    {"enable_auto_commit": False, "auto_offset_reset": "earliest"}
+    {
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "receive_message_max_bytes": 100_000_000,
+    }
 )
 
 _CODEC_HELP = (
@@ -173,7 +181,7 @@ class KafkaSource:
         self._ledger.check(offsets)
         self._check_assigned(offsets, "commit")
         payload = {
-            KafkaTopicPartition(t, p): OffsetAndMetadata(offset, "", -1)
+            KafkaTopicPartition(t, p): _offset_and_metadata(offset)
             for (t, p), offset in offsets.items()
         }
         try:
@@ -305,6 +313,7 @@ class KafkaSource:
         for tp, batch in batches.items():
             if batch and tp in owned:
                 self._consumer.seek(tp, batch[0].offset)
+                log.debug("rewound %s[%d] to %d", tp.topic, tp.partition, batch[0].offset)
 
     def _note_positions(self, batches: Mapping[KafkaTopicPartition, list[ConsumerRecord]]) -> None:
         for tp, batch in batches.items():
@@ -379,6 +388,13 @@ def _record(r: ConsumerRecord) -> Record:
     ts = r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None
     value = r.value if r.value is not None else b""  # a tombstone: the pipeline dead-letters it
     return Record(r.topic, r.partition, r.offset, r.key, value, ts)
+
+
+def _offset_and_metadata(offset: int) -> OffsetAndMetadata:
+    # kafka-python >= 2.1 added leader_epoch (-1: unknown, the broker then skips fencing checks).
+    if "leader_epoch" in OffsetAndMetadata._fields:
+        return OffsetAndMetadata(offset, "", -1)
+    return OffsetAndMetadata(offset, "")  # pragma: no cover (kafka-python < 2.1)
 
 
 def _split(names: str | Sequence[str]) -> list[str]:

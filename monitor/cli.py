@@ -143,6 +143,16 @@ def _add_bench(sub: Any) -> None:
     p.set_defaults(handler=_cmd_bench)
 
 
+def _safe_url(url: str) -> str:
+    """The database URL with any password masked, for printing."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is reported by the command itself
+        return "<database>"
+
+
 # -- commands ----------------------------------------------------------------------------------
 
 
@@ -169,7 +179,7 @@ def _cmd_streams_create(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import register_stream
 
     name = register_stream(args.config, settings)
-    print(f"stream {name!r} registered in {settings.database_url}")
+    print(f"stream {name!r} registered in {_safe_url(settings.database_url)}")
     return 0
 
 
@@ -209,7 +219,7 @@ def _cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.db.migrate import upgrade
 
     upgrade(settings.database_url, args.revision)
-    print(f"database {settings.database_url} at revision {args.revision}")
+    print(f"database {_safe_url(settings.database_url)} at revision {args.revision}")
     return 0
 
 
@@ -217,7 +227,7 @@ def _cmd_db_downgrade(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.db.migrate import downgrade
 
     downgrade(settings.database_url, args.revision)
-    print(f"database {settings.database_url} at revision {args.revision}")
+    print(f"database {_safe_url(settings.database_url)} at revision {args.revision}")
     return 0
 
 

@@ -25,7 +25,7 @@ def run_demo(out_dir: str, settings: Settings, seed: int = 0, serve: bool = Fals
     from monitor.datasets import build_example
     from monitor.runner import run_source
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=max(120, Console(stderr=True).width))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     db_path = out / "demo.db"
@@ -112,8 +112,8 @@ def plot_demo(traces: list[TracePoint], alarms: list[Alarm], truth: dict[str, An
                 ax.axvline(a.event_index, color="red", lw=1.0, alpha=0.8)
                 ax.text(a.event_index, ax.get_ylim()[1], a.kind.replace("_", " "), rotation=90,
                         va="top", ha="right", fontsize=7, color="red")
-        for phase in truth["phases"]:
-            ax.axvspan(phase["start"], phase["stop"], alpha=0.06 if phase["start"] % 2 else 0.12, color="gray")
+        for i, phase in enumerate(truth["phases"]):
+            ax.axvspan(phase["start"], phase["stop"], alpha=0.05 if i % 2 else 0.12, color="gray")
         ax.set_ylabel(f"{detector}\n(log scale)")
         ax.legend(loc="upper left", fontsize=7)
     for phase in truth["phases"]:

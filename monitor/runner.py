@@ -12,7 +12,15 @@ from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, SourceOffset
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
-from monitor.worker import NullSink, RunSummary, Sink, StopFlag, TopicPartition, Worker
+from monitor.worker import (
+    NullSink,
+    RetryPolicy,
+    RunSummary,
+    Sink,
+    StopFlag,
+    TopicPartition,
+    Worker,
+)
 
 
 class RunError(Exception):
@@ -97,10 +105,15 @@ class DatabaseSink:
             )
 
     def register(self, config: StreamConfig, calibration: Calibration) -> None:
+        from monitor.db.errors import StreamExistsError
         from monitor.db.store import upsert_stream
 
+        rows = calibration.to_rows()
         with self.sessions() as session:
-            upsert_stream(session, config, calibration.to_rows())
+            try:
+                upsert_stream(session, config, rows)
+            except StreamExistsError:  # another worker registered it since our check: update it
+                upsert_stream(session, config, rows)
 
     def registered(self) -> list[tuple[StreamConfig, Calibration]]:
         from monitor.db.store import load_streams
@@ -128,18 +141,25 @@ def run_source(
     on_alarm: Callable[[Alarm], None] | None = None,
     stop: StopFlag | None = None,
     on_batch: Callable[[BatchOutput], None] | None = None,
+    source_options: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> RunSummary:
-    """``monitor run``: process a source to its end (file) or until stopped (Kafka)."""
+    """``monitor run``: process a source to its end (file) or until stopped (Kafka).
+
+    ``source_options`` are keyword arguments of the source class (e.g. Kafka consumer options
+    that a URL cannot carry); ``retry`` bounds how long an unavailable database is waited for.
+    A source that never ends keeps only the last 10 000 alarms and OOD flags in the summary.
+    """
     from connectors import open_source
 
     sink = open_sink(settings, store)
     monitors = _monitors_for_run(configs, sink)
     kind = source_url.split(":", 1)[0]
-    source = open_source(source_url, group=group)
+    source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
     worker = Worker(
         source, pipeline, sink, source_kind=kind, batch_size=batch_size, on_alarm=on_alarm,
-        on_batch=on_batch,
+        on_batch=on_batch, retry=retry, summary_limit=None if kind == "file" else 10_000,
     )
     stop = stop or StopFlag()
     try:

@@ -3,7 +3,27 @@
 The database is the source of truth. Offsets are committed to the source only after the results
 they cover are durable, and on every partition assignment the worker restores its streams' state
 from the database and seeks to the stored offsets, so a crash or rebalance never changes a result
-(exactly-once effect on top of at-least-once delivery).
+(exactly-once effect on top of at-least-once delivery; see docs/streaming.md).
+
+Failure handling, step by step:
+
+- a batch whose persistence fails with a transient database error (connection lost, server
+  restarting, deadlock, serialization failure, SQLite busy) is retried with exponential backoff
+  for at most :attr:`RetryPolicy.deadline_s`; nothing is committed to the source meanwhile. Past
+  the deadline the worker raises :class:`DatabaseUnavailableError` (``monitor run`` exits
+  non-zero) and a restart resumes exactly where the database left off;
+- a batch refused because the database holds *later* offsets (another worker of the group wrote
+  them: this one is a zombie after a rebalance) is dropped; the worker reloads the streams' state
+  from the database and seeks to the stored offsets;
+- a refused source commit (the group rebalanced) is logged: the results are in the database, and
+  whoever owns the partition next resumes from there;
+- bad records never reach here as errors: the pipeline turns them into dead letters.
+
+Exceptions::
+
+    WorkerError                    base class of the worker's own errors
+    └── DatabaseUnavailableError   the database stayed unavailable past the deadline (or a stop
+                                   was requested while waiting); nothing was committed
 """
 
 from __future__ import annotations
@@ -12,45 +32,126 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, SourceOffset
+from monitor.stream import StreamMonitor
+
+__all__ = [
+    "DatabaseUnavailableError",
+    "NullSink",
+    "RetryPolicy",
+    "RunSummary",
+    "Sink",
+    "StopFlag",
+    "Worker",
+    "WorkerError",
+]
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
+
+
+class WorkerError(Exception):
+    """Base class of the errors the worker raises on purpose."""
+
+
+class DatabaseUnavailableError(WorkerError):
+    """The database could not be written (or read) before the retry deadline.
+
+    The batch in hand was neither persisted nor committed to the source, so a restarted worker
+    resumes exactly at the last durable batch.
+    """
 
 
 class Sink(Protocol):
     """Where batches go: the database, or nowhere (``NullSink``)."""
 
-    def load_offsets(self, keys: set[TopicPartition], source: Callable[[str], str]) -> dict[TopicPartition, int]: ...
+    def load_offsets(
+        self, keys: set[TopicPartition], source: Callable[[str], str]
+    ) -> dict[TopicPartition, int]:
+        """Stored next offsets of the partitions ``keys``; ``source`` maps a topic to its key."""
+        ...
 
-    def load_state(self, stream: str) -> dict[str, Any] | None: ...
+    def load_state(self, stream: str) -> dict[str, Any] | None:
+        """The stream's stored detector state, or None."""
+        ...
 
-    def persist(self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]) -> None: ...
+    def persist(
+        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
+    ) -> None:
+        """Store a batch's results, states and offsets atomically (all or nothing)."""
+        ...
 
 
 class NullSink:
     """Keeps nothing: for ``monitor run --no-store`` and benchmarks of the bare pipeline."""
 
-    def load_offsets(self, keys: set[TopicPartition], source: Callable[[str], str]) -> dict[TopicPartition, int]:
+    def load_offsets(
+        self, keys: set[TopicPartition], source: Callable[[str], str]
+    ) -> dict[TopicPartition, int]:
         return {}
 
     def load_state(self, stream: str) -> dict[str, Any] | None:
         return None
 
-    def persist(self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]) -> None:
+    def persist(
+        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
+    ) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long the worker keeps retrying an unavailable database, and how often.
+
+    Waits start at ``backoff_s`` and double up to ``max_backoff_s``; after ``deadline_s`` of
+    failures the worker gives up with :class:`DatabaseUnavailableError`. Keep ``deadline_s``
+    below the Kafka consumer's ``max_poll_interval_ms`` (300 s by default), or the group evicts
+    the worker while it waits.
+
+    Examples
+    --------
+    >>> list(RetryPolicy(deadline_s=10, backoff_s=0.5, max_backoff_s=2).delays(6))
+    [0.5, 1.0, 2.0, 2.0, 2.0, 2.0]
+    >>> RetryPolicy(deadline_s=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: deadline_s must be > 0, got 0
+    """
+
+    deadline_s: float = 60.0
+    backoff_s: float = 0.5
+    max_backoff_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("deadline_s", "backoff_s", "max_backoff_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    def delays(self, n: int) -> Iterator[float]:
+        """The first ``n`` waits between attempts, in seconds."""
+        wait = self.backoff_s
+        for _ in range(n):
+            yield float(min(wait, self.max_backoff_s))
+            wait *= 2
 
 
 @dataclass
 class RunSummary:
-    """What a run did (DESIGN.md: the summary object of ``monitor run --json``)."""
+    """What a run did (DESIGN.md: the summary object of ``monitor run --json``).
+
+    ``limit`` bounds the alarms and OOD-flagged ids kept (the most recent ones), for workers that
+    run for months; the counters stay exact. ``None`` keeps everything (finite sources).
+    """
 
     events: int = 0
     alarms: list[Alarm] = field(default_factory=list)
@@ -58,13 +159,27 @@ class RunSummary:
     ood_flagged: list[str] = field(default_factory=list)
     batches: int = 0
     seconds: float = 0.0
+    alarm_count: int = 0
+    ood_flagged_count: int = 0
+    limit: int | None = None
 
     def add(self, out: BatchOutput) -> None:
         self.events += out.events
         self.alarms += out.alarms
+        self.alarm_count += len(out.alarms)
         self.dead_letters += len(out.dead_letters)
         for window in out.ood_windows:
             self.ood_flagged += window.flagged_ids
+            self.ood_flagged_count += len(window.flagged_ids)
+        self._trim()
+
+    def _trim(self) -> None:
+        # Trim only at twice the limit, so that keeping the tail costs O(1) amortised per item.
+        if self.limit is None:
+            return
+        for items in (self.alarms, self.ood_flagged):
+            if len(items) > 2 * self.limit:
+                del items[: len(items) - self.limit]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,8 +193,8 @@ class RunSummary:
         rate = self.events / self.seconds if self.seconds > 0 else float("nan")
         print(
             f"{self.events} events in {self.seconds:.2f} s ({rate:,.0f}/s), "
-            f"{len(self.alarms)} alarms, {self.dead_letters} dead letters, "
-            f"{len(self.ood_flagged)} OOD flags",
+            f"{self.alarm_count} alarms, {self.dead_letters} dead letters, "
+            f"{self.ood_flagged_count} OOD flags",
             file=stream,
         )
 
@@ -93,6 +208,10 @@ class StopFlag:
     def set(self) -> None:
         self._event.set()
 
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s``, waking early when the flag is set; True if it is set."""
+        return self._event.wait(timeout_s)
+
     def __bool__(self) -> bool:
         return self._event.is_set()
 
@@ -103,12 +222,16 @@ class StopFlag:
             return
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for sig in previous:
-            signal.signal(sig, lambda *_: self.set())
+            signal.signal(sig, lambda *_: self._requested())
         try:
             yield self
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _requested(self) -> None:
+        log.info("stop requested: finishing the current batch")
+        self.set()
 
 
 class Worker:
@@ -128,8 +251,33 @@ class Worker:
         Records per poll, processed and persisted as one transaction.
     on_alarm
         Called with each alarm after it is durable.
+    poll_timeout_s
+        Longest wait for records in one poll (also the longest delay before a stop is noticed).
     on_batch
         Called with each batch's output after it is durable (progress, plots).
+    retry
+        How long to retry an unavailable database before giving up (default: 60 s).
+    summary_limit
+        Most recent alarms and OOD-flagged ids kept in :attr:`summary` (``None``: all).
+
+    Notes
+    -----
+    After :class:`DatabaseUnavailableError` the worker's in-memory state is ahead of the database:
+    build a new worker (which restores from the database) rather than calling ``run`` again.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from connectors import FileSource
+    >>> from monitor.datasets import build_example
+    >>> from monitor.runner import build_monitors, read_configs
+    >>> paths = build_example(tempfile.mkdtemp(), seed=1, n_calibration=100,
+    ...                       phases=[("stable", 50), ("concept", 50)])
+    >>> source = FileSource(paths["events"])
+    >>> pipeline = Pipeline(build_monitors(read_configs([str(paths["config"])])), source.name)
+    >>> summary = Worker(source, pipeline, NullSink(), source_kind="file", batch_size=40).run()
+    >>> summary.events, summary.batches, source.committed == {(source.topic, 0): 100}
+    (100, 4, True)
     """
 
     def __init__(
@@ -142,9 +290,13 @@ class Worker:
         on_alarm: Callable[[Alarm], None] | None = None,
         poll_timeout_s: float = 1.0,
         on_batch: Callable[[BatchOutput], None] | None = None,
+        retry: RetryPolicy | None = None,
+        summary_limit: int | None = None,
     ) -> None:
         if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if summary_limit is not None and summary_limit < 1:
+            raise ValueError(f"summary_limit must be None or >= 1, got {summary_limit}")
         self.source = source
         self.pipeline = pipeline
         self.sink = sink
@@ -153,8 +305,10 @@ class Worker:
         self.on_alarm = on_alarm
         self.poll_timeout_s = poll_timeout_s
         self.on_batch = on_batch
-        self.summary = RunSummary()
-        self._committed: dict[TopicPartition, int] = {}
+        self.retry = retry or RetryPolicy()
+        self.summary_limit = summary_limit
+        self.summary = RunSummary(limit=summary_limit)
+        self._stop = StopFlag()
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
@@ -162,29 +316,39 @@ class Worker:
         return f"{self.source_kind}:{topic}"
 
     def run(self, stop: StopFlag | None = None, max_batches: int | None = None) -> RunSummary:
-        """Process until the source is exhausted, ``stop`` is set or ``max_batches`` is reached."""
-        stop = stop or StopFlag()
+        """Process until the source is exhausted, ``stop`` is set or ``max_batches`` is reached.
+
+        Raises
+        ------
+        DatabaseUnavailableError
+            The database stayed unavailable past the retry deadline; nothing was committed.
+        """
+        self._stop = stop or StopFlag()
         start = time.perf_counter()
-        while not stop and (max_batches is None or self.summary.batches < max_batches):
-            records = self.source.poll(self.batch_size, self.poll_timeout_s)
-            if records:
-                self._handle(self.pipeline.process(records))
-            elif self.source.exhausted:
-                self._handle(self.pipeline.flush())
-                break
-        self.summary.seconds += time.perf_counter() - start
+        try:
+            while not self._stop and (max_batches is None or self.summary.batches < max_batches):
+                if not self._step():
+                    break
+        finally:
+            self.summary.seconds += time.perf_counter() - start
         return self.summary
 
-    def _handle(self, out: BatchOutput) -> None:
-        offsets = [
-            SourceOffset(self.offset_key(topic), partition, offset)
-            for (topic, partition), offset in sorted(out.offsets.items())
-        ]
-        states = {name: self.pipeline.streams[name].state_dict() for name in sorted(out.touched)}
-        self.sink.persist(out, offsets, states)
-        if out.offsets:
-            self.source.commit(out.offsets)
-            self._committed.update(out.offsets)
+    def _step(self) -> bool:
+        """One poll and its batch; False once a finite source is exhausted (and flushed)."""
+        records = self.source.poll(self.batch_size, self.poll_timeout_s)
+        if records:
+            self._handle(self.pipeline.process(records), records)
+        elif self.source.exhausted:
+            self._handle(self.pipeline.flush(), [])
+            return False
+        return True
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    def _handle(self, out: BatchOutput, records: Sequence[Any]) -> None:
+        if not self._persist(out, records):
+            return
+        self._commit(out.offsets)
         self.summary.add(out)
         self.summary.batches += 1
         if self.on_alarm is not None:
@@ -193,18 +357,113 @@ class Worker:
         if self.on_batch is not None:
             self.on_batch(out)
 
+    def _persist(self, out: BatchOutput, records: Sequence[Any]) -> bool:
+        """Store the batch with its offsets; False if the database already holds later offsets."""
+        from monitor.db.errors import OffsetRegressionError
+
+        offsets = [
+            SourceOffset(self.offset_key(topic), partition, offset)
+            for (topic, partition), offset in sorted(out.offsets.items())
+        ]
+        states = {name: self.pipeline.streams[name].state_dict() for name in sorted(out.touched)}
+        try:
+            self._durably(lambda: self.sink.persist(out, offsets, states), "persisting a batch")
+        except OffsetRegressionError as exc:
+            log.warning("batch dropped: %s", exc)
+            self._resync(records, out.touched)
+            return False
+        return True
+
+    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        from connectors.errors import OffsetCommitError
+
+        if not offsets:
+            return
+        try:
+            self.source.commit(offsets)
+        except OffsetCommitError as exc:
+            # The results and offsets are durable in the database, which every owner resumes from.
+            log.warning("source commit refused (results are stored; continuing): %s", exc)
+
+    def _durably(self, action: Callable[[], T], what: str) -> T:
+        """Run a database action, retrying transient failures with backoff until the deadline."""
+        deadline = time.monotonic() + self.retry.deadline_s
+        for attempt, wait in enumerate(self.retry.delays(1_000_000), start=1):
+            try:
+                return action()
+            except (OperationalError, InterfaceError, DBAPIError) as exc:
+                if not _transient(exc):
+                    raise
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0 or self._stop:
+                    raise self._gave_up(what, attempt, exc) from exc
+                log.warning("%s failed (attempt %d: %s); retrying in %.1f s",
+                            what, attempt, _short(exc), wait)
+                self._stop.wait(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _gave_up(self, what: str, attempts: int, exc: BaseException) -> DatabaseUnavailableError:
+        why = "a stop was requested" if self._stop else f"{self.retry.deadline_s:g} s passed"
+        return DatabaseUnavailableError(
+            f"{what} failed {attempts} times and {why} ({_short(exc)}); nothing was committed "
+            "to the source, so a restarted worker resumes at the last stored batch"
+        )
+
+    # -- rebalances -----------------------------------------------------------------------------
+
     def _on_assign(self, partitions: set[TopicPartition]) -> None:
         """Restore every stream from the database and seek to the stored offsets."""
-        for name, monitor in self.pipeline.streams.items():
-            state = self.sink.load_state(name)
-            if state is not None:
-                monitor.load_state(state)
-        stored = self.sink.load_offsets(partitions, self.offset_key)
+        self._restore_streams(reset=set())
+        stored = self._durably(
+            lambda: self.sink.load_offsets(partitions, self.offset_key), "loading offsets"
+        )
         if stored:
             self.source.seek(stored)
         log.info("assigned %s; resuming at %s", sorted(partitions), stored or "committed offsets")
 
     def _on_revoke(self, partitions: set[TopicPartition]) -> None:
-        # Every processed batch is already persisted and committed before poll() returns control,
-        # so there is nothing in flight to save here; log for operators.
+        # Callbacks run inside poll(), and every batch is persisted and committed before the
+        # next poll: nothing is in flight when partitions go, so there is nothing to save here.
         log.info("revoked %s", sorted(partitions))
+
+    def _resync(self, records: Sequence[Any], touched: set[str]) -> None:
+        """Forget a batch the database refused: reload state, seek back to the stored offsets."""
+        first: dict[TopicPartition, int] = {}
+        for record in records:
+            first.setdefault((record.topic, record.partition), record.offset)
+        self._restore_streams(reset=touched)
+        stored = self._durably(
+            lambda: self.sink.load_offsets(set(first), self.offset_key), "loading offsets"
+        )
+        owned = self.source.assignment()
+        target = {tp: stored.get(tp, offset) for tp, offset in first.items() if tp in owned}
+        if target:
+            self.source.seek(target)
+        log.warning("resynchronised from the database; resuming at %s", target)
+
+    def _restore_streams(self, reset: set[str]) -> None:
+        """Load every stream's stored state; streams in ``reset`` without one start afresh."""
+        names = sorted(self.pipeline.streams)
+        states = self._durably(
+            lambda: {name: self.sink.load_state(name) for name in names}, "loading detector state"
+        )
+        for name, state in states.items():
+            monitor = self.pipeline.streams[name]
+            if state is not None:
+                monitor.load_state(state)
+            elif name in reset:
+                self.pipeline.streams[name] = StreamMonitor(monitor.config, monitor.calibration)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Errors worth retrying: lost connections and the server's retry-me errors."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def _short(exc: BaseException) -> str:
+    # SQLAlchemy's message embeds the statement and its parameters (a whole batch): keep the cause.
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0][:200] if lines else ''}"

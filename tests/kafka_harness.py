@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-class PatientRangeAssignor(RangePartitionAssignor):  # type: ignore[misc]
+class PatientRangeAssignor(RangePartitionAssignor):
     """kafka-python's range assignor, 0.3 s late, so followers sync before the leader."""
 
     @classmethod
@@ -106,8 +106,7 @@ def mock_kafka_cluster(num_brokers: int = 1) -> Iterator[str]:
         metadata = handle.list_topics(timeout=10)
         yield ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     finally:
-        handle.flush(1)
-        del handle  # the cluster stops when its last client is gone
+        _close(handle)  # the cluster stops with the client that started it
 
 
 @pytest.fixture
@@ -158,7 +157,9 @@ def produce_confluent(
 ) -> list[tuple[int, int]]:
     """Produce with confluent-kafka (librdkafka defaults unless ``config`` overrides them);
     return each record's ``(partition, offset)`` in input order."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, **(config or {})})
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "logger": _log, **(config or {})}
+    )
     placed: dict[int, tuple[int, int]] = {}
     errors: list[str] = []
 
@@ -168,10 +169,13 @@ def produce_confluent(
         else:
             placed[index] = (msg.partition(), msg.offset())
 
-    for i, value in enumerate(values):
-        _produce_one(producer, topic, _bytes(value), _key(keys, i),
-                     lambda err, msg, i=i: delivered(err, msg, i))
-    left = producer.flush(60)
+    try:
+        for i, value in enumerate(values):
+            _produce_one(producer, topic, _bytes(value), _key(keys, i),
+                         lambda err, msg, i=i: delivered(err, msg, i))
+        left = producer.flush(60)
+    finally:
+        _close(producer)
     if left or errors:
         raise RuntimeError(f"confluent producer: {left} undelivered, errors: {errors[:3]}")
     if check_retention:
@@ -200,6 +204,14 @@ def _produce_one(
             return
         except BufferError:  # local queue full: let deliveries drain
             producer.poll(0.05)
+
+
+def _close(client: Any) -> None:
+    # Producer.close() is recent in confluent-kafka; older versions release the client on
+    # garbage collection (and it logs reconnect failures until then).
+    close = getattr(client, "close", None)
+    if close is not None:
+        close()
 
 
 def _check_retention(bootstrap: str, topic: str) -> None:

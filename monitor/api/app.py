@@ -52,7 +52,8 @@ def create_app(settings: Settings) -> FastAPI:
     ----------
     settings
         ``database_url``, ``api_tokens``, ``max_body_bytes``, ``max_event_bytes``,
-        ``webhook_urls`` and ``webhook_secret`` are used.
+        ``webhook_urls``, ``webhook_secret`` and ``auto_migrate`` (migrate the database to the
+        latest schema first) are used.
 
     Raises
     ------
@@ -70,7 +71,9 @@ def create_app(settings: Settings) -> FastAPI:
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     engine = make_engine(settings.database_url)
     sessions = session_factory(engine)
-    sink = DatabaseSink(settings.database_url)
+    # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
+    # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
+    sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
     ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
     context = ApiContext(settings, engine, sessions, tokens, ingestor)
 

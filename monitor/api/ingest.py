@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, text
+from sqlalchemy.orm import Session
 
 from monitor.calibration import Calibration
 from monitor.config import StreamConfig
@@ -38,6 +39,7 @@ from monitor.pipeline import Pipeline, RawRecord
 from monitor.records import Alarm, SourceOffset
 from monitor.runner import DatabaseSink
 from monitor.state import decode_state, encode_state
+from monitor.stream import StreamMonitor
 
 __all__ = ["HTTP_SOURCE", "IngestResult", "Ingestor", "build_monitor"]
 
@@ -60,11 +62,9 @@ class IngestResult:
     alarms: list[Alarm] = field(default_factory=list)
 
 
-def build_monitor(config: StreamConfig, calibration: Calibration) -> Any:
-    """A fresh ``StreamMonitor``; raises ``ValueError`` or ``LookupError`` if the
-    configuration and calibration cannot be monitored together."""
-    from monitor.stream import StreamMonitor
-
+def build_monitor(config: StreamConfig, calibration: Calibration) -> StreamMonitor:
+    """A fresh monitor; raises ``ValueError`` or ``LookupError`` if the configuration and
+    calibration cannot be monitored together."""
     return StreamMonitor(config, calibration)
 
 
@@ -73,7 +73,7 @@ class _Cached:
     """A stream's monitor object, reused across batches, and its state before any event."""
 
     updated_at: datetime
-    monitor: Any
+    monitor: StreamMonitor
     fresh_state: tuple[str, bytes | None]
 
 
@@ -147,7 +147,7 @@ class Ingestor:
         with self.sink.sessions() as session:
             return load_offsets(session, HTTP_SOURCE).get(0, 0)
 
-    def _restore(self, names: set[str]) -> dict[str, Any]:
+    def _restore(self, names: set[str]) -> dict[str, StreamMonitor]:
         """Monitors of the registered streams among ``names``, in their stored state."""
         with self.sink.sessions() as session:
             rows = list(session.scalars(select(StreamRow).where(StreamRow.name.in_(sorted(names)))))
@@ -165,7 +165,7 @@ class Ingestor:
             monitors[row.name] = cached.monitor
         return monitors
 
-    def _build(self, session: Any, row: StreamRow) -> _Cached:
+    def _build(self, session: Session, row: StreamRow) -> _Cached:
         config = StreamConfig.model_validate(row.config)
         events = session.scalars(calibration_query(row.name))
         rows = [

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import URL
 
 from alembic import command
-from monitor.db.engine import make_engine
+from monitor.db.engine import SQLITE_BEGIN, make_engine
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "upgrade"]
 
@@ -51,7 +51,9 @@ def current_revision(url: str | URL) -> str | None:
 def _run(url: str | URL, action: Callable[[Config], None]) -> None:
     engine = make_engine(url)
     try:
-        with engine.connect() as connection:
+        # IMMEDIATE: a concurrent upgrade on SQLite waits for the write lock before it reads the
+        # current revision (PostgreSQL uses an advisory lock in env.py).
+        with engine.connect().execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}) as connection:
             config = alembic_config()
             config.attributes["connection"] = connection
             action(config)

@@ -49,8 +49,8 @@ def json_dumps(value: Any) -> str:
     """JSON text that PostgreSQL's JSONB accepts: no NaN/Infinity tokens, numpy types converted.
 
     NaN becomes ``null`` and infinities become ``±records.MAX_STATISTIC`` (as in the alarm
-    record's ``to_json``); finite numbers are written exactly; exact non-finite values belong in detector state
-    (:mod:`monitor.state`), not in JSON columns.
+    record's ``to_json``); finite numbers are written exactly. Exact non-finite values belong in
+    detector state (:mod:`monitor.state`), not in JSON columns.
 
     Examples
     --------

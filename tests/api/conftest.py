@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete
 from sqlalchemy.orm import Session
 
-import tests.api._dev_shims  # noqa: F401  TEMPORARY until settings/wiring land
 from monitor.api import create_app
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade

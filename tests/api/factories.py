@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-import monitor.settings
 from monitor.config import StreamConfig
 from monitor.db.repositories import create_stream
 from monitor.db.store import persist_batch
 from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.settings import Settings
 from monitor.state import Checkpoint
 
 READ_TOKEN = "read-token-0123456789"
@@ -25,14 +25,15 @@ KINDS = ("concept_shift", "extreme_covariate_shift", "benign_covariate_shift")
 DETECTORS = ("covariate", "conditional", "ood")
 
 
-def make_settings(database_url: str, **values: Any) -> monitor.settings.Settings:
+def make_settings(database_url: str, **values: Any) -> Settings:
     """Settings of a test app; ``values`` override the defaults."""
     defaults: dict[str, Any] = {
         "database_url": database_url,
         "api_tokens": f"read:{READ_TOKEN},write:{WRITE_TOKEN}",
         "max_body_bytes": 1_000_000,
+        "auto_migrate": False,  # the fixtures migrate each database once
     }
-    return monitor.settings.Settings(**(defaults | values))
+    return Settings(**(defaults | values))
 
 
 def calibration_rows(n: int = 40, seed: int = 0, d: int = 3) -> list[dict[str, Any]]:

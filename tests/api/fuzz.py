@@ -48,13 +48,20 @@ class FuzzReport:
     failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Time spent answering, per operation label (where a run's time goes).
+    busy: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [
             f"{self.cases} cases over {len(self.operations)} operations in "
             f"{self.seconds:.1f} s: {len(self.failures)} failures, {len(self.errors)} errors"
         ]
-        return "\n".join(lines + self.failures[:20] + self.errors[:20])
+        busy = ", ".join(
+            f"{k} {v:.1f}s" for k, v in sorted(self.busy.items(), key=lambda kv: -kv[1])
+        )
+        return "\n".join(
+            [*lines, f"time answering: {busy}", *self.failures[:20], *self.errors[:20]]
+        )
 
 
 def run(
@@ -102,6 +109,12 @@ def _collect(event: Any, report: FuzzReport) -> None:
     if isinstance(event, events.ScenarioFinished):
         report.cases += len(event.recorder.cases)
         report.operations.add(event.recorder.label)
+        elapsed = sum(
+            i.response.elapsed
+            for i in event.recorder.interactions.values()
+            if i.response is not None
+        )
+        report.busy[event.recorder.label] = report.busy.get(event.recorder.label, 0.0) + elapsed
         for case_id, checks in event.recorder.checks.items():
             for check in checks:
                 if check.failure_info is not None:

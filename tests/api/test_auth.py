@@ -43,21 +43,24 @@ def _ids(routes: list[tuple[str, str]]) -> list[str]:
 
 def test_the_app_serves_the_documented_routes() -> None:
     # A new route must be added here on purpose; the parametrized checks below then cover it.
-    assert sorted(
-        [
-            ("GET", "/health"),
-            ("GET", "/metrics"),
-            ("GET", "/streams"),
-            ("POST", "/streams"),
-            ("GET", "/streams/{name}"),
-            ("GET", "/streams/{name}/trace"),
-            ("GET", "/streams/{name}/ood"),
-            ("GET", "/alarms"),
-            ("GET", "/alarms/{alarm_id}"),
-            ("POST", "/alarms/{alarm_id}/ack"),
-            ("POST", "/events"),
-        ]
-    ) == ROUTES
+    assert (
+        sorted(
+            [
+                ("GET", "/health"),
+                ("GET", "/metrics"),
+                ("GET", "/streams"),
+                ("POST", "/streams"),
+                ("GET", "/streams/{name}"),
+                ("GET", "/streams/{name}/trace"),
+                ("GET", "/streams/{name}/ood"),
+                ("GET", "/alarms"),
+                ("GET", "/alarms/{alarm_id}"),
+                ("POST", "/alarms/{alarm_id}/ack"),
+                ("POST", "/events"),
+            ]
+        )
+        == ROUTES
+    )
 
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED, ids=_ids(PROTECTED))

@@ -29,7 +29,7 @@ from tests.api.factories import (
 )
 
 #: Generated examples per operation (CI). Raise with MONITOR_FUZZ_EXAMPLES for a longer run.
-EXAMPLES = int(os.environ.get("MONITOR_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("MONITOR_FUZZ_EXAMPLES", "10"))
 
 
 def seed(session: Session) -> None:
@@ -43,7 +43,8 @@ def seed(session: Session) -> None:
         + trace("bikes", "conditional", range(1, 3000, 7)),
         ood_windows=[ood_window("bikes", w, (f"e-{w}",)) for w in range(12)],
         dead_letters=[dead_letter(i) for i in range(3)],
-        checkpoints={"bikes": checkpoint("bikes", 3000, pending_ts=[1.7e9])},
+        # A stream that is not registered (monitored with `monitor run --config`).
+        checkpoints={"legacy": checkpoint("legacy", 3000, pending_ts=[1.7e9])},
     )
 
 

@@ -9,6 +9,7 @@ argument parsers), images are pinned, the start order is enforced by health chec
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -148,18 +149,23 @@ def test_worker_source_url_parses() -> None:
     assert "kafka:9092" in str(parts) and "predictions" in str(parts)
 
 
-def test_demo_files_line_up() -> None:
-    # The register and producer services read what `replay prepare` writes (build_example's
-    # names for the default stream "shuttle") from the shared volume.
-    import inspect
-
-    from monitor.datasets import build_example
-
-    out = SERVICES["demo-data"]["command"][SERVICES["demo-data"]["command"].index("--out") + 1]
-    stream = inspect.signature(build_example).parameters["stream"].default
-    assert SERVICES["register"]["command"][3] == f"{out}/{stream}.yaml"
+def test_demo_files_line_up(tmp_path: Path) -> None:
+    """``register`` and ``producer`` read what ``demo-data`` writes into the shared volume."""
+    prepare = SERVICES["demo-data"]["command"]
+    out = prepare[prepare.index("--out") + 1]
+    assert replay.main([*prepare[3:], "--out", str(tmp_path)]) == 0  # the real step, elsewhere
+    config = SERVICES["register"]["command"][3]
     produce = SERVICES["producer"]["command"]
-    assert produce[produce.index("--events") + 1] == f"{out}/{stream}_events.jsonl"
+    events = produce[produce.index("--events") + 1]
+    for path in (config, events):
+        assert path.startswith(f"{out}/")
+        assert (tmp_path / path.removeprefix(f"{out}/")).is_file(), path
+    from monitor.config import load_stream_config
+
+    stream = load_stream_config(tmp_path / config.removeprefix(f"{out}/"))
+    assert Path(str(stream.calibration)).is_file()
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "shuttle_events.jsonl").open()}
+    assert kinds == {"prediction", "label"}  # delayed labels: the label join has work to do
     for s in ("demo-data", "register", "producer"):
         assert any(v.startswith("demo-data:/data") for v in SERVICES[s]["volumes"]), s
 

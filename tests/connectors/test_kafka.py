@@ -125,6 +125,29 @@ def test_seek_in_on_assign_and_backwards(kafka_broker: str) -> None:
     source.close()
 
 
+def test_a_failing_callback_surfaces_from_poll_and_loses_no_record(kafka_broker: str) -> None:
+    values, keys = events(50)
+    produce_kafka_python(kafka_broker, "cb", values, keys)
+    source = KafkaSource(kafka_broker, "cb", "g-cb", **MOCK_CONSUMER_OPTIONS)
+    calls: list[set[TopicPartition]] = []
+
+    def restore_fails_once(partitions: set[TopicPartition]) -> None:
+        calls.append(partitions)
+        if len(calls) == 1:
+            raise RuntimeError("database down")
+
+    source.on_assign(restore_fails_once)
+    before: list[Record] = []
+    with pytest.raises(RuntimeError, match="database down"):  # kafka-python would only log it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            before += source.poll(1000, 0.2)
+    assert before == []
+    records = poll_until(source, 50)
+    source.close()
+    assert sorted(r.value for r in records) == sorted(values)
+
+
 def test_commits_only_increase(kafka_broker: str) -> None:
     values, _ = events(20)
     placed = produce_kafka_python(kafka_broker, "monotonic", values, ["s"] * 20)
@@ -267,8 +290,8 @@ def test_retention_of_the_mock_explains_the_stall(
     assert f"offsets 0..{start - 1} were not delivered" in caplog.text
 
 
-def test_compressed_batches_and_an_actionable_error_for_a_missing_codec(
-    kafka_broker: str, monkeypatch: pytest.MonkeyPatch
+def test_compressed_and_large_batches_and_an_actionable_error_for_a_missing_codec(
+    kafka_broker: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     available = {"gzip": True, "lz4": kafka.codec.has_lz4(), "zstd": kafka.codec.has_zstd(),
                  "snappy": kafka.codec.has_snappy()}
@@ -277,11 +300,24 @@ def test_compressed_batches_and_an_actionable_error_for_a_missing_codec(
     for codec in codecs:
         produce_confluent(kafka_broker, f"c-{codec}", values, keys,
                           config={"compression.codec": codec, "linger.ms": 50})
-    topics = [f"c-{codec}" for codec in codecs]
+    # And one uncompressed batch of ~2.5 MB, over kafka-python's 1 MiB max_partition_fetch_bytes:
+    # the broker returns a first batch whole whatever its size (KIP-74), kafka-python reads it,
+    # provided the response frame is allowed (receive_message_max_bytes, default 1 000 000:
+    # kafka-python would drop the connection once, logging "Invalid frame length").
+    big, _ = events(20_000)
+    placed = produce_confluent(
+        kafka_broker, "c-big", big, ["one-stream"] * len(big),
+        config={"linger.ms": 2000, "batch.num.messages": 100_000, "batch.size": 8_000_000,
+                "message.max.bytes": 8_000_000})
+    assert len({offset for _, offset in placed}) == len(big)
+    topics = [f"c-{codec}" for codec in codecs] + ["c-big"]
     source = KafkaSource(kafka_broker, topics, "g-codecs", **MOCK_CONSUMER_OPTIONS)
-    records = poll_until(source, 2000 * len(codecs))
+    with caplog.at_level(logging.WARNING, "kafka"):
+        records = poll_until(source, 2000 * len(codecs) + len(big))
+    assert "Invalid frame length" not in caplog.text
     for topic in topics:
-        assert sorted(r.value for r in records if r.topic == topic) == sorted(values)
+        expected = big if topic == "c-big" else values
+        assert sorted(r.value for r in records if r.topic == topic) == sorted(expected)
     # The same consumer, without the lz4 library (simulated: kafka-python checks at decode time).
     produce_confluent(kafka_broker, "c-gzip", values[:10], keys[:10],
                       config={"compression.codec": "lz4"})

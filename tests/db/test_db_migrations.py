@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -10,6 +15,8 @@ from sqlalchemy import Column, Integer, MetaData, inspect
 from monitor.db.engine import make_engine
 from monitor.db.migrate import current_revision, downgrade, upgrade
 from monitor.db.models import Base
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLES = {
     "alarms",
@@ -83,12 +90,14 @@ def test_offline_sql_renders_for_postgresql(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_concurrent_upgrades_do_not_collide(empty_database_url: str) -> None:
-    # Workers run `monitor db upgrade` as they start; two at once must both succeed.
-    from concurrent.futures import ThreadPoolExecutor
-
-    if empty_database_url.startswith("sqlite"):
-        upgrade(empty_database_url)  # SQLite's write lock serialises them; make one first
-    with ThreadPoolExecutor(2) as pool:
-        for future in [pool.submit(upgrade, empty_database_url) for _ in range(2)]:
-            future.result()
+    # Workers run `monitor db upgrade` as they start: two processes at once must both succeed.
+    # (Processes, not threads: Alembic's migration context is process-global.)
+    code = "import sys; from monitor.db.migrate import upgrade; upgrade(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, empty_database_url], cwd=ROOT, env=env)
+        for _ in range(2)
+    ]
+    assert [run.wait(timeout=60) for run in runs] == [0, 0]
     assert table_names(empty_database_url) == TABLES
+    assert current_revision(empty_database_url) == "0001"

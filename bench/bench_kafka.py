@@ -1,0 +1,181 @@
+"""Kafka consume rates on librdkafka's mock broker (loopback, real Kafka wire protocol).
+
+Figures (records per second, steady state: from the first fetched batch to the N-th record,
+so the 3 s group join of the mock broker is not counted):
+
+- ``raw``: a bare kafka-python ``KafkaConsumer`` (assigned all partitions, no group) that
+  ``json.loads`` every value: the ceiling the worker is compared with (goal: worker >= 0.8 x raw);
+- ``source``: :class:`connectors.KafkaSource` in a consumer group (``Record`` objects), plus
+  ``json.loads``: what the connector costs on top of the raw consumer.
+
+The events are wire-format predictions keyed by 16 stream names, produced before consuming
+(with confluent-kafka, i.e. librdkafka, by default). The mock broker keeps 5 MiB per partition:
+about 160 000 such events in all; beyond that the producer helper raises (see docs/kafka.md).
+
+Usage::
+
+    .venv/bin/python bench/bench_kafka.py                  # 100 000 events, best of 3
+    .venv/bin/python bench/bench_kafka.py --events 20000 --producer kafka-python --json
+
+``raw_consume_rate(bootstrap, topic, n)`` is importable, to measure the raw ceiling beside the
+worker's end-to-end rate on the same broker in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors import DEFAULT_CONSUMER_OPTIONS, KafkaSource
+from tests.kafka_harness import (
+    mock_kafka_cluster,
+    produce_confluent,
+    produce_kafka_python,
+)
+
+STREAMS = 16
+
+
+class SteadyRate:
+    """Counts records from the first non-empty batch on; rate excludes that batch."""
+
+    def __init__(self, n: int, timeout_s: float) -> None:
+        self.n = n
+        self.deadline = time.monotonic() + timeout_s
+        self.count = 0
+        self.first_batch = 0
+        self.start = 0.0
+
+    def add(self, batch_size: int) -> None:
+        if time.monotonic() > self.deadline:
+            raise TimeoutError(f"only {self.count} of {self.n} records arrived")
+        if batch_size and not self.count:
+            self.start, self.first_batch = time.perf_counter(), batch_size
+        self.count += batch_size
+
+    @property
+    def done(self) -> bool:
+        return self.count >= self.n
+
+    def rate(self) -> float:
+        return (self.count - self.first_batch) / (time.perf_counter() - self.start)
+
+
+def raw_consume_rate(
+    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, **consumer_options: Any
+) -> float:
+    """Records/s of a bare kafka-python consumer that ``json.loads`` each value.
+
+    Reads ``topic`` from the beginning of every partition (``assign``, no group) until ``n``
+    records arrived, with the same consumer defaults as ``KafkaSource``.
+    """
+    options = {**DEFAULT_CONSUMER_OPTIONS, **consumer_options}
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **options)
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([KafkaTopicPartition(topic, p) for p in sorted(partitions)])
+        consumer.seek_to_beginning()
+        meter = SteadyRate(n, timeout_s)
+        while not meter.done:
+            batches = consumer.poll(timeout_ms=500, max_records=5000)
+            for batch in batches.values():
+                for record in batch:
+                    json.loads(record.value)
+                meter.add(len(batch))
+        return meter.rate()
+    finally:
+        consumer.close(autocommit=False)
+
+
+def source_consume_rate(
+    bootstrap: str, topic: str, n: int, group: str, timeout_s: float = 120.0,
+    **consumer_options: Any,
+) -> float:
+    """Records/s of :class:`connectors.KafkaSource` (group member) plus ``json.loads``."""
+    source = KafkaSource(bootstrap, topic, group, **consumer_options)
+    try:
+        meter = SteadyRate(n, timeout_s)
+        while not meter.done:
+            records = source.poll(5000, 0.5)
+            for record in records:
+                json.loads(record.value)
+            meter.add(len(records))
+        return meter.rate()
+    finally:
+        source.close()
+
+
+def wire_events(n: int) -> tuple[list[bytes], list[str]]:
+    """``n`` prediction events in the DESIGN.md wire format, keyed by stream name."""
+    values, keys = [], []
+    for i in range(n):
+        stream = f"stream-{i % STREAMS:02d}"
+        event = {"kind": "prediction", "stream": stream, "id": f"e-{i:07d}",
+                 "ts": "2026-11-30T12:00:00Z", "features": [0.3, 1.2, 5.0], "prediction": 41.7}
+        values.append(json.dumps(event).encode())
+        keys.append(stream)
+    return values, keys
+
+
+def produce(bootstrap: str, topic: str, n: int, producer: str) -> float:
+    values, keys = wire_events(n)
+    send: Callable[[str, str, Iterable[bytes], list[str]], Any] = (
+        produce_confluent if producer == "confluent" else produce_kafka_python
+    )
+    start = time.perf_counter()
+    send(bootstrap, topic, values, keys)
+    return n / (time.perf_counter() - start)
+
+
+def run(n: int, producer: str, repeat: int) -> dict[str, Any]:
+    """Best of ``repeat`` interleaved measurements (the machine is shared: the best is the
+    least disturbed one)."""
+    raw = source = 0.0
+    with mock_kafka_cluster() as bootstrap:
+        produced = produce(bootstrap, "bench", n, producer)
+        for i in range(repeat):
+            raw = max(raw, raw_consume_rate(bootstrap, "bench", n))
+            source = max(source, source_consume_rate(bootstrap, "bench", n, group=f"bench-{i}"))
+    return {
+        "events": n,
+        "repeat": repeat,
+        "producer": producer,
+        "produce_per_s": round(produced),
+        "raw_per_s": round(raw),
+        "source_per_s": round(source),
+        "source_over_raw": round(source / raw, 3),
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--producer", choices=["confluent", "kafka-python"], default="confluent")
+    parser.add_argument("--repeat", type=int, default=3, help="report the best of N runs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    result = run(args.events, args.producer, args.repeat)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{result['events']} events produced with {result['producer']} "
+          f"({result['produce_per_s']:,} events/s)")
+    print(f"raw kafka-python + json.loads : {result['raw_per_s']:>10,} events/s")
+    print(f"KafkaSource + json.loads      : {result['source_per_s']:>10,} events/s "
+          f"({result['source_over_raw']:.2f} x raw)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""POST /events: the worker's validation and dead-letter path, state restored from and persisted to
+the database, alarms returned and sent to the webhooks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from monitor.api import create_app
+from monitor.db.models import (
+    CheckpointRow,
+    DeadLetterRow,
+    SourceOffsetRow,
+    TracePointRow,
+    WebhookDeliveryRow,
+)
+from monitor.webhooks import verify
+from tests.api.factories import READ, WRITE, calibration_rows, make_settings, stream_config
+
+#: Alarm when the conditional test martingale reaches 1/alpha = 100 (Ville), so a clear shift
+#: alarms within a few dozen events.
+VILLE = {"rule": "ville", "alpha": 0.01}
+
+
+def events(
+    n: int, seed: int, shift: float = 0.0, start: int = 0, stream: str = "bikes"
+) -> list[dict[str, Any]]:
+    """Labeled predictions like calibration_rows(); ``shift`` moves the labels (concept shift)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3))
+    y = x.sum(axis=1) + rng.normal(scale=0.5, size=n) + shift
+    return [
+        {
+            "kind": "prediction",
+            "stream": stream,
+            "id": f"e-{start + i}",
+            "ts": f"2026-11-30T12:{(start + i) // 60 % 60:02d}:{(start + i) % 60:02d}Z",
+            "features": x[i].round(4).tolist(),
+            "prediction": float(x[i].sum().round(4)),
+            "label": float(y[i].round(4)),
+        }
+        for i in range(n)
+    ]
+
+
+def create(client: TestClient, name: str = "bikes") -> None:
+    body = stream_config(name, calibration=calibration_rows(200), alarm=VILLE)
+    assert client.post("/streams", json=body, headers=WRITE).status_code == 201
+
+
+def post(client: TestClient, batch: list[Any]) -> dict[str, Any]:
+    response = client.post("/events", json=batch, headers=WRITE)
+    assert response.status_code == 202, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_valid_batch_is_processed_and_persisted(client: TestClient, session: Session) -> None:
+    create(client)
+    body = post(client, events(50, seed=1))
+    assert body == {"accepted": 50, "dead_letters": [], "alarms": []}
+    checkpoint = session.get(CheckpointRow, "bikes")
+    assert checkpoint is not None and checkpoint.event_index == 50
+    assert session.scalars(select(TracePointRow)).first() is not None
+    offset = session.get(SourceOffsetRow, ("http", 0))
+    assert offset is not None and offset.offset == 50
+    assert client.get("/streams/bikes", headers=READ).json()["events"] == 50
+
+
+def test_bad_items_become_dead_letters_and_never_stop_good_ones(
+    client: TestClient, session: Session
+) -> None:
+    create(client)
+    good = events(3, seed=2)
+    batch = [
+        good[0],
+        {"kind": "prediction", "stream": "bikes", "id": "x1", "prediction": 1.0},
+        {"kind": "prediction", "stream": "nope", "id": "x2", "features": [1.0], "prediction": 1.0},
+        good[1],
+        {"kind": "label", "stream": "bikes", "id": "x3", "label": float("nan")},
+        {
+            "kind": "prediction",
+            "stream": "bikes",
+            "id": "x4",
+            "features": [1.0, 2.0],
+            "prediction": 1.0,
+        },
+        {"kind": "telemetry"},
+        good[2],
+    ]
+    response = client.post(
+        "/events", content=json.dumps(batch), headers=WRITE | {"Content-Type": "application/json"}
+    )
+    assert response.status_code == 202
+    body = response.json()
+    assert body["accepted"] == 3
+    reasons = {d["index"]: d["reason"] for d in body["dead_letters"]}
+    assert sorted(reasons) == [1, 2, 4, 5, 6]
+    assert "features" in reasons[1]
+    assert reasons[2] == "unknown stream 'nope'"
+    assert "NaN" in reasons[4]
+    assert "kind" in reasons[6]
+    stored = session.scalars(select(DeadLetterRow).order_by(DeadLetterRow.offset)).all()
+    assert [(d.source, d.partition, d.offset) for d in stored] == [
+        ("http", 0, i) for i in (1, 2, 4, 5, 6)
+    ]
+    assert json.loads(stored[1].payload)["stream"] == "nope"
+
+
+def test_dead_letters_of_successive_requests_never_collide(
+    client: TestClient, session: Session
+) -> None:
+    create(client)
+    for _ in range(3):
+        body = post(client, [{"kind": "label", "stream": "ghost", "id": "a", "label": 1}])
+        assert body["dead_letters"] == [{"index": 0, "reason": "unknown stream 'ghost'"}]
+    offsets = session.scalars(select(DeadLetterRow.offset).order_by(DeadLetterRow.offset)).all()
+    assert offsets == [0, 1, 2]
+
+
+def test_state_survives_across_batches_and_replicas(
+    client: TestClient, session: Session, database_url: str
+) -> None:
+    """One batch of 240 into stream a, or 4 batches of 60 into stream b through two replicas
+    taking turns: the database is the source of truth, so the results are identical."""
+    create(client, "a")
+    create(client, "b")
+    stream = events(120, seed=3) + events(120, seed=4, shift=4.0, start=120)
+    single = post(client, [e | {"stream": "a"} for e in stream])
+    with TestClient(create_app(make_settings(database_url))) as replica:
+        split = []
+        for k, api in enumerate([client, replica, client, replica]):
+            split += post(api, [e | {"stream": "b"} for e in stream[60 * k : 60 * (k + 1)]])[
+                "alarms"
+            ]
+    assert single["alarms"], "the shift must raise an alarm"
+
+    def strip(alarms: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(a["detector"], a["kind"], a["event_index"], a["statistic"]) for a in alarms]
+
+    assert strip(single["alarms"]) == strip(split)
+    traces = {
+        name: [
+            (t.detector, t.event_index, t.log_martingale, t.p_value)
+            for t in session.scalars(
+                select(TracePointRow)
+                .where(TracePointRow.stream == name)
+                .order_by(TracePointRow.detector, TracePointRow.event_index)
+            )
+        ]
+        for name in ("a", "b")
+    }
+    assert traces["a"] == traces["b"]
+    assert session.get(CheckpointRow, "a").event_index == 240  # type: ignore[union-attr]
+    assert session.get(CheckpointRow, "b").event_index == 240  # type: ignore[union-attr]
+
+
+def test_alarm_is_returned_listed_and_measured(client: TestClient, session: Session) -> None:
+    create(client)
+    post(client, events(100, seed=5))
+    body = post(client, events(100, seed=6, shift=4.0, start=100))
+    (raised,) = [a for a in body["alarms"] if a["kind"] == "concept_shift"]
+    assert raised["stream"] == "bikes" and raised["detector"] == "conditional"
+    assert raised["event_index"] >= 100 and raised["rule"] == "ville"
+    assert client.get(f"/alarms/{raised['id']}", headers=READ).json() == raised
+    metrics = client.get("/metrics", headers=READ).text
+    assert (
+        'monitor_alarms_total{detector="conditional",kind="concept_shift",stream="bikes"}'
+        in metrics
+    )
+    assert 'monitor_events_processed_total{stream="bikes"} 200.0' in metrics
+
+
+def test_concurrent_batches_are_serialised(client: TestClient, session: Session) -> None:
+    create(client)
+    batches = [events(40, seed=10 + k, start=40 * k) for k in range(4)]
+    errors: list[BaseException] = []
+
+    def send(batch: list[dict[str, Any]]) -> None:
+        try:
+            post(client, batch)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(b,)) for b in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert session.get(CheckpointRow, "bikes").event_index == 160  # type: ignore[union-attr]
+    assert session.get(SourceOffsetRow, ("http", 0)).offset == 160  # type: ignore[union-attr]
+
+
+def test_duplicate_prediction_ids_are_dead_letters(client: TestClient, session: Session) -> None:
+    create(client)
+    batch = events(1, seed=7)
+    batch[0].pop("label")
+    body = post(client, batch + batch)
+    assert body["accepted"] == 1
+    assert "duplicate prediction id" in body["dead_letters"][0]["reason"]
+
+
+# --- webhooks ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hook_receiver() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(
+                (dict(self.headers), self.rfile.read(int(self.headers["Content-Length"])))
+            )
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/alarms", received
+    server.shutdown()
+    server.server_close()
+
+
+def test_alarms_from_http_ingest_reach_the_webhooks(
+    database_url: str,
+    session: Session,
+    hook_receiver: tuple[str, list[tuple[dict[str, str], bytes]]],
+) -> None:
+    url, received = hook_receiver
+    settings = make_settings(database_url, webhook_urls=url, webhook_secret="s3cret")
+    with TestClient(create_app(settings)) as client:
+        create(client)
+        post(client, events(100, seed=5))
+        alarms = post(client, events(100, seed=6, shift=4.0, start=100))["alarms"]
+    # Leaving the client ran the app's shutdown, which drains the webhook queue.
+    assert alarms and len(received) == len(alarms)
+    headers, body = received[0]
+    assert json.loads(body) == {
+        k: v for k, v in alarms[0].items() if k not in ("acknowledged_at", "acknowledged_by")
+    }
+    assert verify(body, "s3cret", headers["X-Monitor-Signature"])
+    assert headers["X-Monitor-Idempotency-Key"] == alarms[0]["id"]
+    rows = session.scalars(select(WebhookDeliveryRow)).all()
+    assert [(r.alarm_id, r.status_code) for r in rows] == [(a["id"], 204) for a in alarms]
