@@ -1,7 +1,7 @@
 """The statistical core: conformal p-values, betting functions, alarm rules, weighted CTM.
 
 Pure computation (numpy / scipy / river), no I/O. Formulas, validity arguments and departures
-from the WATCH reference code: docs/algorithms-core.md.
+from the WATCH reference code: docs/algorithms.md.
 """
 
 from __future__ import annotations

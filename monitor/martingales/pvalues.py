@@ -74,7 +74,7 @@ class _QuantizedReference:
     odd-indexed positions are counted. Conditional on the edge half, the remaining sequence is
     still exchangeable and the quantizer is a fixed function, so the quantized scores are an
     exchangeable sequence and their smoothed conformal p-values are exactly i.i.d. uniform
-    (docs/algorithms-core.md, "Bounded-memory p-values").
+    (docs/algorithms.md, "Bounded-memory p-values").
     """
 
     def __init__(self, reference: NDArray[np.float64], max_bins: int) -> None:

@@ -15,7 +15,7 @@ class CompositeJumper(JumperMixture):
 
     An average of test martingales is a test martingale (Vovk et al. 2021, Section 3). The
     WATCH reference code instead redistributes the *averaged* capital inside every jumper, which
-    is not the average of Simple Jumpers (docs/algorithms-core.md, "Departures").
+    is not the average of Simple Jumpers (docs/algorithms.md, "Departures").
 
     Parameters
     ----------
