@@ -124,6 +124,7 @@ def _add_dashboards(sub: Any) -> None:
     push.add_argument("--token", help="Grafana service-account token (or GRAFANA_TOKEN)")
     push.add_argument("--user", help="basic-auth user (with --password)")
     push.add_argument("--password", help="basic-auth password")
+    push.add_argument("--prometheus-url", help="Prometheus URL for the panels fed by /metrics")
     push.set_defaults(handler=_cmd_dashboards_push)
 
 
@@ -241,12 +242,15 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.dashboards import push_dashboards
+    from monitor.dashboards import DashboardPushError, push_dashboards
 
-    pushed = push_dashboards(
-        args.grafana_url, token=args.token, user=args.user, password=args.password,
-        database_url=settings.database_url,
-    )
+    try:
+        pushed = push_dashboards(
+            args.grafana_url, token=args.token, user=args.user, password=args.password,
+            database_url=settings.database_url, prometheus_url=args.prometheus_url,
+        )
+    except DashboardPushError as exc:
+        raise UserError(str(exc)) from None
     for uid in pushed:
         print(f"dashboard {uid} pushed to {args.grafana_url}")
     return 0

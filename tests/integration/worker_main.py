@@ -1,0 +1,43 @@
+"""``monitor run`` for workers sharing a consumer group on the mock broker.
+
+Exactly what ``monitor run`` does (``monitor.runner.run_source``: SIGTERM finishes the batch and
+stops), plus the consumer options that only code can carry: the mock broker's SyncGroup race
+needs :class:`tests.kafka_harness.PatientRangeAssignor` (see that module). A real broker needs
+none of this: use ``monitor run``.
+
+    python -m tests.integration.worker_main --db URL --source kafka://... --group G \\
+        --config STREAM.yaml [--config ...] [--batch-size N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from monitor.runner import run_source
+from monitor.settings import Settings
+from tests.kafka_harness import MOCK_CONSUMER_OPTIONS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="worker_main")
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--config", action="append", default=[])
+    parser.add_argument("--batch-size", type=int, default=500)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Migrations are run once by the test, as an operator runs `monitor db upgrade` once before
+    # starting several workers.
+    settings = Settings(database_url=args.db, auto_migrate=False)
+    summary = run_source(args.source, args.config, args.group, settings,
+                         batch_size=args.batch_size, source_options=MOCK_CONSUMER_OPTIONS)
+    summary.print_human(sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
