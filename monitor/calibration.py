@@ -54,10 +54,14 @@ class Calibration:
     @classmethod
     def from_events(cls, events: Sequence[PredictionEvent]) -> Calibration:
         if len(events) < 20:
-            raise CalibrationError(f"calibration needs at least 20 labeled events, got {len(events)}")
+            raise CalibrationError(
+                f"calibration needs at least 20 labeled events, got {len(events)}"
+            )
         unlabeled = [e.id for e in events if e.label is None]
         if unlabeled:
-            raise CalibrationError(f"calibration events must carry a label; {unlabeled[0]!r} has none")
+            raise CalibrationError(
+                f"calibration events must carry a label; {unlabeled[0]!r} has none"
+            )
         first = events[0].features
         names = tuple(first) if isinstance(first, dict) else None
         try:

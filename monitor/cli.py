@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,9 +67,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_run(sub: Any) -> None:
-    p = sub.add_parser("run", help="process a source of events (file to its end; Kafka until stopped)")
-    p.add_argument("--source", required=True, help="file:EVENTS.jsonl or kafka://HOST:PORT/TOPIC[,TOPIC]")
-    p.add_argument("--config", action="append", default=[], help="stream configuration (repeatable)")
+    p = sub.add_parser(
+        "run", help="process a source of events (file to its end; Kafka until stopped)"
+    )
+    p.add_argument(
+        "--source", required=True, help="file:EVENTS.jsonl or kafka://HOST:PORT/TOPIC[,TOPIC]"
+    )
+    p.add_argument(
+        "--config", action="append", default=[], help="stream configuration (repeatable)"
+    )
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
@@ -209,8 +216,13 @@ def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
     table = Table("ts", "stream", "detector", "kind", "event", "changepoint", "statistic")
     for a in alarms:
         table.add_row(
-            a["ts"], a["stream"], a["detector"], a["kind"], f"{a['event_id']} (#{a['event_index']})",
-            str(a["changepoint"]), f"{a['statistic']:.4g} ≥ {a['threshold']:.4g}",
+            a["ts"],
+            a["stream"],
+            a["detector"],
+            a["kind"],
+            f"{a['event_id']} (#{a['event_index']})",
+            str(a["changepoint"]),
+            f"{a['statistic']:.4g} ≥ {a['threshold']:.4g}",
         )
     Console().print(table)
     return 0
@@ -246,8 +258,12 @@ def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         pushed = push_dashboards(
-            args.grafana_url, token=args.token, user=args.user, password=args.password,
-            database_url=settings.database_url, prometheus_url=args.prometheus_url,
+            args.grafana_url,
+            token=args.token or os.environ.get("GRAFANA_TOKEN") or None,
+            user=args.user,
+            password=args.password,
+            database_url=settings.database_url,
+            prometheus_url=args.prometheus_url,
         )
     except DashboardPushError as exc:
         raise UserError(str(exc)) from None

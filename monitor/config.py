@@ -43,7 +43,8 @@ class AlarmConfig(_Strict):
 
 
 class OODConfig(_Strict):
-    """Per-event OOD flags with FDR control over windows (``bh``, ``eg_bh``) or online (``lond``)."""
+    """Per-event OOD flags with FDR control, over windows (``bh``, ``eg_bh``) or online (``lond``).
+    """
 
     enabled: bool = True
     rule: OODRuleName = "eg_bh"

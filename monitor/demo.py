@@ -19,7 +19,9 @@ from monitor.settings import Settings
 LABEL_DELAY = 25
 
 
-def run_demo(out_dir: str, settings: Settings, seed: int = 0, serve: bool = False, as_json: bool = False) -> int:
+def run_demo(
+    out_dir: str, settings: Settings, seed: int = 0, serve: bool = False, as_json: bool = False
+) -> int:
     from rich.console import Console
 
     from monitor.datasets import build_example
@@ -51,12 +53,23 @@ def run_demo(out_dir: str, settings: Settings, seed: int = 0, serve: bool = Fals
     return 0
 
 
-def _run_with_progress(console: Any, paths: dict[str, Path], settings: Settings, total: int, traces: list[TracePoint], run_source: Any) -> Any:
+def _run_with_progress(
+    console: Any,
+    paths: dict[str, Path],
+    settings: Settings,
+    total: int,
+    traces: list[TracePoint],
+    run_source: Any,
+) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     with Progress(
-        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, transient=True,
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as progress:
         task = progress.add_task("monitoring", total=total)
 
@@ -66,8 +79,13 @@ def _run_with_progress(console: Any, paths: dict[str, Path], settings: Settings,
             progress.update(task, completed=done)
 
         return run_source(
-            source_url=f"file:{paths['events']}", configs=[str(paths["config"])], group="demo",
-            settings=settings, store=True, batch_size=200, on_batch=on_batch,
+            source_url=f"file:{paths['events']}",
+            configs=[str(paths["config"])],
+            group="demo",
+            settings=settings,
+            store=True,
+            batch_size=200,
+            on_batch=on_batch,
         )
 
 
@@ -86,13 +104,19 @@ def _print_table(console: Any, alarms: list[Alarm], truth: dict[str, Any]) -> No
         table.add_column(column)
     for a in alarms:
         table.add_row(
-            f"{a.event_id} (#{a.event_index})", a.detector, a.kind, str(a.changepoint),
-            f"{a.statistic:.3g} ≥ {a.threshold:.3g}", phase_of(a.event_index, truth),
+            f"{a.event_id} (#{a.event_index})",
+            a.detector,
+            a.kind,
+            str(a.changepoint),
+            f"{a.statistic:.3g} ≥ {a.threshold:.3g}",
+            phase_of(a.event_index, truth),
         )
     console.print(table)
 
 
-def plot_demo(traces: list[TracePoint], alarms: list[Alarm], truth: dict[str, Any], path: Path) -> None:
+def plot_demo(
+    traces: list[TracePoint], alarms: list[Alarm], truth: dict[str, Any], path: Path
+) -> None:
     """Martingale traces per detector, thresholds, alarms and phase boundaries as a PNG."""
     import matplotlib
 
@@ -110,15 +134,29 @@ def plot_demo(traces: list[TracePoint], alarms: list[Alarm], truth: dict[str, An
         for a in alarms:
             if a.detector == detector:
                 ax.axvline(a.event_index, color="red", lw=1.0, alpha=0.8)
-                ax.text(a.event_index, ax.get_ylim()[1], a.kind.replace("_", " "), rotation=90,
-                        va="top", ha="right", fontsize=7, color="red")
+                ax.text(
+                    a.event_index,
+                    ax.get_ylim()[1],
+                    a.kind.replace("_", " "),
+                    rotation=90,
+                    va="top",
+                    ha="right",
+                    fontsize=7,
+                    color="red",
+                )
         for i, phase in enumerate(truth["phases"]):
             ax.axvspan(phase["start"], phase["stop"], alpha=0.05 if i % 2 else 0.12, color="gray")
         ax.set_ylabel(f"{detector}\n(log scale)")
         ax.legend(loc="upper left", fontsize=7)
     for phase in truth["phases"]:
-        axes[0].text((phase["start"] + phase["stop"]) / 2, axes[0].get_ylim()[1], phase["kind"],
-                     ha="center", va="bottom", fontsize=8)
+        axes[0].text(
+            (phase["start"] + phase["stop"]) / 2,
+            axes[0].get_ylim()[1],
+            phase["kind"],
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     axes[-1].set_xlabel("event index")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

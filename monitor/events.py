@@ -67,7 +67,9 @@ Event = PredictionEvent | LabelEvent
 _EVENT = TypeAdapter[Event](Annotated[Event, Field(discriminator="kind")])
 
 
-def decode_event(raw: bytes | bytearray | memoryview | str | dict[str, Any], max_bytes: int = 256 * 1024) -> Event:
+def decode_event(
+    raw: bytes | bytearray | memoryview | str | dict[str, Any], max_bytes: int = 256 * 1024
+) -> Event:
     """Decode and validate one event.
 
     Raises
@@ -110,7 +112,9 @@ def _reject_constant(name: str) -> Any:
 
 def _validate(data: dict[str, Any]) -> Event:
     if data.get("kind") not in ("prediction", "label"):
-        raise InvalidEvent(f"field 'kind' must be 'prediction' or 'label', got {data.get('kind')!r}")
+        raise InvalidEvent(
+            f"field 'kind' must be 'prediction' or 'label', got {data.get('kind')!r}"
+        )
     try:
         return _EVENT.validate_python(data)
     except ValidationError as exc:

@@ -56,6 +56,7 @@ class BatchOutput:
         self.touched |= other.touched
         self.events += other.events
 
+
 log = logging.getLogger(__name__)
 
 
@@ -114,7 +115,9 @@ class Pipeline:
             out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
-            log.exception("internal error on %s:%s@%s", record.topic, record.partition, record.offset)
+            log.exception(
+                "internal error on %s:%s@%s", record.topic, record.partition, record.offset
+            )
             reason = f"internal error: {type(exc).__name__}: {exc}"
             out.dead_letters.append(_dead_letter(self.source, record, reason, ts))
             return

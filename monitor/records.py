@@ -16,7 +16,11 @@ Detector = Literal["covariate", "conditional", "ood"]
 AlarmKind = Literal["concept_shift", "extreme_covariate_shift", "benign_covariate_shift"]
 
 DETECTORS: tuple[str, ...] = ("covariate", "conditional", "ood")
-ALARM_KINDS: tuple[str, ...] = ("concept_shift", "extreme_covariate_shift", "benign_covariate_shift")
+ALARM_KINDS: tuple[str, ...] = (
+    "concept_shift",
+    "extreme_covariate_shift",
+    "benign_covariate_shift",
+)
 
 #: Namespace for deterministic alarm ids: replaying the same events yields the same ids, which
 #: makes storing an alarm idempotent (a replay after a crash never stores it twice).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from monitor.calibration import Calibration, CalibrationError
@@ -37,7 +36,9 @@ def load_calibration(config: StreamConfig) -> Calibration:
         raise RunError(f"stream {config.name!r}: {exc}") from None
 
 
-def build_monitors(configs: Iterable[StreamConfig], calibrations: Mapping[str, Calibration] | None = None) -> dict[str, StreamMonitor]:
+def build_monitors(
+    configs: Iterable[StreamConfig], calibrations: Mapping[str, Calibration] | None = None
+) -> dict[str, StreamMonitor]:
     """Stream monitors by name; calibration is loaded from each configuration unless given."""
     monitors = {}
     for config in configs:
@@ -68,7 +69,9 @@ class DatabaseSink:
         self.engine = make_engine(url)
         self.sessions = session_factory(self.engine)
 
-    def load_offsets(self, keys: set[TopicPartition], source: Callable[[str], str]) -> dict[TopicPartition, int]:
+    def load_offsets(
+        self, keys: set[TopicPartition], source: Callable[[str], str]
+    ) -> dict[TopicPartition, int]:
         from monitor.db.store import load_offsets
 
         out: dict[TopicPartition, int] = {}
@@ -85,7 +88,9 @@ class DatabaseSink:
             checkpoint = load_state(session, stream)
         return None if checkpoint is None else checkpoint.state
 
-    def persist(self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]) -> None:
+    def persist(
+        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
+    ) -> None:
         from monitor.db.store import persist_batch
         from monitor.state import Checkpoint
 
@@ -122,7 +127,6 @@ class DatabaseSink:
             rows = load_streams(session)
         return [(StreamConfig.model_validate(cfg), Calibration.from_rows(cal)) for cfg, cal in rows]
 
-
     def close(self) -> None:
         self.engine.dispose()
 
@@ -158,8 +162,15 @@ def run_source(
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
     worker = Worker(
-        source, pipeline, sink, source_kind=kind, batch_size=batch_size, on_alarm=on_alarm,
-        on_batch=on_batch, retry=retry, summary_limit=None if kind == "file" else 10_000,
+        source,
+        pipeline,
+        sink,
+        source_kind=kind,
+        batch_size=batch_size,
+        on_alarm=on_alarm,
+        on_batch=on_batch,
+        retry=retry,
+        summary_limit=None if kind == "file" else 10_000,
     )
     stop = stop or StopFlag()
     try:
@@ -195,10 +206,15 @@ def register_stream(path: str, settings: Settings) -> str:
 
 def list_streams(settings: Settings) -> list[dict[str, Any]]:
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
-    return [{"name": c.name, "task": c.task, "calibration_events": len(cal)} for c, cal in sink.registered()]
+    return [
+        {"name": c.name, "task": c.task, "calibration_events": len(cal)}
+        for c, cal in sink.registered()
+    ]
 
 
-def list_alarms(settings: Settings, stream: str | None, kind: str | None, limit: int) -> list[dict[str, Any]]:
+def list_alarms(
+    settings: Settings, stream: str | None, kind: str | None, limit: int
+) -> list[dict[str, Any]]:
     from monitor.db.repositories import list_alarms as query_alarms
 
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
@@ -209,8 +225,16 @@ def list_alarms(settings: Settings, stream: str | None, kind: str | None, limit:
 
 def _alarm_json(row: Any) -> dict[str, Any]:
     return Alarm(
-        id=row.id, stream=row.stream, detector=row.detector, kind=row.kind,
-        event_id=row.event_id, event_index=row.event_index, ts=row.ts,
-        changepoint=row.changepoint, statistic=row.statistic, threshold=row.threshold,
-        rule=row.rule, evidence=dict(row.evidence or {}),
+        id=row.id,
+        stream=row.stream,
+        detector=row.detector,
+        kind=row.kind,
+        event_id=row.event_id,
+        event_index=row.event_index,
+        ts=row.ts,
+        changepoint=row.changepoint,
+        statistic=row.statistic,
+        threshold=row.threshold,
+        rule=row.rule,
+        evidence=dict(row.evidence or {}),
     ).to_json()

@@ -80,7 +80,9 @@ class StreamMonitor:
         if event.label is not None:
             self._check_label(event.label)
         if self.join.has_prediction(event.id):
-            raise InvalidEvent(f"duplicate prediction id {event.id!r} (still waiting for its label)")
+            raise InvalidEvent(
+                f"duplicate prediction id {event.id!r} (still waiting for its label)"
+            )
         index = self.event_index
         self.event_index += 1
         self.detectors.update_covariate(x, index)
@@ -149,7 +151,9 @@ class StreamMonitor:
             self._traces.append(self._trace_point(detector, index, ts))
 
     def _trace_point(self, detector: str, index: int, ts: datetime) -> TracePoint:
-        monitor = self.detectors.covariate if detector == "covariate" else self.detectors.conditional
+        monitor = (
+            self.detectors.covariate if detector == "covariate" else self.detectors.conditional
+        )
         ess = getattr(monitor, "weights_ess", None)
         return TracePoint(
             stream=self.name,
@@ -251,7 +255,9 @@ class StreamMonitor:
         self.event_index = state["event_index"]
         self.labeled = state["labeled"]
         self.window_index = state["window_index"]
-        self.last_ts = None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
+        self.last_ts = (
+            None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
+        )
         self.detectors = type(self.detectors).from_state(state["detectors"])
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])

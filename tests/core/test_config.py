@@ -30,12 +30,16 @@ def test_defaults_depend_on_task() -> None:
 )
 def test_invalid_configuration_is_rejected(changes: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        StreamConfig.model_validate({"name": "bikes", "task": "regression", "calibration": "c", **changes})
+        StreamConfig.model_validate(
+            {"name": "bikes", "task": "regression", "calibration": "c", **changes}
+        )
 
 
 def test_load_resolves_calibration_relative_to_file(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text("name: s\ntask: regression\ncalibration: cal.jsonl\nalarm: {rule: ville, alpha: 0.05}\n")
+    path.write_text(
+        "name: s\ntask: regression\ncalibration: cal.jsonl\nalarm: {rule: ville, alpha: 0.05}\n"
+    )
     config = load_stream_config(path)
     assert config.calibration == str(tmp_path / "cal.jsonl")
     assert config.alarm.alpha == 0.05

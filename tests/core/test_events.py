@@ -8,7 +8,13 @@ import pytest
 
 from monitor.events import InvalidEvent, LabelEvent, PredictionEvent, decode_event
 
-GOOD = {"kind": "prediction", "stream": "bikes", "id": "e-1", "features": [0.3, 1.2], "prediction": 41.7}
+GOOD = {
+    "kind": "prediction",
+    "stream": "bikes",
+    "id": "e-1",
+    "features": [0.3, 1.2],
+    "prediction": 41.7,
+}
 
 
 def raw(**changes: object) -> bytes:
@@ -47,10 +53,16 @@ def test_object_features_follow_calibration_order() -> None:
         pytest.param(raw(extra=1), "extra", id="unknown-field"),
         pytest.param(raw(id=...), "id", id="missing-id"),
         pytest.param(raw(ts="yesterday"), "ts", id="bad-timestamp"),
-        pytest.param(b'{"kind":"prediction","stream":"s","id":"1","features":[NaN],"prediction":1}',
-                     "NaN", id="nan"),
-        pytest.param(b'{"kind":"prediction","stream":"s","id":"1","features":[Infinity],"prediction":1}',
-                     "Infinity", id="inf"),
+        pytest.param(
+            b'{"kind":"prediction","stream":"s","id":"1","features":[NaN],"prediction":1}',
+            "NaN",
+            id="nan",
+        ),
+        pytest.param(
+            b'{"kind":"prediction","stream":"s","id":"1","features":[Infinity],"prediction":1}',
+            "Infinity",
+            id="inf",
+        ),
         pytest.param(raw(features=[1e400]), "finite", id="overflow-to-inf"),
         pytest.param(b'{"kind":"label","stream":"s","id":"1"}', "label", id="label-missing"),
     ],

@@ -27,7 +27,7 @@ TABLES = {
     "ood_windows": "select * from ood_windows order by stream, window_index",
     "ood_flags": "select * from ood_flags order by stream, window_index, event_id",
     "checkpoints": "select stream, version, event_index, state, arrays from checkpoints",
-    "source_offsets": "select source, partition, \"offset\" from source_offsets",
+    "source_offsets": 'select source, partition, "offset" from source_offsets',
 }
 
 
@@ -54,7 +54,9 @@ def run(example: dict[str, Path], url: str, max_batches: int | None = None) -> N
 def snapshot(url: str) -> dict[str, list[Any]]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
-        out = {name: [tuple(row) for row in conn.execute(text(sql))] for name, sql in TABLES.items()}
+        out = {
+            name: [tuple(row) for row in conn.execute(text(sql))] for name, sql in TABLES.items()
+        }
     engine.dispose()
     return out
 
