@@ -164,6 +164,8 @@ class KafkaSource:
         return self._skipped
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s``; rebalance callbacks run
+        here."""
         self._check_open()
         batches = self._fetch(max_records, timeout_s)
         if self._callback_error is not None:
@@ -175,6 +177,7 @@ class KafkaSource:
         return records
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit next-offset-to-read per partition to the group, synchronously."""
         self._check_open()
         if not offsets:
             return
@@ -198,6 +201,7 @@ class KafkaSource:
         log.debug("committed %s", dict(offsets))
 
     def seek(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Read each (assigned) partition from the given offset at the next ``poll``."""
         self._check_open()
         self._check_assigned(offsets, "seek")
         for (topic, partition), offset in offsets.items():

@@ -181,7 +181,7 @@ def make_stream(
     phases: Sequence[tuple[str, int]] = (("stable", 1000),),
     n_calibration: int = 1000,
     seed: int = 0,
-    tilt: float = 2.0,
+    tilt: float = 1.0,
     extreme_shift: float = 1.0,
 ) -> ScriptedStream:
     """Draw a calibration set and a stream with the scripted ``phases`` from ``task``'s pool.

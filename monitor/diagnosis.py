@@ -4,21 +4,29 @@ Two monitors watch one stream: the covariate monitor (an x-only score) and the c
 monitor (a weighted CTM on s(x, y)). Each alarm gets a ``kind``:
 
 Covariate alarm
-    ``extreme_covariate_shift`` if at least :data:`OUTSIDE_SUPPORT_LEVEL` of the inputs since the
-    alarm's changepoint lie outside the calibration support — an input is outside when its
-    x-only nonconformity exceeds every calibration reference score, i.e. its conformal p-value
-    against the calibration-only reference, (1 + #{j: s_j ≥ s})/(m + 1), takes its minimum
-    1/(m + 1) (probability 1/(m + 1) per input under no shift); otherwise
-    ``benign_covariate_shift`` (informational). Either way the weighted conditional monitor starts
-    adapting to the new input distribution.
+    ``extreme_covariate_shift`` if at least :data:`OUTSIDE_SUPPORT_LEVEL` of the inputs of its
+    evidence lie outside the calibration support — an input is outside when its conformal
+    p-value against the calibration-only reference of the covariate monitor,
+    (1 + #{j: s_j ≥ s})/(m + 1), is at most ``support_level`` (default 0.01; probability ≤ 0.01
+    per input under no shift); otherwise ``benign_covariate_shift`` (informational). Either way
+    the weighted conditional monitor is told to adapt (a no-op when it already adapts from the
+    start, the default).
+
+"The inputs of its evidence" are the events from the alarm's changepoint estimate to the alarm,
+or the last k events for the k in [:data:`MIN_RECENT`, :data:`RECENT`] where the share is
+largest: the changepoint estimate (the last minimum of the martingale) can lie hundreds of events
+before an abrupt change when the statistic crosses its threshold a few events after it. Under no
+shift an input is outside with probability ≤ 0.01, so half of the last k ≥ 5 being outside has
+probability below 1e-5 × 16 windows.
 Conditional alarm
-    ``extreme_covariate_shift`` if the alarm is explained by inputs outside the support: either
-    the weighted monitor is adapting and at least :data:`PENALISED_LEVEL` of its p-values since
-    adaptation were penalised (the test point's own normalised weight reached ``penalty_alpha``:
-    WATCH, Sec. 4.3), or at least :data:`OUTSIDE_SUPPORT_LEVEL` of the labelled inputs since the
-    alarm's changepoint lie outside the calibration support (the same x-only test as above; it
-    covers the conditional alarm that comes before the density ratio has learned the new inputs,
-    since weights are refreshed only every micro-batch); otherwise ``concept_shift``.
+    ``extreme_covariate_shift`` if the alarm's evidence comes from inputs outside the support:
+    among the labelled events since the alarm's changepoint, either at least
+    :data:`PENALISED_LEVEL` had a penalised weighted p-value (the test point's own normalised
+    weight reached ``penalty_alpha``: WATCH, Sec. 4.3), or at least :data:`OUTSIDE_SUPPORT_LEVEL`
+    had inputs outside the calibration support (the same x-only test as above; it covers the
+    alarm that comes before the density ratio has learned the new inputs — weights are refreshed
+    only every micro-batch, and the martingale can cross the threshold within one); otherwise
+    ``concept_shift``.
 
 :class:`StreamDetectors` combines both monitors and this diagnosis for one stream.
 """
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
@@ -43,7 +52,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ALARM_KINDS",
     "OUTSIDE_SUPPORT_LEVEL",
+    "MIN_RECENT",
     "PENALISED_LEVEL",
+    "RECENT",
     "DetectorAlarm",
     "StreamDetectors",
     "diagnose_conditional",
@@ -54,8 +65,11 @@ ALARM_KINDS: tuple[str, ...] = ("concept_shift", "extreme_covariate_shift", "ben
 
 #: Share of inputs outside the calibration support that makes a shift "extreme" ("mostly").
 OUTSIDE_SUPPORT_LEVEL = 0.5
-#: Share of penalised weighted p-values since adaptation that makes a conditional alarm extreme.
+#: Share of penalised weighted p-values in the evidence that makes a conditional alarm extreme.
 PENALISED_LEVEL = 0.5
+#: Trailing windows of MIN_RECENT..RECENT events up to the alarm are always examined.
+MIN_RECENT = 5
+RECENT = 20
 
 
 def diagnose_covariate(outside_fraction: float, level: float = OUTSIDE_SUPPORT_LEVEL) -> str:
@@ -72,26 +86,24 @@ def diagnose_covariate(outside_fraction: float, level: float = OUTSIDE_SUPPORT_L
 
 
 def diagnose_conditional(
-    adapting: bool,
     penalised_fraction: float,
     outside_fraction: float,
     penalised_level: float = PENALISED_LEVEL,
     outside_level: float = OUTSIDE_SUPPORT_LEVEL,
 ) -> str:
-    """Kind of a conditional alarm: extreme covariate shift when its evidence comes from inputs
-    outside the support (penalised weights, or x-only support test), else concept shift.
+    """Kind of a conditional alarm from the shares of penalised p-values and of inputs outside
+    the calibration support among the events of its evidence: extreme covariate shift when
+    either reaches its level, else concept shift.
 
     Examples
     --------
-    >>> diagnose_conditional(adapting=True, penalised_fraction=0.8, outside_fraction=0.0)
+    >>> diagnose_conditional(penalised_fraction=0.8, outside_fraction=0.0)
     'extreme_covariate_shift'
-    >>> diagnose_conditional(adapting=True, penalised_fraction=0.0, outside_fraction=0.0)
+    >>> diagnose_conditional(penalised_fraction=0.0, outside_fraction=0.02)
     'concept_shift'
     """
-    if adapting and penalised_fraction >= penalised_level:
-        return "extreme_covariate_shift"
-    if outside_fraction >= outside_level:
-        return "extreme_covariate_shift"
+    if penalised_fraction >= penalised_level or outside_fraction >= outside_level:
+        return "extreme_covariate_shift"  # nan compares False
     return "concept_shift"
 
 
@@ -221,6 +233,7 @@ class StreamDetectors:
         self._cov_events = _EventIndex(history)
         self._cond_events = _EventIndex(history)
         self._cond_outside: collections.deque[bool] = collections.deque(maxlen=history)
+        self._cond_penalised: collections.deque[bool] = collections.deque(maxlen=history)
         self._new: tuple[DetectorAlarm, ...] = ()
 
     @classmethod
@@ -273,31 +286,37 @@ class StreamDetectors:
         """Step the conditional monitor with a labelled event's features and score."""
         self._new = ()
         self._cond_events.add(event_index)
-        nonconformity = float(self.covariate.nonconformity(np.asarray(x, np.float64)[None, :])[0])
-        self._cond_outside.append(nonconformity > self.covariate.support_max)
+        row = np.asarray(x, np.float64).reshape(1, -1)
+        self._cond_outside.append(bool(self.covariate.is_outside(row)[0]))
         self.conditional.update(x, score)
+        self._cond_penalised.append(self.conditional.penalised)
         for event in self.conditional.last_alarms:
             self._new = (*self._new, self._conditional_alarm(event))
 
     # -------------------------------------------------------------------------- diagnosis
     def _covariate_alarm(self, event: AlarmEvent) -> DetectorAlarm:
-        start = event.index if event.changepoint is None else event.changepoint
-        outside = self.covariate.outside_fraction(start, event.index)
+        outside = _evidence_share(self.covariate.outside_fraction, event)
         kind = diagnose_covariate(outside, self.outside_level)
         evidence = self._evidence(event, covariate_statistic=_exp(event.log_statistic))
         evidence["outside_support_fraction"] = outside
         return self._record("covariate", kind, event, self._cov_events, evidence)
 
     def _conditional_alarm(self, event: AlarmEvent) -> DetectorAlarm:
-        start = event.index if event.changepoint is None else event.changepoint
-        outside = window_mean(self._cond_outside, self._cond_events.n, start, event.index)
-        cond = self.conditional
-        kind = diagnose_conditional(
-            cond.adapting, cond.penalised_fraction, outside,
-            self.penalised_level, self.outside_level,
-        )
+        n = self._cond_events.n
+
+        def outside_in(start: int, stop: int) -> float:
+            return window_mean(self._cond_outside, n, start, stop)
+
+        def penalised_in(start: int, stop: int) -> float:
+            return window_mean(self._cond_penalised, n, start, stop)
+
+        outside = _evidence_share(outside_in, event)
+        penalised = _evidence_share(penalised_in, event)
+        kind = diagnose_conditional(penalised, outside, self.penalised_level, self.outside_level)
         evidence = self._evidence(event, covariate_statistic=self.covariate.statistic)
         evidence["outside_support_fraction"] = outside
+        evidence["penalised_fraction"] = penalised
+        evidence["penalised_fraction_since_adaptation"] = self.conditional.penalised_fraction
         return self._record("conditional", kind, event, self._cond_events, evidence)
 
     def _evidence(self, event: AlarmEvent, covariate_statistic: float) -> dict[str, Any]:
@@ -338,6 +357,7 @@ class StreamDetectors:
             cov_events=self._cov_events.state(),
             cond_events=self._cond_events.state(),
             cond_outside=np.asarray(self._cond_outside, np.uint8),
+            cond_penalised=np.asarray(self._cond_penalised, np.uint8),
             new_alarms=[a.to_json() for a in self._new],
         )
 
@@ -353,8 +373,18 @@ class StreamDetectors:
         obj._cov_events = _EventIndex.load(state["cov_events"])
         obj._cond_events = _EventIndex.load(state["cond_events"])
         obj._cond_outside.extend(np.asarray(state["cond_outside"], bool).tolist())
+        obj._cond_penalised.extend(np.asarray(state["cond_penalised"], bool).tolist())
         obj._new = tuple(DetectorAlarm(**a) for a in state["new_alarms"])
         return obj
+
+
+def _evidence_share(share: Callable[[int, int], float], event: AlarmEvent) -> float:
+    """The largest share of flagged events since the alarm's changepoint or in a trailing
+    window of MIN_RECENT..RECENT events up to the alarm (nan only when no flag is kept)."""
+    start = event.index if event.changepoint is None else event.changepoint
+    starts = [start, *(event.index - k + 1 for k in range(MIN_RECENT, RECENT + 1))]
+    kept = [v for v in (share(a, event.index) for a in starts) if not math.isnan(v)]
+    return max(kept) if kept else math.nan
 
 
 def _exp(log_value: float) -> float:

@@ -23,11 +23,13 @@ from monitor.detectors._base import (
     derive_seed,
 )
 from monitor.martingales import ConformalPValue
-from monitor.martingales._state import check_state, new_state
+from monitor.martingales._state import check_state, new_state, rng_from_state, rng_state
 from monitor.martingales.density_ratio import OnlineDensityRatio
 from monitor.martingales.weighted import WeightedConformalPValue
 
-__all__ = ["RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
+__all__ = ["ADAPT_MODES", "RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
+
+ADAPT_MODES: tuple[str, ...] = ("start", "on_signal")
 
 RATIO_FEATURES: tuple[str, ...] = ("quantile", "raw")
 
@@ -75,18 +77,28 @@ class ConditionalMonitor(MartingaleMonitor):
     ``weighted=False`` is the plain CTM (Vovk et al. 2021): it tests exchangeability of the
     (x, y) pairs, so it also alarms on benign covariate shifts when the scores depend on x (for
     example heteroscedastic residuals). ``weighted=True`` is WATCH's weighted CTM (Prinster et
-    al. 2025, Sec. 4): identical to the CTM until :meth:`start_adaptation` (called when the
-    covariate monitor alarms), after which every p-value weights the reference by an online
-    estimate of the density ratio w(x), so that a covariate shift with unchanged p(y | x) keeps
-    the p-values (approximately) uniform, while a test point outside the reference support gets
-    a penalised p-value. With ``restart_on_adaptation`` the martingale and rule restart at the
-    adaptation start: evidence gathered under the exchangeability assumption that the covariate
-    monitor has just rejected is discarded, and the weighted test of "p(y | x) unchanged" starts
-    at S = 1 (see ``docs/detectors.md``).
+    al. 2025, Sec. 4): every p-value weights the reference by an online estimate of the density
+    ratio w(x) between the stream's inputs (target) and the calibration inputs (source), so that
+    a covariate shift with unchanged p(y | x) keeps the p-values (approximately) uniform, while a
+    test point outside the reference support gets a penalised p-value.
+
+    ``adapt="start"`` (default) estimates the weights from the first event on; ``"on_signal"``
+    is WATCH's adaptation start A: plain CTM p-values until :meth:`start_adaptation` (called
+    when the covariate monitor alarms), then weights, with the martingale restarted at A when
+    ``restart_on_adaptation``. On real data the x-only covariate monitor detects a mild tilt
+    later than the CTM detects its effect on heteroscedastic residuals, so waiting for A lets
+    the benign shift raise a harmful alarm; see ``docs/detectors.md`` for the measurements.
+
+    ``one_sided=True`` (default) bets only on *small* p-values (scores worse than the reference):
+    a p-value ≥ 1/2 is replaced by 1/2 + V/2 with V ~ Unif(0, 1) drawn afresh. Under the null
+    p ~ Unif(0, 1) the replaced value has the same distribution and is independent of the past,
+    so the betting sequence is still i.i.d. uniform and every betting function remains a test
+    martingale; but p-values that are too *large* (a model doing better than on calibration,
+    or the conservative bias of weighted p-values whose reference holds earlier target points)
+    can no longer raise a "harmful" alarm. ``p_value`` reports the uncensored value.
 
     Re-baselining after an alarm: the next ``rebaseline`` labelled events (score and x) become
-    the fresh calibration, adaptation ends (the new reference is the new source distribution),
-    the martingale restarts. An adaptation requested during warm-up starts when it ends.
+    the fresh calibration and density-ratio source, the martingale restarts.
 
     Parameters
     ----------
@@ -106,8 +118,14 @@ class ConditionalMonitor(MartingaleMonitor):
     rebaseline, max_reference, seed
         As in :class:`~monitor.detectors.CovariateMonitor`. ``max_reference`` is only available
         with ``weighted=False`` (the weighted p-values keep every reference point).
+    adapt
+        ``"start"`` or ``"on_signal"`` (see above).
     restart_on_adaptation
-        Restart the martingale when adaptation starts.
+        With ``adapt="on_signal"``: restart the martingale when adaptation starts.
+    one_sided
+        Bet only on small p-values (see above).
+    ratio_learning_rate
+        SGD learning rate of the online density-ratio classifier.
     ratio_features
         What the density ratio sees: ``"quantile"`` (normal scores of x under the calibration
         ECDF, :class:`QuantileNormalizer`) or ``"raw"`` (x itself).
@@ -148,12 +166,22 @@ class ConditionalMonitor(MartingaleMonitor):
         rebaseline: int = 300,
         max_reference: int | None = None,
         seed: int | None = 0,
+        adapt: str = "start",
         restart_on_adaptation: bool = True,
+        one_sided: bool = True,
         ratio_features: str = "quantile",
+        ratio_learning_rate: float = 0.05,
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
         _check_params(weighted, batch_size, penalty_alpha, rebaseline, max_reference, seed)
+        check_choice("adapt", adapt, ADAPT_MODES)
         check_choice("ratio_features", ratio_features, RATIO_FEATURES)
+        for flag, value in (("restart_on_adaptation", restart_on_adaptation),
+                            ("one_sided", one_sided)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be True or False, got {value!r}")
+        if not (isinstance(ratio_learning_rate, int | float) and ratio_learning_rate > 0):
+            raise ValueError(f"ratio_learning_rate must be > 0, got {ratio_learning_rate!r}")
         self.calibration_scores = calibration_scores
         self.calibration_X = calibration_X
         self.weighted = weighted
@@ -165,8 +193,12 @@ class ConditionalMonitor(MartingaleMonitor):
         self.rebaseline = rebaseline
         self.max_reference = max_reference
         self.seed = seed
+        self.adapt = adapt
         self.restart_on_adaptation = restart_on_adaptation
+        self.one_sided = one_sided
         self.ratio_features = ratio_features
+        self.ratio_learning_rate = ratio_learning_rate
+        self._censor_rng = np.random.default_rng(derive_seed(seed, 4))
         self._threshold_arg = threshold
         self._init_test(betting, rule, threshold, alpha)
         scores, X = _calibration(calibration_scores, calibration_X, weighted)
@@ -175,6 +207,7 @@ class ConditionalMonitor(MartingaleMonitor):
         self._warmup_scores: list[float] = []
         self._warmup_X: list[list[float]] = []
         self._pending_adaptation = False
+        self._adapt_from_start()
 
     def _new_p_values(
         self, scores: FloatArray, X: FloatArray | None
@@ -186,7 +219,10 @@ class ConditionalMonitor(MartingaleMonitor):
         if self.ratio_features == "quantile":
             self._transform = QuantileNormalizer(X)
             X = self._transform(X)
-        ratio = OnlineDensityRatio(self._n_features, seed=derive_seed(self.seed, 3, self._n_alarms))
+        ratio = OnlineDensityRatio(
+            self._n_features, seed=derive_seed(self.seed, 3, self._n_alarms),
+            learning_rate=float(self.ratio_learning_rate),
+        )
         return WeightedConformalPValue(
             scores, X, ratio, batch_size=self.batch_size, penalty_alpha=self.penalty_alpha,
             seed=seed,
@@ -241,6 +277,11 @@ class ConditionalMonitor(MartingaleMonitor):
         if self.restart_on_adaptation:
             self._test.restart(self._n_seen)
 
+    def _adapt_from_start(self) -> None:
+        if self.weighted and self.adapt == "start":
+            assert isinstance(self._pv, WeightedConformalPValue)
+            self._pv.start_adaptation()
+
     def update(self, x: ArrayLike | None, score: float) -> None:
         """One labelled event: features ``x`` and its conditional nonconformity ``score``."""
         score = float(score)
@@ -270,8 +311,13 @@ class ConditionalMonitor(MartingaleMonitor):
         else:
             self._pv.update(score)
         self._p_value = self._pv.p_value
-        if self._test.step(self._p_value):
+        if self._test.step(self._betting_p(self._p_value)):
             self._raise(self._test.alarm_event(index))
+
+    def _betting_p(self, p: float) -> float:
+        if not self.one_sided or p < 0.5:
+            return p
+        return 0.5 + 0.5 * float(self._censor_rng.random())
 
     def _collect(self, score: float, row: FloatArray | None) -> None:
         self._warmup_scores.append(score)
@@ -283,6 +329,7 @@ class ConditionalMonitor(MartingaleMonitor):
         self._pv = self._new_p_values(np.asarray(self._warmup_scores), X)
         self._warmup_scores, self._warmup_X = [], []
         self._resume()
+        self._adapt_from_start()
         if self._pending_adaptation:
             self._pending_adaptation = False
             self._adapt()
@@ -308,8 +355,11 @@ class ConditionalMonitor(MartingaleMonitor):
             "rebaseline": self.rebaseline,
             "max_reference": self.max_reference,
             "seed": self.seed,
+            "adapt": self.adapt,
             "restart_on_adaptation": self.restart_on_adaptation,
+            "one_sided": self.one_sided,
             "ratio_features": self.ratio_features,
+            "ratio_learning_rate": self.ratio_learning_rate,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -325,6 +375,7 @@ class ConditionalMonitor(MartingaleMonitor):
                 len(self._warmup_X), self._n_features
             ),
             pending_adaptation=self._pending_adaptation,
+            censor_rng=rng_state(self._censor_rng),
             monitor=self._monitor_state(),
         )
 
@@ -346,6 +397,7 @@ class ConditionalMonitor(MartingaleMonitor):
         obj._warmup_scores = np.asarray(state["warmup_scores"], dtype=np.float64).tolist()
         obj._warmup_X = np.asarray(state["warmup_X"], dtype=np.float64).tolist()
         obj._pending_adaptation = bool(state["pending_adaptation"])
+        obj._censor_rng = rng_from_state(state["censor_rng"])
         obj._load_monitor_state(state["monitor"])
         return obj
 

@@ -85,6 +85,12 @@ class CovariateMonitor(MartingaleMonitor):
     fit_fraction
         Share of the calibration rows used to fit the scorer, in (0, 1); the rest (>= 2 rows)
         is the conformal reference.
+    support_level
+        An input is *outside the calibration support* when its conformal p-value against the
+        calibration reference alone, (1 + #{j: s_j ≥ s})/(m + 1), is at most this level (the
+        probability of that under no shift is at most ``support_level``); the diagnosis uses it.
+        ``1/(m + 1)`` means "stranger than every calibration point"; a small quantile level is
+        robust to the few wild calibration rows of heavy-tailed sensors.
     support_history
         How many recent support flags are kept for the diagnosis (:meth:`outside_fraction`).
 
@@ -120,6 +126,7 @@ class CovariateMonitor(MartingaleMonitor):
         max_reference: int | None = None,
         seed: int | None = 0,
         fit_fraction: float = 0.5,
+        support_level: float = 0.01,
         support_history: int = 10_000,
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
@@ -127,6 +134,8 @@ class CovariateMonitor(MartingaleMonitor):
         check_int("support_history", support_history, 1)
         if not (isinstance(fit_fraction, int | float) and 0.0 < fit_fraction < 1.0):
             raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
+        if not (isinstance(support_level, int | float) and 0.0 < support_level < 1.0):
+            raise ValueError(f"support_level must lie in (0, 1), got {support_level!r}")
         self.scorer = scorer
         self.calibration_X = calibration_X
         self.betting = betting
@@ -136,6 +145,7 @@ class CovariateMonitor(MartingaleMonitor):
         self.max_reference = max_reference
         self.seed = seed
         self.fit_fraction = fit_fraction
+        self.support_level = support_level
         self.support_history = support_history
         self._threshold_arg = threshold
         self._init_test(betting, rule, threshold, alpha)
@@ -152,7 +162,7 @@ class CovariateMonitor(MartingaleMonitor):
         self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
         reference = -self._scorer.score(X[order[n_fit:]])
         self._n_features = X.shape[1]
-        self._support_max = float(reference.max())
+        self._support_threshold = _support_threshold(reference, self.support_level)
         self._support: collections.deque[bool] = collections.deque(maxlen=self.support_history)
         self._warmup: list[float] = []
         self._pv: ConformalPValue | None = self._new_p_values(reference)
@@ -166,15 +176,17 @@ class CovariateMonitor(MartingaleMonitor):
     # -------------------------------------------------------------------------- properties
     @property
     def outside_support(self) -> bool:
-        """Whether the last input was outside the calibration support: its nonconformity is
-        above every calibration reference score, i.e. its p-value against the calibration-only
-        reference, (1 + #{j: s_j ≥ s})/(m + 1), is at the minimum 1/(m + 1)."""
+        """Whether the last input was outside the calibration support (see ``support_level``)."""
         return bool(self._support[-1]) if self._support else False
 
     @property
-    def support_max(self) -> float:
-        """Largest nonconformity among the calibration reference scores."""
-        return self._support_max
+    def support_threshold(self) -> float:
+        """Nonconformity above which an input is outside the calibration support."""
+        return self._support_threshold
+
+    def is_outside(self, X: ArrayLike) -> np.ndarray:
+        """Whether each row of ``X`` is outside the calibration support; no state change."""
+        return np.asarray(self.nonconformity(X) > self._support_threshold)
 
     def outside_fraction(self, start: int, stop: int | None = None) -> float:
         """Share of inputs with absolute index in [start, stop] outside the calibration support
@@ -191,7 +203,7 @@ class CovariateMonitor(MartingaleMonitor):
         """Score one input, then bet on its conformal p-value (or collect it in warm-up)."""
         score = float(-self._scorer.score(as_row(x, self._n_features))[0])
         self._start_update()
-        self._support.append(score > self._support_max)
+        self._support.append(score > self._support_threshold)
         index = self._n_seen
         self._n_seen += 1
         self._p_value = math.nan
@@ -213,7 +225,7 @@ class CovariateMonitor(MartingaleMonitor):
             raise ValueError(f"X must have {self._n_features} columns, got {arr.shape[1]}")
         scores = -self._scorer.score(arr)
         self._start_update()
-        self._support.extend((scores > self._support_max).tolist())
+        self._support.extend((scores > self._support_threshold).tolist())
         i = 0
         while i < scores.size:
             i += self._advance(scores[i:])
@@ -271,6 +283,7 @@ class CovariateMonitor(MartingaleMonitor):
             "max_reference": self.max_reference,
             "seed": self.seed,
             "fit_fraction": self.fit_fraction,
+            "support_level": self.support_level,
             "support_history": self.support_history,
         }
 
@@ -287,7 +300,7 @@ class CovariateMonitor(MartingaleMonitor):
             params=params,
             scorer=self._scorer.state_dict(),
             n_features=self._n_features,
-            support_max=self._support_max,
+            support_threshold=self._support_threshold,
             support=np.asarray(self._support, dtype=np.uint8),
             warmup=np.asarray(self._warmup, dtype=np.float64),
             p_values=None if self._pv is None else self._pv.state_dict(),
@@ -308,7 +321,7 @@ class CovariateMonitor(MartingaleMonitor):
         obj.calibration_X = None
         obj._scorer = scorer_from_state(state["scorer"])
         obj._n_features = int(state["n_features"])
-        obj._support_max = float(state["support_max"])
+        obj._support_threshold = float(state["support_threshold"])
         flags = np.asarray(state["support"], dtype=bool).tolist()
         obj._support = collections.deque(flags, maxlen=obj.support_history)
         obj._warmup = np.asarray(state["warmup"], dtype=np.float64).tolist()
@@ -317,3 +330,14 @@ class CovariateMonitor(MartingaleMonitor):
         obj._load_monitor_state(state["monitor"])
         return obj
 
+
+def _support_threshold(reference: FloatArray, level: float) -> float:
+    """Score t with: 1 + #{j: s_j ≥ s} <= level·(m + 1) exactly when s > t.
+
+    With k = ⌊level·(m + 1)⌋ − 1 reference scores allowed at or above s, t is the (k + 1)-th
+    largest reference score; +inf when even k = 0 is not allowed (level < 1/(m + 1)).
+    """
+    k = math.floor(level * (reference.size + 1)) - 1
+    if k < 0:
+        return math.inf
+    return float(np.sort(reference)[::-1][min(k, reference.size - 1)])

@@ -1,0 +1,543 @@
+"""Detection side by side on real bundled data: this project's conformal test martingales
+against river's drift detectors, all fed the same conditional score streams.
+
+    python bench/bench_compare.py [--json] [--quick] [--seeds N] [--workers N]
+
+Data: the Shuttle regression task bundled with river (:mod:`monitor.datasets`: a gradient
+boosting model predicts ``f9``; calibration rows and stream rows are drawn from the held-out
+pool, never reused). The score of every event is its absolute residual |y − ŷ|.
+
+Scenarios (``FULL`` sizes; ``--quick`` shrinks them):
+
+``stationary``
+    2 000 exchangeable events: the share of streams with any alarm (the false-alarm rate; in
+    Ville mode it is at most alpha for the martingales) and the run length to the first alarm
+    (censored at 2 000) for CUSUM / Shiryaev–Roberts.
+``concept_abrupt``
+    500 stable events, then 1 000 with p(y | x) changed in half of the input space.
+``concept_gradual``
+    500 stable events, a 300-event ramp in which each event is drawn from the new concept with
+    probability rising linearly from 0 to 1, then the new concept.
+``benign_covariate``
+    500 stable events, then 1 000 tilted inputs with p(y | x) unchanged (nothing harmful: an
+    alarm of a conditional detector here is a false alarm in spirit).
+``extreme_covariate``
+    500 stable events, then 1 000 inputs outside the calibration support (the model fails).
+
+Detectors and their settings (one run per stream; the first alarm counts, as with
+``rebaseline=0``):
+
+``ctm/<betting>``
+    The unweighted conformal test martingale (:class:`ConditionalMonitor`, ``weighted=False``),
+    for every betting function; Ville at each alpha of :data:`ALPHAS`, CUSUM and
+    Shiryaev–Roberts at each threshold of :data:`THRESHOLDS`.
+``wctm/<betting>``
+    The weighted CTM as :class:`StreamDetectors` runs it: identical to the CTM until the
+    covariate monitor (1-NN score, composite jumper, Shiryaev–Roberts 10 000: the stream
+    defaults) alarms at event A; from A on the p-values weight the reference by the estimated
+    density ratio and the martingale restarts (``restart_on_adaptation``).
+``adwin``, ``kswin``, ``page_hinkley``
+    river's ``drift.ADWIN``, ``drift.KSWIN`` and ``drift.PageHinkley(mode="up")`` on the same
+    scores, each warmed up on the calibration scores (KSWIN on its last ``window_size − 1``,
+    its whole memory, so that every KS test is on stream events), at each value of its
+    parameter grid (:data:`RIVER_GRID`).
+
+Speed: the CTM p-values come from the batch :func:`conformal_p_values` (equal to the
+monitor's, seeded as the monitor seeds them; tested), each betting path is computed once per
+stream by ``update_many`` and every alarm setting reads it with the rule's ``update_many``.
+The WCTM p-values come from a per-event :class:`ConditionalMonitor` only when the covariate
+monitor alarmed (otherwise they equal the CTM's). KSWIN's first detection for every alpha is
+read from one run's ``p_value`` path (a KS test with p ≤ alpha ≤ 0.05 on 30 + 30 points always
+has the statistic > 0.1 that KSWIN also requires; tested against direct runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from river import drift
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from monitor.datasets import RegressionTask, load_shuttle_regression, make_stream  # noqa: E402
+from monitor.detectors import ConditionalMonitor, CovariateMonitor  # noqa: E402
+from monitor.detectors._base import derive_seed  # noqa: E402
+from monitor.martingales import (  # noqa: E402
+    BETTING_FUNCTIONS,
+    conformal_p_values,
+    make_alarm_rule,
+    make_betting,
+)
+
+FloatArray = np.ndarray
+Outcome = dict[str, int | None]  # setting label -> first alarm (stream index) or None
+
+SCENARIOS: tuple[str, ...] = (
+    "stationary", "concept_abrupt", "concept_gradual", "benign_covariate", "extreme_covariate",
+)
+SHIFT_SCENARIOS: tuple[str, ...] = SCENARIOS[1:]
+ALPHAS: tuple[float, ...] = (0.2, 0.1, 0.05, 0.01, 0.001)
+THRESHOLDS: tuple[float, ...] = (20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10_000.0)
+RULES: tuple[str, ...] = ("ville", "cusum", "shiryaev_roberts")
+BETTINGS: tuple[str, ...] = tuple(BETTING_FUNCTIONS)
+#: river detector -> (parameter, grid); river's defaults are 0.002, 0.005 and 50.
+RIVER_GRID: dict[str, tuple[str, tuple[float, ...]]] = {
+    "adwin": ("delta", (0.1, 0.01, 0.002, 1e-3, 1e-4, 1e-5)),
+    "kswin": ("alpha", (0.05, 0.01, 0.005, 1e-3, 1e-4)),
+    "page_hinkley": ("threshold", (10.0, 25.0, 50.0, 100.0, 200.0, 400.0)),
+}
+#: The setting each detector family ships with (the stream defaults; river's defaults).
+DEFAULT_SETTING: dict[str, str] = {
+    "ctm": "shiryaev_roberts@10000",
+    "wctm": "shiryaev_roberts@10000",
+    "adwin": "delta@0.002",
+    "kswin": "alpha@0.005",
+    "page_hinkley": "threshold@50",
+}
+#: The covariate monitor that starts the WCTM's adaptation: the stream defaults.
+COVARIATE = {"scorer": "knn", "betting": "composite_jumper", "rule": "shiryaev_roberts",
+             "threshold": 10_000.0}
+#: A Ville level no composite-jumper path can reach within 1 700 steps (log S grows by at most
+#: log 1.5 per step), so the p-value-producing monitor never stops (asserted anyway).
+_NEVER_ALPHA = 1e-300
+DELAY_QUANTILES: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Stream sizes and the number of seeds of a run."""
+
+    seeds: int
+    n_calibration: int
+    n_stationary: int
+    n_before: int
+    n_after: int
+    ramp: int
+
+
+FULL = Sizes(seeds=100, n_calibration=1000, n_stationary=2000, n_before=500, n_after=1000,
+             ramp=300)
+QUICK = Sizes(seeds=3, n_calibration=300, n_stationary=300, n_before=150, n_after=200, ramp=60)
+
+
+def label(name: str, value: float) -> str:
+    """Setting label ``name@value`` with the value in its shortest form (``ville@0.05``)."""
+    return f"{name}@{value:g}"
+
+
+def martingale_settings() -> list[tuple[str, float]]:
+    """Every (rule, level) pair: Ville at each alpha, CUSUM and SR at each threshold."""
+    return [("ville", a) for a in ALPHAS] + [
+        (rule, c) for rule in ("cusum", "shiryaev_roberts") for c in THRESHOLDS
+    ]
+
+
+# ----------------------------------------------------------------------------------- streams
+@dataclass(frozen=True)
+class Stream:
+    """Calibration and stream of one scenario and seed; ``change`` is None when stationary."""
+
+    scenario: str
+    seed: int
+    cal_scores: FloatArray
+    cal_X: FloatArray
+    scores: FloatArray
+    X: FloatArray
+    change: int | None
+
+
+def scenario_stream(task: RegressionTask, scenario: str, seed: int, sizes: Sizes) -> Stream:
+    """The calibration set and the scored stream of ``scenario`` for ``seed``."""
+    n0, n1 = sizes.n_before, sizes.n_after
+    phases = {
+        "stationary": [("stable", sizes.n_stationary)],
+        "concept_abrupt": [("stable", n0), ("concept", n1)],
+        "concept_gradual": [("stable", n0 + sizes.ramp), ("concept", n1)],
+        "benign_covariate": [("stable", n0), ("benign_covariate", n1)],
+        "extreme_covariate": [("stable", n0), ("extreme_covariate", n1)],
+    }[scenario]
+    data = make_stream(task, phases, sizes.n_calibration, seed)
+    X, residual = data.X, np.abs(data.y - data.pred)
+    if scenario == "concept_gradual":
+        rows = gradual_rows(n0, sizes.ramp, n1, seed)
+        X, residual = X[rows], residual[rows]
+    cal_scores = np.abs(data.y_calibration - data.pred_calibration)
+    change = None if scenario == "stationary" else n0
+    return Stream(scenario, seed, cal_scores, data.X_calibration, residual, X, change)
+
+
+def gradual_rows(n_before: int, ramp: int, n_after: int, seed: int) -> np.ndarray:
+    """Row order of a gradual shift built from ``n_before + ramp`` old rows then ``n_after``
+    new rows: the first ``n_before`` old rows, then a ramp in which the i-th event is the next
+    new row with probability (i + 1)/(ramp + 1) (else the next old row), then new rows only;
+    ``n_before + n_after`` rows in all, none repeated.
+
+    Examples
+    --------
+    >>> rows = gradual_rows(3, 4, 5, seed=0)
+    >>> rows.size, bool(np.unique(rows).size == rows.size), rows[:3].tolist()
+    (8, True, [0, 1, 2])
+    """
+    if n_after < ramp:
+        raise ValueError(f"the ramp ({ramp}) must not be longer than the new regime ({n_after})")
+    rng = np.random.default_rng([seed, 1])
+    take_new = rng.uniform(size=ramp) < np.arange(1, ramp + 1) / (ramp + 1)
+    old, new = iter(range(n_before, n_before + ramp)), iter(range(n_before + ramp, 10**12))
+    ramp_rows = [next(new) if t else next(old) for t in take_new]
+    tail = [next(new) for _ in range(n_after - ramp)]
+    return np.array([*range(n_before), *ramp_rows, *tail], dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------ martingales
+def covariate_alarm(stream: Stream) -> int | None:
+    """Index of the covariate monitor's first alarm (the WCTM's adaptation start A)."""
+    monitor = CovariateMonitor(COVARIATE["scorer"], stream.cal_X, betting=COVARIATE["betting"],
+                               rule=COVARIATE["rule"], threshold=COVARIATE["threshold"],
+                               rebaseline=0, seed=stream.seed)
+    monitor.update_many(stream.X)
+    return monitor.last_alarms[0].index if monitor.n_alarms else None
+
+
+def ctm_p_values(stream: Stream) -> FloatArray:
+    """The unweighted CTM's p-values, seeded exactly as :class:`ConditionalMonitor` seeds them."""
+    return conformal_p_values(stream.scores, stream.cal_scores, seed=derive_seed(stream.seed, 2, 0))
+
+
+def wctm_p_values(stream: Stream, adaptation: int | None) -> FloatArray:
+    """The weighted CTM's p-values with adaptation from event ``adaptation`` (StreamDetectors
+    calls ``start_adaptation`` before the conditional update of the covariate alarm's event)."""
+    if adaptation is None:
+        return ctm_p_values(stream)  # weights are all 1 before adaptation: the same p-values
+    monitor = ConditionalMonitor(stream.cal_scores, stream.cal_X, weighted=True,
+                                 rule="ville", alpha=_NEVER_ALPHA, rebaseline=0, seed=stream.seed)
+    out = np.empty(stream.scores.size)
+    for t, (x, s) in enumerate(zip(stream.X, stream.scores.tolist(), strict=True)):
+        if t == adaptation:
+            monitor.start_adaptation()
+        monitor.update(x, s)
+        out[t] = monitor.p_value
+    if monitor.n_alarms:
+        raise RuntimeError("the p-value monitor alarmed: its stream is longer than 1 700 events")
+    return out
+
+
+def betting_segments(ps: FloatArray, betting: str, restart: int | None) -> list[tuple[int, FloatArray]]:
+    """(offset, log S path) of each segment: one, or two when the martingale restarts."""
+    cuts = [0] if restart is None or restart == 0 else [0, restart]
+    bounds = [*cuts, ps.size]
+    return [(lo, make_betting(betting).update_many(ps[lo:hi]))
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+
+def first_alarm(segments: Sequence[tuple[int, FloatArray]], rule: str, level: float) -> int | None:
+    """First alarm of ``rule`` at ``level`` (alpha for Ville, else threshold) over the paths,
+    a fresh rule per segment (the rule restarts with the martingale)."""
+    for offset, path in segments:
+        hit = make_alarm_rule(rule, threshold=level, alpha=level).update_many(path)
+        if hit is not None:
+            return offset + hit
+    return None
+
+
+def martingale_first_alarms(ps: FloatArray, betting: str, restart: int | None) -> Outcome:
+    segments = betting_segments(ps, betting, restart)
+    return {label(rule, level): first_alarm(segments, rule, level)
+            for rule, level in martingale_settings()}
+
+
+# ------------------------------------------------------------------------------------ river
+def _first_detection(detector: Any, warmup: Iterable[float], scores: Iterable[float]) -> int | None:
+    for v in warmup:
+        detector.update(v)
+    for t, v in enumerate(scores):
+        detector.update(v)
+        if detector.drift_detected:
+            return t
+    return None
+
+
+def kswin_first_alarms(stream: Stream, alphas: Sequence[float]) -> Outcome:
+    """KSWIN's first detection for every alpha from one run at the smallest alpha.
+
+    Before its first detection KSWIN's state does not depend on alpha, and a detection at
+    alpha is a step with p ≤ alpha (and a KS statistic > 0.1, implied for p ≤ 0.05 with
+    30 + 30 points); the run stops at the smallest alpha's detection, after every other one.
+    """
+    detector = drift.KSWIN(alpha=min(alphas), seed=stream.seed)
+    for v in stream.cal_scores[-(detector.window_size - 1):].tolist():
+        detector.update(v)
+    out: Outcome = {label("alpha", a): None for a in alphas}
+    for t, v in enumerate(stream.scores.tolist()):
+        detector.update(v)
+        for a in alphas:
+            if out[label("alpha", a)] is None and detector.p_value <= a:
+                out[label("alpha", a)] = t
+        if detector.drift_detected:
+            break
+    return out
+
+
+def river_first_alarms(stream: Stream) -> dict[str, Outcome]:
+    """First detection of each river detector at each grid value."""
+    warm, scores = stream.cal_scores.tolist(), stream.scores.tolist()
+    makers: dict[str, Callable[[float], Any]] = {
+        "adwin": lambda v: drift.ADWIN(delta=v),
+        "page_hinkley": lambda v: drift.PageHinkley(threshold=v, mode="up"),
+    }
+    out = {name: {label(RIVER_GRID[name][0], v): _first_detection(make(v), warm, scores)
+                  for v in RIVER_GRID[name][1]}
+           for name, make in makers.items()}
+    out["kswin"] = kswin_first_alarms(stream, RIVER_GRID["kswin"][1])
+    return out
+
+
+# ------------------------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class Job:
+    """One stream: scenario, seed and sizes (picklable for the process pool)."""
+
+    scenario: str
+    seed: int
+    sizes: Sizes
+
+    def __call__(self) -> dict[str, Any]:
+        return run_stream(self.scenario, self.seed, self.sizes)
+
+
+def run_stream(scenario: str, seed: int, sizes: Sizes) -> dict[str, Any]:
+    """First alarms of every detector and setting on one stream."""
+    stream = scenario_stream(load_shuttle_regression(), scenario, seed, sizes)
+    adaptation = covariate_alarm(stream)
+    ctm, wctm = ctm_p_values(stream), wctm_p_values(stream, adaptation)
+    first: dict[str, Outcome] = {}
+    for betting in BETTINGS:
+        first[f"ctm/{betting}"] = martingale_first_alarms(ctm, betting, None)
+        first[f"wctm/{betting}"] = martingale_first_alarms(wctm, betting, adaptation)
+    first |= river_first_alarms(stream)
+    return {"scenario": scenario, "seed": seed, "change": stream.change,
+            "length": int(stream.scores.size), "adaptation": adaptation, "first": first}
+
+
+def _call(job: Job) -> dict[str, Any]:
+    return job()
+
+
+def run_jobs(jobs: Sequence[Job], workers: int) -> list[dict[str, Any]]:
+    """Every job, in a process pool when ``workers`` > 1 (results in job order)."""
+    if workers <= 1:
+        return [job() for job in jobs]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_call, jobs, chunksize=max(1, len(jobs) // (8 * workers))))
+
+
+# -------------------------------------------------------------------------------- summaries
+def _round(x: float, digits: int = 4) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+
+
+def stationary_summary(firsts: Sequence[int | None], horizon: int) -> dict[str, Any]:
+    """Share of streams with any alarm (± SE) and the run length censored at ``horizon``.
+
+    Examples
+    --------
+    >>> stationary_summary([None, 5, None, None], horizon=10)["alarm_rate"]
+    0.25
+    """
+    n = len(firsts)
+    alarmed = np.array([f is not None for f in firsts], dtype=float)
+    lengths = np.array([horizon if f is None else f + 1 for f in firsts], dtype=float)
+    rate = float(alarmed.mean())
+    return {
+        "n": n,
+        "alarm_rate": _round(rate),
+        "alarm_rate_se": _round(math.sqrt(rate * (1 - rate) / n)),
+        "run_length_mean": _round(float(lengths.mean()), 1),
+        "run_length_median": _round(float(np.median(lengths)), 1),
+        "censored": int(n - alarmed.sum()),
+    }
+
+
+def shift_summary(firsts: Sequence[int | None], change: int) -> dict[str, Any]:
+    """False alarms before the change, detections after it and the delay distribution.
+
+    Examples
+    --------
+    >>> s = shift_summary([None, 3, 12, 20], change=10)
+    >>> s["false_alarm_before"], s["detected"], s["delay_median"]
+    (0.25, 0.5, 6.0)
+    """
+    n = len(firsts)
+    delays = np.array([f - change for f in firsts if f is not None and f >= change], dtype=float)
+    out: dict[str, Any] = {
+        "n": n,
+        "false_alarm_before": _round(sum(f is not None and f < change for f in firsts) / n),
+        "detected": _round(delays.size / n),
+        "delay_mean": _round(float(delays.mean()), 1) if delays.size else None,
+        "delay_se": _round(float(delays.std(ddof=1) / math.sqrt(delays.size)), 1)
+        if delays.size > 1 else None,
+    }
+    for q in DELAY_QUANTILES:
+        value = float(np.quantile(delays, q)) if delays.size else math.nan
+        out[f"delay_p{int(q * 100)}"] = _round(value, 1)
+    out["delay_median"] = out["delay_p50"]
+    return out
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """scenario -> detector -> setting -> summary over the seeds."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for scenario in dict.fromkeys(r["scenario"] for r in runs):
+        group = [r for r in runs if r["scenario"] == scenario]
+        out[scenario] = {
+            det: {setting: _summary_of(group, det, setting) for setting in settings}
+            for det, settings in group[0]["first"].items()
+        }
+    return out
+
+
+def _summary_of(group: Sequence[dict[str, Any]], detector: str, setting: str) -> dict[str, Any]:
+    firsts = [r["first"][detector][setting] for r in group]
+    if group[0]["change"] is None:
+        return stationary_summary(firsts, group[0]["length"])
+    return shift_summary(firsts, group[0]["change"])
+
+
+def adaptation_summary(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: the share of streams where the covariate monitor started adaptation and
+    the median start relative to the change."""
+    out = {}
+    for scenario in dict.fromkeys(r["scenario"] for r in runs):
+        group = [r for r in runs if r["scenario"] == scenario]
+        starts = [r["adaptation"] for r in group if r["adaptation"] is not None]
+        change = group[0]["change"] or 0
+        out[scenario] = {
+            "adapted": _round(len(starts) / len(group)),
+            "median_start_after_change": _round(float(np.median(starts)) - change, 1)
+            if starts else None,
+        }
+    return out
+
+
+def ville_validity(summary: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Ville-mode false-alarm rates of the martingales on stationary streams against alpha
+    (+ 3 standard errors of a Bernoulli(alpha) mean, the Monte Carlo tolerance)."""
+    rows = []
+    for det, settings in summary.get("stationary", {}).items():
+        for alpha in ALPHAS:
+            stats = settings.get(label("ville", alpha))
+            if stats is None:
+                continue
+            bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / stats["n"])
+            rows.append({"detector": det, "alpha": alpha, "alarm_rate": stats["alarm_rate"],
+                         "bound": _round(bound), "ok": stats["alarm_rate"] <= bound})
+    return rows
+
+
+# ------------------------------------------------------------------------------------ paths
+PATH_PHASES: tuple[tuple[str, int], ...] = (
+    ("stable", 500), ("benign_covariate", 500), ("benign_covariate+concept", 500),
+)
+
+
+def martingale_paths(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
+    """log10 S of the CTM and the WCTM with every betting function on one shifted stream
+    (stable → benign covariate → benign covariate + concept), without alarms or restarts
+    except the WCTM's restart at its adaptation start."""
+    phases = [(kind, max(20, int(n * scale))) for kind, n in PATH_PHASES]
+    data = make_stream(load_shuttle_regression(), phases, max(100, int(1000 * scale)), seed)
+    stream = Stream("paths", seed, np.abs(data.y_calibration - data.pred_calibration),
+                    data.X_calibration, np.abs(data.y - data.pred), data.X, None)
+    adaptation = covariate_alarm(stream)
+    ctm, wctm = ctm_p_values(stream), wctm_p_values(stream, adaptation)
+    paths = {}
+    for family, ps, restart in (("ctm", ctm, None), ("wctm", wctm, adaptation)):
+        for betting in BETTINGS:
+            log_s = np.concatenate([p for _, p in betting_segments(ps, betting, restart)])
+            paths[f"{family}/{betting}"] = np.round(log_s / math.log(10), 3).tolist()
+    return {"seed": seed, "phases": [{"kind": p.kind, "start": p.start, "stop": p.stop}
+                                     for p in data.phases],
+            "adaptation": adaptation, "log10_martingale": paths}
+
+
+# ------------------------------------------------------------------------------------- main
+def run(sizes: Sizes, workers: int = 2, seeds: int | None = None) -> dict[str, Any]:
+    """The whole comparison: every scenario × seed, summaries, Ville validity, paths."""
+    started = time.perf_counter()
+    n_seeds = sizes.seeds if seeds is None else seeds
+    jobs = [Job(scenario, seed, sizes) for seed in range(n_seeds) for scenario in SCENARIOS]
+    runs = run_jobs(jobs, workers)
+    summary = summarize(runs)
+    return {
+        "config": {
+            "sizes": asdict(sizes) | {"seeds": n_seeds},
+            "dataset": "river Shuttle regression task (monitor.datasets), score |y - prediction|",
+            "alphas": list(ALPHAS), "thresholds": list(THRESHOLDS),
+            "river_grid": {k: {"parameter": p, "values": list(v)}
+                           for k, (p, v) in RIVER_GRID.items()},
+            "defaults": DEFAULT_SETTING, "covariate_monitor": COVARIATE,
+            "workers": workers,
+        },
+        "summary": summary,
+        "adaptation": adaptation_summary(runs),
+        "ville_validity": ville_validity(summary),
+        "paths": martingale_paths(scale=1.0 if sizes == FULL else 0.2),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def default_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (scenario, detector) at the detector family's default setting."""
+    rows = []
+    for scenario, detectors in result["summary"].items():
+        for det, settings in detectors.items():
+            setting = DEFAULT_SETTING[det.split("/")[0]]
+            rows.append({"scenario": scenario, "detector": det, "setting": setting,
+                         **settings[setting]})
+    return rows
+
+
+def print_human(result: dict[str, Any]) -> None:
+    sizes = result["config"]["sizes"]
+    print(f"detection side by side ({sizes['seeds']} seeds per scenario, "
+          f"{result['seconds']} s; defaults: martingales SR 10 000, river defaults)")
+    for row in default_rows(result):
+        if row["scenario"] == "stationary":
+            text = (f"alarm rate {row['alarm_rate']:.3f}  run length (censored) "
+                    f"{row['run_length_mean']:.0f}")
+        else:
+            delay = "-" if row["delay_median"] is None else f"{row['delay_median']:.0f}"
+            text = (f"detected {row['detected']:.2f}  false alarm before "
+                    f"{row['false_alarm_before']:.2f}  median delay {delay}")
+        print(f"  {row['scenario']:<18} {row['detector']:<26} {row['setting']:<24} {text}")
+    for row in result["ville_validity"]:
+        if not row["ok"]:
+            print(f"  Ville bound exceeded: {row}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="CI sizes (seconds)")
+    parser.add_argument("--seeds", type=int, help="seeds per scenario (default 100; quick 3)")
+    parser.add_argument("--workers", type=int, default=2, help="processes")
+    args = parser.parse_args(argv)
+    result = run(QUICK if args.quick else FULL, workers=args.workers, seeds=args.seeds)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_human(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
