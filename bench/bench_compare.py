@@ -28,32 +28,34 @@ Detectors and their settings (one run per stream; the first alarm counts, as wit
 ``rebaseline=0``):
 
 ``ctm/<betting>``
-    The unweighted conformal test martingale (:class:`ConditionalMonitor`, ``weighted=False``),
-    for every betting function; Ville at each alpha of :data:`ALPHAS`, CUSUM and
-    Shiryaev–Roberts at each threshold of :data:`THRESHOLDS`.
+    The unweighted conformal test martingale (:class:`ConditionalMonitor`, ``weighted=False``,
+    otherwise the service's defaults), for every betting function; Ville at each alpha of
+    :data:`ALPHAS`, CUSUM and Shiryaev–Roberts at each threshold of :data:`THRESHOLDS`.
 ``wctm/<betting>``
-    The weighted CTM as :class:`StreamDetectors` runs it: identical to the CTM until the
-    covariate monitor (1-NN score, composite jumper, Shiryaev–Roberts 10 000: the stream
-    defaults) alarms at event A; from A on the p-values weight the reference by the estimated
-    density ratio and the martingale restarts (``restart_on_adaptation``).
+    The weighted CTM with the service's defaults, run as :class:`StreamDetectors` runs it:
+    ``start_adaptation`` is called when the covariate monitor (1-NN score, composite jumper,
+    Shiryaev–Roberts 10 000: the stream defaults) alarms (a no-op when the monitor adapts
+    from the start, its default).
 ``adwin``, ``kswin``, ``page_hinkley``
     river's ``drift.ADWIN``, ``drift.KSWIN`` and ``drift.PageHinkley(mode="up")`` on the same
     scores, each warmed up on the calibration scores (KSWIN on its last ``window_size − 1``,
     its whole memory, so that every KS test is on stream events), at each value of its
     parameter grid (:data:`RIVER_GRID`).
 
-Speed: the CTM p-values come from the batch :func:`conformal_p_values` (equal to the
-monitor's, seeded as the monitor seeds them; tested), each betting path is computed once per
-stream by ``update_many`` and every alarm setting reads it with the rule's ``update_many``.
-The WCTM p-values come from a per-event :class:`ConditionalMonitor` only when the covariate
-monitor alarmed (otherwise they equal the CTM's). KSWIN's first detection for every alpha is
-read from one run's ``p_value`` path (a KS test with p ≤ alpha ≤ 0.05 on 30 + 30 points always
-has the statistic > 0.1 that KSWIN also requires; tested against direct runs).
+Speed: the p-values a monitor's betting function sees do not depend on the betting function or
+the alarm rule, so each family runs one never-alarming monitor per stream to collect them
+(:func:`betting_input`); each betting path is then computed once by ``update_many`` and every
+alarm setting reads it with the rule's ``update_many`` — the same steps as the monitor's own
+``betting.update`` then ``rule.update`` (tested against monitors run event by event). KSWIN's
+first detection for every alpha is read from one run's ``p_value`` path (a KS test with
+p ≤ alpha ≤ 0.05 on 30 + 30 points always has the statistic > 0.1 that KSWIN also requires;
+tested against direct runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -69,12 +71,10 @@ from river import drift
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import RegressionTask, load_shuttle_regression, make_stream  # noqa: E402
-from monitor.detectors import ConditionalMonitor, CovariateMonitor  # noqa: E402
-from monitor.detectors._base import derive_seed  # noqa: E402
-from monitor.martingales import (  # noqa: E402
+from monitor.datasets import RegressionTask, load_shuttle_regression, make_stream
+from monitor.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.martingales import (
     BETTING_FUNCTIONS,
-    conformal_p_values,
     make_alarm_rule,
     make_betting,
 )
@@ -92,9 +92,9 @@ RULES: tuple[str, ...] = ("ville", "cusum", "shiryaev_roberts")
 BETTINGS: tuple[str, ...] = tuple(BETTING_FUNCTIONS)
 #: river detector -> (parameter, grid); river's defaults are 0.002, 0.005 and 50.
 RIVER_GRID: dict[str, tuple[str, tuple[float, ...]]] = {
-    "adwin": ("delta", (0.1, 0.01, 0.002, 1e-3, 1e-4, 1e-5)),
-    "kswin": ("alpha", (0.05, 0.01, 0.005, 1e-3, 1e-4)),
-    "page_hinkley": ("threshold", (10.0, 25.0, 50.0, 100.0, 200.0, 400.0)),
+    "adwin": ("delta", (0.1, 0.01, 0.002, 1e-4, 1e-6, 1e-8)),
+    "kswin": ("alpha", (0.05, 0.01, 0.005, 1e-3, 1e-4, 1e-5)),
+    "page_hinkley": ("threshold", (25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0)),
 }
 #: The setting each detector family ships with (the stream defaults; river's defaults).
 DEFAULT_SETTING: dict[str, str] = {
@@ -105,8 +105,8 @@ DEFAULT_SETTING: dict[str, str] = {
     "page_hinkley": "threshold@50",
 }
 #: The covariate monitor that starts the WCTM's adaptation: the stream defaults.
-COVARIATE = {"scorer": "knn", "betting": "composite_jumper", "rule": "shiryaev_roberts",
-             "threshold": 10_000.0}
+COVARIATE: dict[str, str | float] = {"scorer": "knn", "betting": "composite_jumper",
+                                     "rule": "shiryaev_roberts", "threshold": 10_000.0}
 #: A Ville level no composite-jumper path can reach within 1 700 steps (log S grows by at most
 #: log 1.5 per step), so the p-value-producing monitor never stops (asserted anyway).
 _NEVER_ALPHA = 1e-300
@@ -201,42 +201,63 @@ def gradual_rows(n_before: int, ramp: int, n_after: int, seed: int) -> np.ndarra
 # ------------------------------------------------------------------------------ martingales
 def covariate_alarm(stream: Stream) -> int | None:
     """Index of the covariate monitor's first alarm (the WCTM's adaptation start A)."""
-    monitor = CovariateMonitor(COVARIATE["scorer"], stream.cal_X, betting=COVARIATE["betting"],
-                               rule=COVARIATE["rule"], threshold=COVARIATE["threshold"],
-                               rebaseline=0, seed=stream.seed)
+    monitor = CovariateMonitor(str(COVARIATE["scorer"]), stream.cal_X,
+                               betting=str(COVARIATE["betting"]), rule=str(COVARIATE["rule"]),
+                               threshold=float(COVARIATE["threshold"]), rebaseline=0,
+                               seed=stream.seed)
     monitor.update_many(stream.X)
     return monitor.last_alarms[0].index if monitor.n_alarms else None
 
 
-def ctm_p_values(stream: Stream) -> FloatArray:
-    """The unweighted CTM's p-values, seeded exactly as :class:`ConditionalMonitor` seeds them."""
-    return conformal_p_values(stream.scores, stream.cal_scores, seed=derive_seed(stream.seed, 2, 0))
+@dataclass(frozen=True)
+class BettingInput:
+    """What a conditional monitor's betting function sees on one stream: its betting p-values
+    and the index where its martingale restarted (adaptation), if it did."""
+
+    ps: FloatArray
+    restart: int | None
 
 
-def wctm_p_values(stream: Stream, adaptation: int | None) -> FloatArray:
-    """The weighted CTM's p-values with adaptation from event ``adaptation`` (StreamDetectors
-    calls ``start_adaptation`` before the conditional update of the covariate alarm's event)."""
-    if adaptation is None:
-        return ctm_p_values(stream)  # weights are all 1 before adaptation: the same p-values
-    monitor = ConditionalMonitor(stream.cal_scores, stream.cal_X, weighted=True,
-                                 rule="ville", alpha=_NEVER_ALPHA, rebaseline=0, seed=stream.seed)
-    out = np.empty(stream.scores.size)
+def betting_input(stream: Stream, weighted: bool, adaptation: int | None = None) -> BettingInput:
+    """Run one never-alarming :class:`ConditionalMonitor` (the service's defaults, composite
+    jumper, Ville at alpha = 1e-300) over the stream and collect its p-values.
+
+    The WCTM gets ``start_adaptation`` before the update of event ``adaptation``, as
+    :class:`StreamDetectors` does on a covariate alarm; a restart shows as ``log_martingale``
+    falling to exactly 0. Self-check on every stream: betting on the collected p-values must
+    reproduce the monitor's own ``log_martingale`` path bit for bit (else the monitor bets on
+    something else than its ``p_value`` and this benchmark must be updated: it raises).
+    """
+    params: dict[str, Any] = {"weighted": weighted, "betting": "composite_jumper",
+                              "rule": "ville", "alpha": _NEVER_ALPHA, "rebaseline": 0,
+                              "seed": stream.seed}
+    monitor = ConditionalMonitor(stream.cal_scores, stream.cal_X if weighted else None, **params)
+    ps, log_s, restart = np.empty(stream.scores.size), np.empty(stream.scores.size), None
     for t, (x, s) in enumerate(zip(stream.X, stream.scores.tolist(), strict=True)):
-        if t == adaptation:
+        if weighted and t == adaptation:
+            before = monitor.log_martingale
             monitor.start_adaptation()
-        monitor.update(x, s)
-        out[t] = monitor.p_value
+            restart = t if before != 0.0 and monitor.log_martingale == 0.0 else restart
+        monitor.update(x if weighted else None, s)
+        ps[t], log_s[t] = monitor.p_value, monitor.log_martingale
     if monitor.n_alarms:
         raise RuntimeError("the p-value monitor alarmed: its stream is longer than 1 700 events")
-    return out
+    given = BettingInput(ps, restart)
+    replay = np.concatenate([p for _, p in betting_segments(ps, "composite_jumper", restart)])
+    if not np.array_equal(replay, log_s):
+        raise RuntimeError("ConditionalMonitor's martingale is not a bet on its p_value any "
+                           "more: update bench_compare.betting_input")
+    return given
 
 
-def betting_segments(ps: FloatArray, betting: str, restart: int | None) -> list[tuple[int, FloatArray]]:
+def betting_segments(
+    ps: FloatArray, betting: str, restart: int | None
+) -> list[tuple[int, FloatArray]]:
     """(offset, log S path) of each segment: one, or two when the martingale restarts."""
     cuts = [0] if restart is None or restart == 0 else [0, restart]
     bounds = [*cuts, ps.size]
     return [(lo, make_betting(betting).update_many(ps[lo:hi]))
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+            for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
 
 def first_alarm(segments: Sequence[tuple[int, FloatArray]], rule: str, level: float) -> int | None:
@@ -249,8 +270,8 @@ def first_alarm(segments: Sequence[tuple[int, FloatArray]], rule: str, level: fl
     return None
 
 
-def martingale_first_alarms(ps: FloatArray, betting: str, restart: int | None) -> Outcome:
-    segments = betting_segments(ps, betting, restart)
+def martingale_first_alarms(given: BettingInput, betting: str) -> Outcome:
+    segments = betting_segments(given.ps, betting, given.restart)
     return {label(rule, level): first_alarm(segments, rule, level)
             for rule, level in martingale_settings()}
 
@@ -318,14 +339,15 @@ def run_stream(scenario: str, seed: int, sizes: Sizes) -> dict[str, Any]:
     """First alarms of every detector and setting on one stream."""
     stream = scenario_stream(load_shuttle_regression(), scenario, seed, sizes)
     adaptation = covariate_alarm(stream)
-    ctm, wctm = ctm_p_values(stream), wctm_p_values(stream, adaptation)
+    inputs = {"ctm": betting_input(stream, False), "wctm": betting_input(stream, True, adaptation)}
     first: dict[str, Outcome] = {}
     for betting in BETTINGS:
-        first[f"ctm/{betting}"] = martingale_first_alarms(ctm, betting, None)
-        first[f"wctm/{betting}"] = martingale_first_alarms(wctm, betting, adaptation)
+        for family, given in inputs.items():
+            first[f"{family}/{betting}"] = martingale_first_alarms(given, betting)
     first |= river_first_alarms(stream)
     return {"scenario": scenario, "seed": seed, "change": stream.change,
-            "length": int(stream.scores.size), "adaptation": adaptation, "first": first}
+            "length": int(stream.scores.size), "adaptation": adaptation,
+            "restart": inputs["wctm"].restart, "first": first}
 
 
 def _call(job: Job) -> dict[str, Any]:
@@ -367,17 +389,22 @@ def stationary_summary(firsts: Sequence[int | None], horizon: int) -> dict[str, 
     }
 
 
-def shift_summary(firsts: Sequence[int | None], change: int) -> dict[str, Any]:
+def shift_summary(firsts: Sequence[int | None], change: int, horizon: int) -> dict[str, Any]:
     """False alarms before the change, detections after it and the delay distribution.
+
+    ``delay_mean_censored`` averages the delays of the streams without a false alarm before
+    the change, counting a miss as ``horizon`` (the events after the change).
 
     Examples
     --------
-    >>> s = shift_summary([None, 3, 12, 20], change=10)
-    >>> s["false_alarm_before"], s["detected"], s["delay_median"]
-    (0.25, 0.5, 6.0)
+    >>> s = shift_summary([None, 3, 12, 20], change=10, horizon=30)
+    >>> s["false_alarm_before"], s["detected"], s["delay_median"], s["delay_mean_censored"]
+    (0.25, 0.5, 6.0, 14.0)
     """
     n = len(firsts)
     delays = np.array([f - change for f in firsts if f is not None and f >= change], dtype=float)
+    misses = sum(f is None for f in firsts)
+    censored = np.concatenate([delays, np.full(misses, float(horizon))])
     out: dict[str, Any] = {
         "n": n,
         "false_alarm_before": _round(sum(f is not None and f < change for f in firsts) / n),
@@ -385,6 +412,7 @@ def shift_summary(firsts: Sequence[int | None], change: int) -> dict[str, Any]:
         "delay_mean": _round(float(delays.mean()), 1) if delays.size else None,
         "delay_se": _round(float(delays.std(ddof=1) / math.sqrt(delays.size)), 1)
         if delays.size > 1 else None,
+        "delay_mean_censored": _round(float(censored.mean()), 1) if censored.size else None,
     }
     for q in DELAY_QUANTILES:
         value = float(np.quantile(delays, q)) if delays.size else math.nan
@@ -407,21 +435,23 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
 
 def _summary_of(group: Sequence[dict[str, Any]], detector: str, setting: str) -> dict[str, Any]:
     firsts = [r["first"][detector][setting] for r in group]
-    if group[0]["change"] is None:
-        return stationary_summary(firsts, group[0]["length"])
-    return shift_summary(firsts, group[0]["change"])
+    change, length = group[0]["change"], group[0]["length"]
+    if change is None:
+        return stationary_summary(firsts, length)
+    return shift_summary(firsts, change, length - change)
 
 
 def adaptation_summary(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per scenario: the share of streams where the covariate monitor started adaptation and
-    the median start relative to the change."""
+    """Per scenario: the share of streams where the covariate monitor alarmed (and the WCTM's
+    martingale restarted because of it) and the median alarm index relative to the change."""
     out = {}
     for scenario in dict.fromkeys(r["scenario"] for r in runs):
         group = [r for r in runs if r["scenario"] == scenario]
         starts = [r["adaptation"] for r in group if r["adaptation"] is not None]
         change = group[0]["change"] or 0
         out[scenario] = {
-            "adapted": _round(len(starts) / len(group)),
+            "covariate_alarm": _round(len(starts) / len(group)),
+            "restarted": _round(sum(r["restart"] is not None for r in group) / len(group)),
             "median_start_after_change": _round(float(np.median(starts)) - change, 1)
             if starts else None,
         }
@@ -443,6 +473,31 @@ def ville_validity(summary: dict[str, dict[str, dict[str, Any]]]) -> list[dict[s
     return rows
 
 
+#: False-alarm level of the matched comparison and the shifts whose delays it minimises.
+MATCHED_LEVEL = 0.05
+HARMFUL_SCENARIOS: tuple[str, ...] = ("concept_abrupt", "concept_gradual", "extreme_covariate")
+
+
+def matched_settings(result: dict[str, Any], level: float = MATCHED_LEVEL) -> dict[str, Any]:
+    """Per detector, the setting with stationary alarm rate ≤ ``level`` that minimises the mean
+    censored delay over :data:`HARMFUL_SCENARIOS` (None when no setting is that quiet)."""
+    summary = result["summary"]
+    out: dict[str, Any] = {}
+    for det, settings in summary["stationary"].items():
+        best: tuple[float, float, str] | None = None
+        for setting, stats in settings.items():
+            if stats["alarm_rate"] > level:
+                continue
+            delays = [summary[sc][det][setting]["delay_mean_censored"] for sc in HARMFUL_SCENARIOS
+                      if sc in summary]
+            cost = math.inf if any(d is None for d in delays) else float(np.mean(delays))
+            key = (cost, stats["alarm_rate"], setting)
+            best = key if best is None or key < best else best
+        out[det] = None if best is None else {"setting": best[2], "alarm_rate": best[1],
+                                              "mean_delay": _round(best[0], 1)}
+    return out
+
+
 # ------------------------------------------------------------------------------------ paths
 PATH_PHASES: tuple[tuple[str, int], ...] = (
     ("stable", 500), ("benign_covariate", 500), ("benign_covariate+concept", 500),
@@ -458,15 +513,17 @@ def martingale_paths(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
     stream = Stream("paths", seed, np.abs(data.y_calibration - data.pred_calibration),
                     data.X_calibration, np.abs(data.y - data.pred), data.X, None)
     adaptation = covariate_alarm(stream)
-    ctm, wctm = ctm_p_values(stream), wctm_p_values(stream, adaptation)
+    inputs = {"ctm": betting_input(stream, False), "wctm": betting_input(stream, True, adaptation)}
     paths = {}
-    for family, ps, restart in (("ctm", ctm, None), ("wctm", wctm, adaptation)):
+    for family, given in inputs.items():
         for betting in BETTINGS:
-            log_s = np.concatenate([p for _, p in betting_segments(ps, betting, restart)])
+            segments = betting_segments(given.ps, betting, given.restart)
+            log_s = np.concatenate([p for _, p in segments])
             paths[f"{family}/{betting}"] = np.round(log_s / math.log(10), 3).tolist()
     return {"seed": seed, "phases": [{"kind": p.kind, "start": p.start, "stop": p.stop}
                                      for p in data.phases],
-            "adaptation": adaptation, "log10_martingale": paths}
+            "adaptation": adaptation, "restart": inputs["wctm"].restart,
+            "log10_martingale": paths}
 
 
 # ------------------------------------------------------------------------------------- main
@@ -477,7 +534,7 @@ def run(sizes: Sizes, workers: int = 2, seeds: int | None = None) -> dict[str, A
     jobs = [Job(scenario, seed, sizes) for seed in range(n_seeds) for scenario in SCENARIOS]
     runs = run_jobs(jobs, workers)
     summary = summarize(runs)
-    return {
+    result = {
         "config": {
             "sizes": asdict(sizes) | {"seeds": n_seeds},
             "dataset": "river Shuttle regression task (monitor.datasets), score |y - prediction|",
@@ -491,8 +548,10 @@ def run(sizes: Sizes, workers: int = 2, seeds: int | None = None) -> dict[str, A
         "adaptation": adaptation_summary(runs),
         "ville_validity": ville_validity(summary),
         "paths": martingale_paths(scale=1.0 if sizes == FULL else 0.2),
-        "seconds": round(time.perf_counter() - started, 1),
     }
+    result["matched"] = matched_settings(result)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
 
 
 def default_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

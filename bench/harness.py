@@ -27,14 +27,17 @@ exit status is 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +75,10 @@ class Plan:
     api_args: tuple[str, ...] = ("--duration", "20", "--trace-duration", "5")
     memory_events: int = 500_000
     memory_max_reference: int = 500
+    #: (monitor, bounded) pairs, each measured in its own process.
+    memory_runs: tuple[tuple[str, bool], ...] = (
+        ("ctm", False), ("ctm", True), ("covariate", False), ("covariate", True))
+    kafka_repeat: int = 3
 
 
 FULL_PLAN = Plan(quick=False)
@@ -83,8 +90,11 @@ QUICK_PLAN = Plan(
     api_args=("--alarms", "2000", "--trace-points", "20000", "--streams", "4", "--rate", "50",
               "--duration", "1", "--warmup", "0.5", "--trace-rate", "10",
               "--trace-duration", "1"),
-    memory_events=4_000,
+    memory_events=4_000, memory_runs=(("ctm", False), ("covariate", True)), kafka_repeat=1,
 )
+#: The quick run leaves out the API latency benchmark (it loads a database and starts a server:
+#: about 15 s); ``--sections api --quick`` runs it at a tiny size.
+QUICK_SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "memory")
 
 
 # ----------------------------------------------------------------------------------- machine
@@ -113,7 +123,8 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "cpu": cpu_model(),
         "memory_gb": round(mem_kb / 2**20, 1),
         "os": f"{platform.system()} {platform.release()}",
@@ -144,8 +155,8 @@ def run_script(name: str, args: Sequence[str], timeout: float = 1800.0) -> dict[
     The last line of stdout that parses as a JSON object is taken, or the whole stdout.
     """
     path = BENCH / name
-    if not path.exists():
-        return {"error": f"bench/{name} does not exist (yet)"}
+    if not path.exists():  # another engineer's script that is not there yet: not a failure
+        return {"skipped": f"bench/{name} does not exist"}
     proc = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, check=False)
     if proc.returncode not in (0, 1):
@@ -198,7 +209,7 @@ def section_throughput(plan: Plan) -> dict[str, Any]:
         **{db: guarded(bench_db.bench, db, plan.db_rows, plan.db_batch, 0)
            for db in ("sqlite", "postgresql")},
     }
-    out["kafka"] = guarded(bench_kafka.run, plan.kafka_events, "confluent")
+    out["kafka"] = guarded(bench_kafka.run, plan.kafka_events, "confluent", plan.kafka_repeat)
     out["end_to_end"] = run_script("bench_worker.py", ["--json", *plan.worker_args])
     return out
 
@@ -208,14 +219,18 @@ def section_api(plan: Plan) -> dict[str, Any]:
 
 
 def section_memory(plan: Plan) -> dict[str, Any]:
-    runs = {}
-    for monitor in ("ctm", "covariate"):
-        for bounded in (False, True):
-            name = f"{monitor}/{'bounded' if bounded else 'unbounded'}"
-            args = ["--memory-child", monitor, "--events", str(plan.memory_events)]
-            if bounded:
-                args += ["--max-reference", str(plan.memory_max_reference)]
-            runs[name] = run_script("harness.py", args)
+    """Fresh processes (two at a time): CTM and covariate monitor, unbounded / bounded."""
+    jobs = {}
+    for monitor, bounded in plan.memory_runs:
+        name = f"{monitor}/{'bounded' if bounded else 'unbounded'}"
+        args = ["--memory-child", monitor, "--events", str(plan.memory_events)]
+        if bounded:
+            args += ["--max-reference", str(plan.memory_max_reference)]
+        jobs[name] = args
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(run_script, "harness.py", args)
+                   for name, args in jobs.items()}
+        runs = {name: future.result() for name, future in futures.items()}
     return {"events": plan.memory_events, "max_reference": plan.memory_max_reference,
             "runs": runs}
 
@@ -285,7 +300,8 @@ def memory_child(monitor: str, events: int, max_reference: int | None,
     drawn with replacement, so the stream is exchangeable with the calibration draw).
 
     Ville at alpha = 1e-6: no alarm (checked), so no re-baselining ever frees the reference
-    and the unbounded reference grows by one score per event.
+    and the unbounded reference grows by one score per event. The first chunk of events is a
+    warm-up (first-call allocations of numpy, the scorer, numba); RSS is traced from there.
     """
     import numpy as np
 
@@ -304,21 +320,349 @@ def memory_child(monitor: str, events: int, max_reference: int | None,
     else:
         mon = CovariateMonitor("knn", task.X[cal], **params)
     step = max(1, events // samples)
-    trace_events, trace_rss = [0], [round(rss_mb(), 2)]
-    started = time.perf_counter()
-    for done in range(step, events + 1, step):
+
+    def consume() -> None:
         rows = rng.integers(0, residual.size, step)
         if isinstance(mon, ConditionalMonitor):
             for s in residual[rows].tolist():
                 mon.update(None, s)
         else:
             mon.update_many(task.X[rows])
-        trace_events.append(done)
+
+    consume()
+    trace_events, trace_rss = [step], [round(rss_mb(), 2)]
+    started = time.perf_counter()
+    while trace_events[-1] + step <= events + step // 2:
+        consume()
+        trace_events.append(trace_events[-1] + step)
         trace_rss.append(round(rss_mb(), 2))
     return {"monitor": monitor, "max_reference": max_reference, "events": trace_events[-1],
             "rss_mb": trace_rss, "at_events": trace_events, "alarms": mon.n_alarms,
-            "n_reference": getattr(mon, "n_reference", None),
-            "events_per_s": round(trace_events[-1] / (time.perf_counter() - started))}
+            "events_per_s": round((trace_events[-1] - step) / (time.perf_counter() - started))}
+
+
+# ------------------------------------------------------------------------------------ tables
+@dataclass(frozen=True)
+class Table:
+    """A results table: the doc renders it as markdown between ``<!-- bench:KEY -->`` markers,
+    the run prints it as text; both come from the JSON results only."""
+
+    key: str
+    title: str
+    headers: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    note: str = ""
+
+    def markdown(self) -> str:
+        lines = ["| " + " | ".join(self.headers) + " |",
+                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(self.headers)))
+                 + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines + ([f"\n{self.note}"] if self.note else []))
+
+    def text(self) -> str:
+        cells = [self.headers, *self.rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(self.headers))]
+        lines = [self.title]
+        for row in cells:
+            padded = (c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+            lines.append("  " + "  ".join(padded))
+        return "\n".join(lines + ([f"  ({self.note})"] if self.note else []))
+
+
+def num(value: Any, digits: int = 0, percent: bool = False) -> str:
+    """A number for a table: thousands separators, fixed digits, "–" when missing."""
+    if value is None or isinstance(value, str):
+        return "–" if value is None else value
+    x = float(value) * (100.0 if percent else 1.0)
+    if x != x:
+        return "–"
+    return f"{x:,.{digits}f}" + ("%" if percent else "")
+
+
+def _martingales(summary: dict[str, Any]) -> list[str]:
+    dets = list(next(iter(summary.values())))
+    return [d for fam in ("wctm", "ctm") for d in dets if d.startswith(fam + "/")]
+
+
+def _river(summary: dict[str, Any]) -> list[str]:
+    return [d for d in next(iter(summary.values())) if "/" not in d]
+
+
+def ville_table(data: dict[str, Any]) -> Table:
+    summary, cfg = data["summary"], data["config"]
+    alphas, n = cfg["alphas"], cfg["sizes"]["seeds"]
+    stationary = summary["stationary"]
+    rows = [(det, *(num(stationary[det][f"ville@{a:g}"]["alarm_rate"], 3) for a in alphas))
+            for det in _martingales(summary)]
+    bounds = {(r["alpha"]): r["bound"] for r in data["ville_validity"]}
+    rows.append(("bound α + 3 SE", *(num(bounds.get(a), 3) for a in alphas)))
+    return Table("statistical.ville", "False alarms in Ville mode (share of stationary streams "
+                 "with any alarm)", ("detector", *(f"α = {a:g}" for a in alphas)), rows,
+                 f"{n} stationary streams of {cfg['sizes']['n_stationary']:,} events per cell.")
+
+
+RUN_LENGTH_SETTINGS: tuple[str, ...] = (
+    "cusum@20", "cusum@100", "cusum@500", "shiryaev_roberts@20", "shiryaev_roberts@100",
+    "shiryaev_roberts@500",
+)
+
+
+def _run_length(stats: dict[str, Any]) -> str:
+    return f"{num(stats['run_length_mean'])} ({num(stats['censored'] / stats['n'], 0, True)})"
+
+
+def run_length_table(data: dict[str, Any]) -> Table:
+    summary, horizon = data["summary"], data["config"]["sizes"]["n_stationary"]
+    stationary = summary["stationary"]
+    headers = tuple(s.replace("shiryaev_roberts", "SR").replace("cusum", "CUSUM").replace("@", " ")
+                    for s in RUN_LENGTH_SETTINGS)
+    rows = [(det, *(_run_length(stationary[det][s]) for s in RUN_LENGTH_SETTINGS))
+            for det in _martingales(summary)]
+    return Table("statistical.run_length", "Run length to the first alarm on stationary streams "
+                 "(mean, censored share)", ("detector", *headers), rows,
+                 f"Streams without an alarm count as {horizon:,} (censored): the means are lower "
+                 "bounds; CUSUM and SR guarantee a mean run length of at least the threshold.")
+
+
+def river_stationary_table(data: dict[str, Any]) -> Table:
+    stationary = data["summary"]["stationary"]
+    rows = [(det, setting.replace("@", " = "), num(stats["alarm_rate"], 3), _run_length(stats))
+            for det in _river(data["summary"]) for setting, stats in stationary[det].items()]
+    return Table("statistical.river_stationary", "river detectors on the same stationary "
+                 "streams", ("detector", "setting", "alarm rate", "run length (censored)"), rows)
+
+
+def delays_table(data: dict[str, Any]) -> Table:
+    import bench_compare
+
+    rows = []
+    for row in bench_compare.default_rows(data):
+        if row["scenario"] == "stationary":
+            continue
+        rows.append((row["scenario"], row["detector"], row["setting"], num(row["detected"], 2),
+                     num(row["false_alarm_before"], 2),
+                     *(num(row[f"delay_p{q}"]) for q in (10, 25, 50, 75, 90)),
+                     num(row["delay_mean_censored"])))
+    n_after = data["config"]["sizes"]["n_after"]
+    return Table("statistical.delays", "Detection delay at the default settings (events after "
+                 "the change)", ("scenario", "detector", "setting", "detected",
+                                 "false alarm before", "p10", "p25", "median", "p75", "p90",
+                                 "mean*"), rows,
+                 f"Delay quantiles over the detected streams; mean* counts a miss as {n_after:,} "
+                 "(the horizon). In benign_covariate nothing harmful happens: a conditional "
+                 "alarm there is a false alarm.")
+
+
+def matched_table(data: dict[str, Any]) -> Table:
+    import bench_compare
+
+    matched = data["matched"]
+    scen = bench_compare.SHIFT_SCENARIOS
+    rows = []
+    for det, pick in matched.items():
+        if pick is None:
+            rows.append((det, "none ≤ level", *("–" for _ in scen)))
+            continue
+        cells = []
+        for sc in scen:
+            stats = data["summary"][sc][det][pick["setting"]]
+            value = stats["detected"] if sc == "benign_covariate" else stats["delay_mean_censored"]
+            cells.append(num(value, 2 if sc == "benign_covariate" else 0))
+        rows.append((det, f"{pick['setting']} ({num(pick['alarm_rate'], 3)})", *cells))
+    level = bench_compare.MATCHED_LEVEL
+    return Table("statistical.matched", f"At a matched false-alarm rate (≤ {level:g} on the "
+                 "stationary streams): mean* delay, and the alarm rate under the benign shift",
+                 ("detector", "setting (false-alarm rate)",
+                  *(f"{s} {'alarms' if s == 'benign_covariate' else 'delay'}" for s in scen)),
+                 rows, "Per detector, the setting with false-alarm rate at most the level that "
+                 "minimises the mean* delay over the harmful shifts (concept abrupt / gradual, "
+                 "extreme covariate).")
+
+
+def adaptation_table(data: dict[str, Any]) -> Table:
+    rows = [(sc, num(a["covariate_alarm"], 2), num(a["median_start_after_change"]),
+             num(a["restarted"], 2)) for sc, a in data["adaptation"].items()]
+    return Table("statistical.adaptation", "Covariate monitor (knn, SR 10 000) beside the WCTM",
+                 ("scenario", "covariate alarm", "median alarm − change", "WCTM restarted"),
+                 rows, "start_adaptation is called at the covariate alarm; it restarts the "
+                 "WCTM's martingale only when the monitor waits for that signal.")
+
+
+def ood_table(data: dict[str, Any], alpha: float = 0.1) -> Table:
+    rows = []
+    fdr = data["fdr"] if isinstance(data["fdr"], list) else []
+    for dataset in dict.fromkeys(r["dataset"] for r in fdr):
+        for m in dict.fromkeys(r["m"] for r in fdr if r["dataset"] == dataset):
+            cell = {r["rule"]: r for r in fdr
+                    if r["dataset"] == dataset and r["m"] == m and r["alpha"] == alpha}
+            lond = next(k for k in cell if k.startswith("lond"))
+            bh = lond.replace("lond", "bh")
+            picked = [cell[bh], cell["eg_bh"], cell[lond]]
+            rows.append((dataset, str(m), *(num(r[k], 3) for r in picked for k in ("fdr", "tpr"))))
+    return Table("ood.fdr", f"OOD decisions at α = {alpha:g}: FDR and TPR by calibration size m",
+                 ("dataset", "m", "BH FDR", "BH TPR", "eg-BH FDR", "eg-BH TPR", "LOND FDR",
+                  "LOND TPR"), rows,
+                 f"{data['reps']} repetitions of a window of {data['n_null']} in-distribution + "
+                 f"{data['n_ood']} OOD points per cell; BH and LOND use the same scorer as "
+                 "named in bench/results/ood.json.")
+
+
+def _rate_rows(prefix: str, rates: Any, unit: str) -> list[tuple[str, str, str, str]]:
+    if not isinstance(rates, dict) or "error" in rates:
+        message = rates.get("error") if isinstance(rates, dict) else rates
+        return [(prefix, "error", "", str(message))]
+    return [(f"{prefix}: {k}", num(v), unit, "") for k, v in rates.items()]
+
+
+def throughput_table(data: dict[str, Any]) -> Table:
+    import figures
+
+    rows: list[tuple[str, str, str, str]] = []
+    core = data["core"]
+    if "error" in core:
+        rows.append(("core", "error", "", core["error"]))
+    else:
+        rows += [(f"core: {k}", num(v), "events/s", f"{core['ratio_to_adwin'][k]:g} × ADWIN")
+                 for k, v in core["events_per_second"].items()]
+    rows += _rate_rows("scorer", data["scorers"], "events/s")
+    rows += _rate_rows("OOD rule", data["ood_rules"], "events/s")
+    for db in ("sqlite", "postgresql"):
+        cases = data["persistence"][db]
+        rows += _rate_rows(f"persist_batch {db}", {k: v["rows_per_s"] for k, v in cases.items()}
+                           if "error" not in cases else cases, "rows/s")
+    kafka = data["kafka"]
+    rows += _rate_rows("kafka", {k: v for k, v in kafka.items() if k.endswith("_per_s")}
+                       if "error" not in kafka else kafka, "records/s")
+    e2e = data["end_to_end"]
+    if "error" in e2e or "skipped" in e2e:
+        status = "error" if "error" in e2e else "skipped"
+        rows.append(("end to end (bench_worker.py)", status, "", e2e[status]))
+    else:
+        rows += [(f"end to end: {k}", num(v), "events/s", "")
+                 for k, v in figures.numeric_leaves(e2e) if "per_s" in k]
+    return Table("throughput", "Throughput (one process; other processes were running)",
+                 ("what", "rate", "unit", "note"), rows)
+
+
+def api_table(data: dict[str, Any]) -> Table:
+    if "error" in data or "skipped" in data:
+        status = "error" if "error" in data else "skipped"
+        return Table("api", "HTTP API latency", ("endpoint", status), [("–", data[status])])
+    rows = []
+    for name in ("get_alarms", "get_trace"):
+        s = data[name]
+        rows.append((name.replace("get_", "GET /").replace("trace", "streams/{name}/trace"),
+                     num(s["requests"]), num(s["errors"]), num(s["achieved_rate"], 1),
+                     *(num(s["service"].get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms",
+                                                              "max_ms"))))
+    return Table("api", "HTTP API latency under open-loop load (service time, ms)",
+                 ("endpoint", "requests", "errors", "rate/s", "p50", "p90", "p99", "max"), rows,
+                 f"{num(data['alarms'])} alarms and {num(data['trace_points'])} trace points in "
+                 "PostgreSQL; bench/bench_api.py.")
+
+
+def memory_table(data: dict[str, Any]) -> Table:
+    warmup = next((r["at_events"][0] for r in data["runs"].values() if "error" not in r), None)
+    rows = []
+    for name, r in data["runs"].items():
+        if "error" in r:
+            rows.append((name, "error", "", "", "", r["error"]))
+            continue
+        rss = r["rss_mb"]
+        rows.append((name, num(r["events"]), num(rss[0], 1), num(rss[-1], 1),
+                     num(rss[-1] - rss[0], 1), num(r["alarms"])))
+    return Table("memory", "Resident memory over a long stationary stream",
+                 ("monitor", "events", "RSS after warm-up MB", "RSS end MB", "growth MB",
+                  "alarms"), rows,
+                 f"Bounded: max_reference = {data['max_reference']}; each run in a fresh process "
+                 f"(two at a time); RSS traced after a warm-up of {num(warmup)} events.")
+
+
+def machine_table(docs: dict[str, dict[str, Any]]) -> Table:
+    machine = next(iter(docs.values()))["meta"]["machine"]
+    rows = [(k, str(v)) for k, v in machine.items()]
+    return Table("machine", "Machine", ("what", "value"), rows)
+
+
+def runs_table(docs: dict[str, dict[str, Any]]) -> Table:
+    rows = [(name, d["meta"]["started"], num(d["meta"]["seconds"], 1),
+             num(d["meta"]["load_before"], 2), num(d["meta"]["load_after"], 2),
+             f"`{d['meta']['command']}`")
+            for name, d in docs.items()]
+    return Table("runs", "Runs (load = 1-minute load average; the machine was shared)",
+                 ("section", "started (UTC)", "seconds", "load before", "load after", "command"),
+                 rows)
+
+
+def section_tables(name: str, data: dict[str, Any]) -> list[Table]:
+    """The tables of one section's results (an error table when the section failed)."""
+    if "error" in data and name != "api":
+        return [Table(name, name, ("error",), [(data["error"],)])]
+    builders: dict[str, list[Callable[[dict[str, Any]], Table]]] = {
+        "statistical": [ville_table, run_length_table, river_stationary_table, delays_table,
+                        matched_table, adaptation_table],
+        "ood": [ood_table],
+        "throughput": [throughput_table],
+        "api": [api_table],
+        "memory": [memory_table],
+    }
+    return [build(data) for build in builders[name]]
+
+
+def load_results(results: Path) -> dict[str, dict[str, Any]]:
+    """Every section's JSON document present in ``results``, in section order."""
+    return {name: json.loads((results / f"{name}.json").read_text())
+            for name in SECTIONS if (results / f"{name}.json").exists()}
+
+
+def all_tables(docs: dict[str, dict[str, Any]]) -> dict[str, Table]:
+    """Every table of the doc, by marker key."""
+    tables = [machine_table(docs), runs_table(docs)] if docs else []
+    for name, doc in docs.items():
+        tables += section_tables(name, doc["data"])
+    return {t.key: t for t in tables}
+
+
+BLOCK = re.compile(r"^<!-- bench:([\w.]+) -->\n.*?^<!-- /bench:\1 -->$", re.M | re.S)
+
+
+def fill_doc(text: str, tables: dict[str, Table]) -> str:
+    """``text`` with every block between the lines ``<!-- bench:KEY -->`` and
+    ``<!-- /bench:KEY -->`` rewritten from ``tables`` ("No results yet" for a missing key)."""
+
+    def block(match: re.Match[str]) -> str:
+        key = match.group(1)
+        body = tables[key].markdown() if key in tables else "_No results yet._"
+        return f"<!-- bench:{key} -->\n{body}\n<!-- /bench:{key} -->"
+
+    return BLOCK.sub(block, text)
+
+
+def doc_blocks(text: str) -> dict[str, str]:
+    """The body of every marked block of ``text``, by key."""
+    return {m.group(1): m.group(0).split("\n", 1)[1].rsplit("\n", 1)[0]
+            for m in BLOCK.finditer(text)}
+
+
+def figure_paths(text: str) -> list[str]:
+    """The image paths a markdown text shows (``![...](path)``)."""
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+
+
+def regenerate(results: Path, doc: Path, figures_dir: Path | None) -> int:
+    """Rewrite the doc's tables (and the figures unless ``figures_dir`` is None) from the
+    JSON results in ``results``."""
+    docs = load_results(results)
+    doc.write_text(fill_doc(doc.read_text(), all_tables(docs)))
+    print(f"[bench] tables of {doc} rewritten from {len(docs)} result files", file=sys.stderr)
+    if figures_dir is not None:
+        import figures
+
+        for path in figures.make_all(results, figures_dir):
+            print(f"[bench] wrote {path}", file=sys.stderr)
+    return 0
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -326,8 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI sizes, into bench/results/quick")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON")
-    parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    parser.add_argument("--sections", help=f"comma-separated subset of {', '.join(SECTIONS)} "
+                        "(default: all; --quick: all but api)")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results[/quick])")
     parser.add_argument("--seeds", type=int, help="seeds per scenario of the comparison")
     parser.add_argument("--report", action="store_true",
@@ -343,13 +687,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = args.out or (QUICK_RESULTS if args.quick else RESULTS)
     if args.report or args.write_doc:
         return regenerate(results, DOC, None if args.write_doc else FIGURES)
-    sections = [s for s in args.sections.split(",") if s]
+    default = QUICK_SECTIONS if args.quick else SECTIONS
+    sections = [s for s in (args.sections or ",".join(default)).split(",") if s]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     if args.seeds:
-        plan = Plan(**{**plan.__dict__, "compare_seeds": args.seeds})
+        plan = dataclasses.replace(plan, compare_seeds=args.seeds)
     status = run(sections, plan, results, as_json=args.json)
     if not args.quick and args.out is None:
         status |= regenerate(results, DOC, FIGURES)

@@ -204,8 +204,8 @@ class StreamDetectors:
     ...     detectors.update(X[t], scores[t])
     ...     for a in detectors.new_alarms:
     ...         print(t, a.detector, a.kind, a.changepoint)
+    302 conditional extreme_covariate_shift 185
     310 covariate extreme_covariate_shift 295
-    328 conditional extreme_covariate_shift 311
     """
 
     def __init__(
@@ -244,18 +244,28 @@ class StreamDetectors:
 
         ``calibration_X`` are the calibration events' features (the covariate scorer's input
         and the density ratio's source), ``calibration_scores`` their conditional scores.
+        ``betting``, when the configuration sets it, applies to both monitors; otherwise each
+        keeps its own default (Composite Jumper for the covariate monitor, the one-sided Simple
+        Mixture for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
+        ``weighted: false`` (the weighted p-values keep every reference point).
         """
+        betting = {"betting": config.betting} if "betting" in config.model_fields_set else {}
+        if config.weighted and config.max_reference is not None:
+            raise ValueError(
+                "max_reference (bounded memory) needs weighted: false; the weighted conformal "
+                "p-values keep every reference point"
+            )
         cov_alarm = config.covariate_alarm or config.alarm
         covariate = CovariateMonitor(
-            config.covariate_score, calibration_X, betting=config.betting,
-            rule=cov_alarm.rule, threshold=cov_alarm.threshold, alpha=cov_alarm.alpha,
-            rebaseline=config.rebaseline, max_reference=config.max_reference, seed=config.seed,
+            config.covariate_score, calibration_X, rule=cov_alarm.rule,
+            threshold=cov_alarm.threshold, alpha=cov_alarm.alpha, rebaseline=config.rebaseline,
+            max_reference=config.max_reference, seed=config.seed, **betting,
         )
         conditional = ConditionalMonitor(
-            calibration_scores, calibration_X, weighted=config.weighted, betting=config.betting,
-            rule=config.alarm.rule, threshold=config.alarm.threshold, alpha=config.alarm.alpha,
+            calibration_scores, calibration_X, weighted=config.weighted, rule=config.alarm.rule,
+            threshold=config.alarm.threshold, alpha=config.alarm.alpha,
             batch_size=config.weight_batch, rebaseline=config.rebaseline,
-            max_reference=None if config.weighted else config.max_reference, seed=config.seed,
+            max_reference=config.max_reference, seed=config.seed, **betting,
         )
         return cls(covariate, conditional)
 

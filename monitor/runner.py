@@ -172,7 +172,7 @@ def run_source(
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
     )
-    stop = stop or StopFlag()
+    stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
     try:
         with stop.on_signals():
             return worker.run(stop)

@@ -323,7 +323,7 @@ class Worker:
         DatabaseUnavailableError
             The database stayed unavailable past the retry deadline; nothing was committed.
         """
-        self._stop = stop or StopFlag()
+        self._stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
         start = time.perf_counter()
         try:
             while not self._stop and (max_batches is None or self.summary.batches < max_batches):

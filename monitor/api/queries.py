@@ -6,14 +6,31 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Select, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from monitor.db import repositories as repo
 from monitor.db.errors import InvalidCursorError
 from monitor.db.models import OODWindowRow, TracePointRow
 
-__all__ = ["downsampled_trace", "ood_page"]
+__all__ = ["COUNT_LIMIT", "bounded_count", "downsampled_trace", "ood_page"]
+
+#: Lists count matching rows exactly up to this many; beyond it the count is this lower bound.
+#: Counting every one of millions of rows would make a page cost O(table) instead of O(page).
+COUNT_LIMIT = 10_000
+
+
+def bounded_count(
+    session: Session, query: Select[Any], limit: int | None = None
+) -> tuple[int, bool]:
+    """``(n, exact)``: the rows ``query`` matches if at most ``limit`` (default
+    :data:`COUNT_LIMIT`), else ``(limit, False)``."""
+    limit = COUNT_LIMIT if limit is None else limit
+    # Only a constant is selected, so PostgreSQL can answer from the index (index-only scan).
+    ones = query.with_only_columns(literal(1), maintain_column_froms=True)
+    first = ones.order_by(None).limit(limit + 1).subquery()
+    n = session.execute(select(func.count()).select_from(first)).scalar_one()
+    return min(n, limit), n <= limit
 
 
 def downsampled_trace(
@@ -73,11 +90,11 @@ def ood_page(
     until: datetime | None,
     limit: int,
     cursor: str | None,
-) -> tuple[repo.Page[tuple[OODWindowRow, tuple[str, ...]]], int]:
-    """A newest-first page of a stream's OOD windows with their flagged event ids, and the number
-    of windows matching the filters."""
+) -> tuple[repo.Page[tuple[OODWindowRow, tuple[str, ...]]], tuple[int, bool]]:
+    """A newest-first page of a stream's OOD windows with their flagged event ids, and the
+    :func:`bounded_count` of the windows matching the filters."""
     query = repo.ood_windows_query(stream, since=since, until=until)
-    total = repo.count(session, query)
+    total = bounded_count(session, query)
     if cursor is not None:
         query = query.where(OODWindowRow.window_index < _window_after(cursor))
     query = query.order_by(None).order_by(OODWindowRow.window_index.desc())

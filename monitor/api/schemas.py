@@ -1,8 +1,10 @@
 """Request and response bodies of the HTTP API (separate from the database models).
 
 Lists share one shape: ``data`` (the page), ``count`` (how many rows match the filters in all
-pages) and, for keyset-paginated lists, ``next_cursor`` (pass it back as ``cursor`` for the next
-page; ``null`` on the last page).
+pages) and, for keyset-paginated lists, ``count_exact`` and ``next_cursor`` (pass it back as
+``cursor`` for the next page; ``null`` on the last page). Paginated lists count exactly up to
+10 000 rows; beyond, ``count`` is 10 000 and ``count_exact`` is false, so that a page costs the
+same whatever the size of the table.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ CALIBRATION_ROW_EXAMPLE: dict[str, Any] = {
 }
 
 
+COUNT_DOC = "{what} matching the filters in all pages, counted exactly up to 10 000."
+COUNT_EXACT_DOC = "False when more than 10 000 match (`count` is then 10 000)."
+
+
 class ErrorResponse(BaseModel):
     """Every 4xx/5xx answer except 422: one human-readable sentence."""
 
@@ -101,7 +107,8 @@ class AlarmsPublic(BaseModel):
     """A page of alarms, newest first."""
 
     data: list[AlarmPublic]
-    count: int = Field(ge=0, description="Alarms matching the filters (all pages).")
+    count: int = Field(ge=0, description=COUNT_DOC.format(what="Alarms"))
+    count_exact: bool = Field(description=COUNT_EXACT_DOC)
     next_cursor: str | None = Field(
         description="Pass as `cursor` to get the next page; null on the last page."
     )
@@ -274,7 +281,8 @@ class OODWindowsPublic(BaseModel):
 
     stream: str
     data: list[OODWindowPublic]
-    count: int = Field(ge=0, description="Windows matching the filters (all pages).")
+    count: int = Field(ge=0, description=COUNT_DOC.format(what="Windows"))
+    count_exact: bool = Field(description=COUNT_EXACT_DOC)
     next_cursor: str | None
 
 

@@ -197,11 +197,19 @@ class CovariateMonitor(MartingaleMonitor):
     # ---------------------------------------------------------------------------- updates
     def nonconformity(self, X: ArrayLike) -> FloatArray:
         """−score of each row of ``X`` (larger = stranger); no state change."""
-        return -self._scorer.score(as_matrix(X, "X"))
+        return self._nonconformity(as_matrix(X, "X"))
+
+    def _nonconformity(self, X: FloatArray) -> FloatArray:
+        if X.shape[0] == 1:
+            # A one-row product takes BLAS's matrix-vector path, whose rounding differs from the
+            # matrix-matrix path of a batch; scoring the row twice keeps per-event and batch
+            # scores (hence update and update_many) bit-identical.
+            return -self._scorer.score(np.repeat(X, 2, axis=0))[:1]
+        return -self._scorer.score(X)
 
     def update(self, x: ArrayLike) -> None:
         """Score one input, then bet on its conformal p-value (or collect it in warm-up)."""
-        score = float(-self._scorer.score(as_row(x, self._n_features))[0])
+        score = float(self._nonconformity(as_row(x, self._n_features))[0])
         self._start_update()
         self._support.append(score > self._support_threshold)
         index = self._n_seen
@@ -223,7 +231,7 @@ class CovariateMonitor(MartingaleMonitor):
         arr = as_matrix(X, "X")
         if arr.shape[1] != self._n_features:
             raise ValueError(f"X must have {self._n_features} columns, got {arr.shape[1]}")
-        scores = -self._scorer.score(arr)
+        scores = self._nonconformity(arr)
         self._start_update()
         self._support.extend((scores > self._support_threshold).tolist())
         i = 0

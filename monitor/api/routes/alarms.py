@@ -7,6 +7,7 @@ from typing import Annotated, TypedDict
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query, Security
 
+from monitor.api import queries
 from monitor.api.deps import PrincipalDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import AckRequest, AlarmKindName, AlarmPublic, AlarmsPublic, DetectorName
@@ -76,9 +77,12 @@ def list_alarms(
         acknowledged=acknowledged,
     )
     page = repo.list_alarms(session, **filters, limit=limit, cursor=cursor)
-    total = repo.count(session, repo.alarms_query(**filters))
+    total, exact = queries.bounded_count(session, repo.alarms_query(**filters))
     return AlarmsPublic(
-        data=[to_public(r) for r in page.items], count=total, next_cursor=page.next_cursor
+        data=[to_public(r) for r in page.items],
+        count=total,
+        count_exact=exact,
+        next_cursor=page.next_cursor,
     )
 
 

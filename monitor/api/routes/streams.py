@@ -115,12 +115,14 @@ def get_ood(
     flagged (FDR controlled at the window's `alpha`)."""
     start, end = check_range(since, until)
     _get_row(session, name)
-    page, total = queries.ood_page(session, name, start, end, limit, cursor)
+    page, (total, exact) = queries.ood_page(session, name, start, end, limit, cursor)
     data = [
         OODWindowPublic.model_validate({**_columns(w), "flagged_ids": list(ids)})
         for w, ids in page.items
     ]
-    return OODWindowsPublic(stream=name, data=data, count=total, next_cursor=page.next_cursor)
+    return OODWindowsPublic(
+        stream=name, data=data, count=total, count_exact=exact, next_cursor=page.next_cursor
+    )
 
 
 def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,94 @@
+"""docs/benchmarks.md shows the numbers of bench/results/*.json, and its figures are drawn
+from them: regenerate with ``python bench/harness.py --report`` after a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import figures
+import harness
+import pytest
+
+DOCS = harness.load_results(harness.RESULTS)
+TEXT = harness.DOC.read_text()
+BLOCKS = harness.doc_blocks(TEXT)
+FIX = "regenerate them with `python bench/harness.py --report`"
+
+
+def rows(key: str) -> list[list[str]]:
+    """The body rows of the doc's markdown table ``key`` (header, separator and note dropped)."""
+    lines = [ln for ln in BLOCKS[key].splitlines() if ln.startswith("| ")]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[1:]]
+
+
+def number(cell: str) -> float:
+    return float(cell.replace(",", "").rstrip("%").split()[0])
+
+
+def data(section: str) -> dict[str, Any]:
+    assert section in DOCS, f"bench/results/{section}.json is missing: run `monitor bench`"
+    return dict(DOCS[section]["data"])
+
+
+def test_every_doc_table_is_the_table_of_the_json_results() -> None:
+    tables = harness.all_tables(DOCS)
+    assert set(tables) <= set(BLOCKS), "a results table has no place in docs/benchmarks.md"
+    for key, body in BLOCKS.items():
+        expected = tables[key].markdown() if key in tables else "_No results yet._"
+        assert body == expected, f"table {key} differs from bench/results: {FIX}"
+
+
+def test_ville_table_cells_are_the_alarm_rates() -> None:
+    stationary = data("statistical")["summary"]["stationary"]
+    alphas = data("statistical")["config"]["alphas"]
+    body = [r for r in rows("statistical.ville") if not r[0].startswith("bound")]
+    assert len(body) == 8
+    for det, *cells in body:
+        for alpha, cell in zip(alphas, cells, strict=True):
+            assert number(cell) == pytest.approx(stationary[det][f"ville@{alpha:g}"]["alarm_rate"],
+                                                 abs=5e-4)
+
+
+def test_delay_table_cells_are_the_delay_quantiles() -> None:
+    summary = data("statistical")["summary"]
+    body = rows("statistical.delays")
+    assert len(body) == 4 * 11
+    for scenario, det, setting, detected, _, p10, _, median, *_ in body:
+        stats = summary[scenario][det][setting]
+        assert number(detected) == pytest.approx(stats["detected"], abs=5e-3)
+        for cell, key in ((p10, "delay_p10"), (median, "delay_p50")):
+            if stats[key] is None:
+                assert cell == "–"
+            else:
+                assert number(cell) == pytest.approx(stats[key], abs=0.5)
+
+
+def test_ood_table_cells_are_the_monte_carlo_means() -> None:
+    fdr = data("ood")["fdr"]
+    for dataset, m, *cells in rows("ood.fdr"):
+        cell = {r["rule"]: r for r in fdr
+                if r["dataset"] == dataset and r["m"] == int(m) and r["alpha"] == 0.1}
+        lond = next(k for k in cell if k.startswith("lond"))
+        picked = [cell[lond.replace("lond", "bh")], cell["eg_bh"], cell[lond]]
+        expected = [r[k] for r in picked for k in ("fdr", "tpr")]
+        assert [number(c) for c in cells] == pytest.approx(expected, abs=5e-4)
+
+
+def test_throughput_and_memory_cells_are_the_measurements() -> None:
+    core = data("throughput")["core"]["events_per_second"]
+    table = {r[0]: r for r in rows("throughput")}
+    for name, value in core.items():
+        assert number(table[f"core: {name}"][1]) == value
+    for name, run in data("memory")["runs"].items():
+        row = next(r for r in rows("memory") if r[0] == name)
+        assert number(row[4]) == pytest.approx(run["rss_mb"][-1] - run["rss_mb"][0], abs=0.05)
+
+
+def test_figures_of_the_doc_exist_and_regenerate_from_the_results(tmp_path: Path) -> None:
+    referenced = sorted(Path(p).name for p in harness.figure_paths(TEXT))
+    assert referenced, "docs/benchmarks.md shows no figure"
+    for name in referenced:
+        assert (harness.FIGURES / name).is_file(), f"docs/figures/{name} is missing: {FIX}"
+    drawn = sorted(p.name for p in figures.make_all(harness.RESULTS, tmp_path))
+    assert drawn == referenced

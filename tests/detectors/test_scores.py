@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.scores import (
+    CONDITIONAL_SCORES,
+    abs_residual,
+    make_conditional_score,
+    one_minus_prob,
+    signed_residual,
+)
+
+
+def test_residuals_are_vectorised() -> None:
+    y, yhat = np.array([1.0, 5.0, -2.0]), np.array([2.0, 2.0, -2.0])
+    np.testing.assert_array_equal(signed_residual(y, yhat), [-1.0, 3.0, 0.0])
+    np.testing.assert_array_equal(abs_residual(y, yhat), [1.0, 3.0, 0.0])
+    assert float(abs_residual(3.0, 1.0)) == 2.0
+
+
+def test_residual_shapes_must_match() -> None:
+    with pytest.raises(ValueError, match="shape"):
+        abs_residual([1.0, 2.0], [1.0])
+
+
+def test_one_minus_prob_vector_and_matrix() -> None:
+    proba = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]])
+    np.testing.assert_allclose(one_minus_prob(proba, [0, 1, 2]), [0.3, 0.9, 0.6])
+    assert float(one_minus_prob([0.25, 0.75], 1)) == pytest.approx(0.25)
+    np.testing.assert_allclose(one_minus_prob(proba, np.array([2.0, 2.0, 0.0])), [0.9, 0.2, 0.7])
+
+
+@pytest.mark.parametrize(
+    ("proba", "y", "message"),
+    [
+        ([[0.5, 0.5]], [2], "class indices"),
+        ([[0.5, 0.5]], [-1], "class indices"),
+        ([[0.5, 0.5]], [0.5], "class indices"),
+        ([[0.5, 0.5]], [0, 1], "shape"),
+        ([1.0], 0, "k >= 2"),
+    ],
+)
+def test_one_minus_prob_rejects_bad_input(proba: list, y: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        one_minus_prob(proba, y)
+
+
+def test_make_conditional_score_has_uniform_signature() -> None:
+    assert set(CONDITIONAL_SCORES) == {"abs_residual", "signed_residual", "one_minus_prob"}
+    assert make_conditional_score("abs_residual")(2.0, 5.0) == 3.0
+    assert make_conditional_score("signed_residual")(2.0, 5.0) == 3.0
+    assert make_conditional_score("one_minus_prob")([0.9, 0.1], 0) == pytest.approx(0.1)
+
+
+def test_make_conditional_score_names_valid_values() -> None:
+    with pytest.raises(ValueError, match="abs_residual"):
+        make_conditional_score("rmse")

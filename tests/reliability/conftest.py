@@ -1,0 +1,52 @@
+"""Fixtures of the reliability tests: fresh PostgreSQL databases on the shared server, private
+PostgreSQL clusters that a test may stop, and mock Kafka clusters (in process, or in a process of
+their own that a test may freeze or kill)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.conftest import postgres_database
+from tests.kafka_harness import kafka_broker, kafka_broker_module  # noqa: F401
+from tests.reliability.broker import BrokerProcess
+from tests.reliability.pgcluster import PrivatePostgres
+
+
+@pytest.fixture
+def pg_url(postgres_admin: Engine) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database on the shared server."""
+    with postgres_database(postgres_admin) as url:
+        yield url
+
+
+@pytest.fixture
+def ref_url(postgres_admin: Engine) -> Iterator[str]:
+    """A second fresh database, for a reference run."""
+    with postgres_database(postgres_admin) as url:
+        yield url
+
+
+@pytest.fixture
+def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    """A running PostgreSQL cluster of this test alone (stop and start it at will)."""
+    cluster = PrivatePostgres(tmp_path_factory.mktemp("pgcluster"))
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A mock Kafka cluster in a process of its own (SIGSTOP/SIGCONT/SIGKILL it at will)."""
+    broker = BrokerProcess.start(tmp_path / "broker.log")
+    try:
+        yield broker
+    finally:
+        broker.stop()
