@@ -377,7 +377,10 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     base, "/alarms", requests, args.rate, args.duration, args.warmup, args.seed
                 )
             )
-            trace_requests = [{"max_points": 1000}, {"max_points": 500, "detector": "covariate"}]
+            trace_requests: list[dict[str, Any]] = [
+                {"max_points": 1000},
+                {"max_points": 500, "detector": "covariate"},
+            ]
             trace = asyncio.run(
                 open_loop(
                     base,

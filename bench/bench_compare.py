@@ -88,7 +88,6 @@ SCENARIOS: tuple[str, ...] = (
 SHIFT_SCENARIOS: tuple[str, ...] = SCENARIOS[1:]
 ALPHAS: tuple[float, ...] = (0.2, 0.1, 0.05, 0.01, 0.001)
 THRESHOLDS: tuple[float, ...] = (20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10_000.0)
-RULES: tuple[str, ...] = ("ville", "cusum", "shiryaev_roberts")
 BETTINGS: tuple[str, ...] = tuple(BETTING_FUNCTIONS)
 #: river detector -> (parameter, grid); river's defaults are 0.002, 0.005 and 50.
 RIVER_GRID: dict[str, tuple[str, tuple[float, ...]]] = {
@@ -506,8 +505,8 @@ PATH_PHASES: tuple[tuple[str, int], ...] = (
 
 def martingale_paths(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
     """log10 S of the CTM and the WCTM with every betting function on one shifted stream
-    (stable → benign covariate → benign covariate + concept), without alarms or restarts
-    except the WCTM's restart at its adaptation start."""
+    (stable → benign covariate → benign covariate + concept), without alarms; the WCTM
+    restarts where its monitor restarts (at the covariate alarm, when it waits for it)."""
     phases = [(kind, max(20, int(n * scale))) for kind, n in PATH_PHASES]
     data = make_stream(load_shuttle_regression(), phases, max(100, int(1000 * scale)), seed)
     stream = Stream("paths", seed, np.abs(data.y_calibration - data.pred_calibration),

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import ScriptedStream, load_shuttle_regression, make_stream  # noqa: E402
-from monitor.detectors import ConditionalMonitor, CovariateMonitor  # noqa: E402
-from monitor.diagnosis import DetectorAlarm, StreamDetectors  # noqa: E402
+from monitor.datasets import ScriptedStream, load_shuttle_regression, make_stream
+from monitor.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.diagnosis import DetectorAlarm, StreamDetectors
 
 N_CALIBRATION = 1000
 N_BEFORE = 500
@@ -54,7 +54,9 @@ EXPECTED_KIND = {
 
 
 # ------------------------------------------------------------------------------- helpers
-def _stream(seed: int, phases: Sequence[tuple[str, int]]) -> tuple[ScriptedStream, np.ndarray, np.ndarray]:
+def _stream(
+    seed: int, phases: Sequence[tuple[str, int]]
+) -> tuple[ScriptedStream, np.ndarray, np.ndarray]:
     data = make_stream(load_shuttle_regression(), phases, N_CALIBRATION, seed)
     cal_scores = np.abs(data.y_calibration - data.pred_calibration)
     return data, cal_scores, np.abs(data.y - data.pred)
@@ -75,7 +77,7 @@ def _parallel(fn: Callable[[int], Any], seeds: Sequence[int], workers: int) -> l
 def validity_run(seed: int, n_events: int = 2000, alpha: float = 0.05) -> dict[str, bool]:
     """Whether each detector raised any Ville alarm on one exchangeable stream."""
     data, cal_scores, scores = _stream(seed, [("stable", n_events)])
-    ville = {"rule": "ville", "alpha": alpha, "rebaseline": 0, "seed": seed}
+    ville: dict[str, Any] = {"rule": "ville", "alpha": alpha, "rebaseline": 0, "seed": seed}
     covariate = CovariateMonitor("knn", data.X_calibration, **ville)
     covariate.update_many(data.X)
     out = {"covariate": covariate.n_alarms > 0}
@@ -99,11 +101,12 @@ def validity(n_streams: int, alpha: float = 0.05, workers: int = 1) -> dict[str,
 
 
 # ---------------------------------------------------------------------------- run length
-def run_length_run(seed: int, rule: str = "shiryaev_roberts", threshold: float = 100.0,
-                   horizon: int = 4000) -> dict[str, int]:
+def run_length_run(
+    seed: int, rule: str = "shiryaev_roberts", threshold: float = 100.0, horizon: int = 4000
+) -> dict[str, int]:
     """Run length of the CTM and the covariate monitor to the first alarm (capped at horizon)."""
     data, cal_scores, scores = _stream(seed, [("stable", horizon)])
-    params = {"rule": rule, "threshold": threshold, "rebaseline": 0, "seed": seed}
+    params: dict[str, Any] = {"rule": rule, "threshold": threshold, "rebaseline": 0, "seed": seed}
     covariate = CovariateMonitor("knn", data.X_calibration, **params)
     covariate.update_many(data.X)
     ctm = ConditionalMonitor(cal_scores, None, weighted=False, **params)
@@ -115,17 +118,24 @@ def run_length_run(seed: int, rule: str = "shiryaev_roberts", threshold: float =
     return {k: (m.last_alarms[0].index + 1 if m.n_alarms else horizon) for k, m in first.items()}
 
 
-def run_length(n_streams: int, rule: str, threshold: float, horizon: int,
-               workers: int = 1) -> dict[str, Any]:
+def run_length(
+    n_streams: int, rule: str, threshold: float, horizon: int, workers: int = 1
+) -> dict[str, Any]:
     """Mean run length (capped runs count as the horizon: a lower bound of the mean)."""
     runs = _parallel(_RunLength(rule, threshold, horizon), range(n_streams), workers)
-    out: dict[str, Any] = {"rule": rule, "arl": threshold, "horizon": horizon,
-                           "n_streams": n_streams}
+    out: dict[str, Any] = {
+        "rule": rule,
+        "arl": threshold,
+        "horizon": horizon,
+        "n_streams": n_streams,
+    }
     for k in runs[0]:
         lengths = np.array([r[k] for r in runs], dtype=float)
-        out[k] = {"mean": float(lengths.mean()),
-                  "se": float(lengths.std(ddof=1) / math.sqrt(lengths.size)),
-                  "censored": int(np.sum(lengths >= horizon))}
+        out[k] = {
+            "mean": float(lengths.mean()),
+            "se": float(lengths.std(ddof=1) / math.sqrt(lengths.size)),
+            "censored": int(np.sum(lengths >= horizon)),
+        }
     return out
 
 
@@ -173,8 +183,13 @@ def shift_run(scenario: str, seed: int, **overrides: Any) -> ShiftRun:
 
 
 def _alarm_json(alarm: DetectorAlarm) -> dict[str, Any]:
-    return {"detector": alarm.detector, "kind": alarm.kind, "event_index": alarm.event_index,
-            "changepoint": alarm.changepoint, "evidence": alarm.evidence}
+    return {
+        "detector": alarm.detector,
+        "kind": alarm.kind,
+        "event_index": alarm.event_index,
+        "changepoint": alarm.changepoint,
+        "evidence": alarm.evidence,
+    }
 
 
 @dataclass(frozen=True)
@@ -192,7 +207,10 @@ def summarize(runs: Sequence[ShiftRun]) -> dict[str, Any]:
     expected = EXPECTED_KIND[scenario]
     n = len(runs)
     after = [[a for a in r.alarms if a["event_index"] >= r.change] for r in runs]
-    window = [[a for a in al if a["event_index"] < r.change + WINDOW] for r, al in zip(runs, after, strict=True)]
+    window = [
+        [a for a in al if a["event_index"] < r.change + WINDOW]
+        for r, al in zip(runs, after, strict=True)
+    ]
     detected = [bool(w) for w in window]
     first_ok = [w[0]["kind"] == expected for w in window if w]
     all_ok = [all(a["kind"] == expected for a in w) for w in window if w]
@@ -204,7 +222,9 @@ def summarize(runs: Sequence[ShiftRun]) -> dict[str, Any]:
         "diagnosis_first_alarm": float(np.mean(first_ok)) if first_ok else math.nan,
         "diagnosis_all_alarms": float(np.mean(all_ok)) if all_ok else math.nan,
         "median_delay": float(np.median(delays)) if delays else math.nan,
-        "pre_change_alarm": float(np.mean([any(a["event_index"] < r.change for a in r.alarms) for r in runs])),
+        "pre_change_alarm": float(
+            np.mean([any(a["event_index"] < r.change for a in r.alarms) for r in runs])
+        ),
     }
     for det in ("covariate", "conditional"):
         hits = [[a for a in w if a["detector"] == det] for w in window]
@@ -213,16 +233,21 @@ def summarize(runs: Sequence[ShiftRun]) -> dict[str, Any]:
         out[f"{det}_diagnosis"] = float(np.mean(kinds)) if kinds else math.nan
     harmful = [any(a["detector"] == "conditional" for a in al) for al in after]
     out["wctm_harmful_after_change"] = float(np.mean(harmful))
-    out["ctm_harmful_after_change"] = float(np.mean([any(t >= r.change for t in r.ctm_alarms) for r in runs]))
+    out["ctm_harmful_after_change"] = float(
+        np.mean([any(t >= r.change for t in r.ctm_alarms) for r in runs])
+    )
     return out
 
 
-def power(n_seeds: int, scenarios: Sequence[str] = tuple(SCENARIOS), workers: int = 1,
-          **overrides: Any) -> dict[str, Any]:
+def power(
+    n_seeds: int, scenarios: Sequence[str] = tuple(SCENARIOS), workers: int = 1, **overrides: Any
+) -> dict[str, Any]:
     """:func:`summarize` for each scenario over seeds 0..n_seeds-1."""
     job_overrides = tuple(sorted(overrides.items()))
-    return {s: summarize(_parallel(_ShiftJob(s, job_overrides), range(n_seeds), workers))
-            for s in scenarios}
+    return {
+        s: summarize(_parallel(_ShiftJob(s, job_overrides), range(n_seeds), workers))
+        for s in scenarios
+    }
 
 
 # --------------------------------------------------------------------------------- main

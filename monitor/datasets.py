@@ -6,9 +6,9 @@ Three of the readings are (up to ±2) sums of others — ``f7 = f3 − f1``, ``f
 ``f9 = f1 − f5`` — so the task predicts ``f9`` from ``f2, f3, f4, f6, f7``: ``f1 = f3 − f7`` is
 then recoverable but ``f5`` is not, which leaves a real, strongly heteroscedastic prediction
 problem (R² ≈ 0.90 on held-out rows; the mean absolute residual is ≈ 0.5 in the lowest quartile
-of predictions and ≈ 9 in the highest). A ``HistGradientBoostingRegressor`` (100 iterations) is fitted
-on a training split of 10 000 rows; the other 39 097 rows are the *pool* from which calibration
-sets and streams are drawn, so the model never saw them.
+of predictions and ≈ 9 in the highest). A ``HistGradientBoostingRegressor`` (100 iterations) is
+fitted on a training split of 10 000 rows; the other 39 097 rows are the *pool* from which
+calibration sets and streams are drawn, so the model never saw them.
 
 Scripted shifts (WATCH-style, Prinster et al. 2025, Sec. 5; see ``docs/detectors.md``):
 
@@ -25,9 +25,10 @@ Scripted shifts (WATCH-style, Prinster et al. 2025, Sec. 5; see ``docs/detectors
     the region): p(x) is unchanged, p(y | x) is not.
 ``extreme_covariate``
     Rows drawn uniformly, then ``f3`` and the target are both moved up by ``extreme_shift`` times
-    the range of ``f3`` in the data (so every shifted ``f3`` is at least the largest in the data) (the identity ``f9 = f3 − f7 − f5`` moves the target with
-    ``f3``). Every input lies outside the calibration support and the model, which saturates
-    beyond the range it was trained on, fails.
+    the range of ``f3`` in the data, so every shifted ``f3`` is at least the largest in the data
+    (the identity ``f9 = f3 − f7 − f5`` moves the target with ``f3``). Every input lies outside
+    the calibration support and the model, which saturates beyond the range it was trained on,
+    fails.
 
 Kinds combine with ``+`` (``"benign_covariate+concept"``: tilted inputs with permuted labels).
 """
@@ -131,7 +132,7 @@ def load_shuttle_regression(seed: int = 0) -> RegressionTask:
     """
     data = load_shuttle()
     order = np.random.default_rng(seed).permutation(data.shape[0])
-    cols = [SHUTTLE_COLUMNS.index(c) for c in SHUTTLE_FEATURES]
+    cols = np.array([SHUTTLE_COLUMNS.index(c) for c in SHUTTLE_FEATURES])
     target = SHUTTLE_COLUMNS.index(SHUTTLE_TARGET)
     train, pool = order[:_N_TRAIN], order[_N_TRAIN:]
     X, y = data[np.ix_(pool, cols)].copy(), data[pool, target].copy()
@@ -224,8 +225,14 @@ def make_stream(
     empty = (np.empty((0, task.X.shape[1])), np.empty(0), np.empty(0))
     X, y, pred = (np.concatenate([p[i] for p in [empty, *parts]]) for i in range(3))
     return ScriptedStream(
-        task.X[cal].copy(), task.y[cal].copy(), task.pred[cal].copy(), X, y, pred,
-        tuple(spans), task.feature_names,
+        task.X[cal].copy(),
+        task.y[cal].copy(),
+        task.pred[cal].copy(),
+        X,
+        y,
+        pred,
+        tuple(spans),
+        task.feature_names,
     )
 
 
@@ -276,7 +283,9 @@ class _Shifts:
             pred = self.task.predict(X)
         return X, y, pred
 
-    def _permute_labels(self, rows: np.ndarray, y: FloatArray, rng: np.random.Generator) -> FloatArray:
+    def _permute_labels(
+        self, rows: np.ndarray, y: FloatArray, rng: np.random.Generator
+    ) -> FloatArray:
         inside = self.region[rows]
         donors = np.flatnonzero(self.region)
         y[inside] = self.task.y[rng.choice(donors, size=int(inside.sum()))]
@@ -305,6 +314,7 @@ def build_example(
     label_delay: int = 0,
     stream: str = "shuttle",
     alarm: dict[str, Any] | None = None,
+    covariate_alarm: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write an example stream from the Shuttle task as DESIGN.md wire-format files.
 
@@ -312,6 +322,11 @@ def build_example(
     (prediction events; labels inline when ``label_delay`` is 0, else as separate label events
     ``label_delay`` predictions later), ``<stream>.yaml`` (the stream configuration) and
     ``<stream>_truth.json`` (the phases and change points, as event indices).
+
+    The configuration uses Shiryaev–Roberts with ARL 10 000 for the conditional (harmful)
+    alarms and ARL 1 000 for the covariate alarms (``alarm`` / ``covariate_alarm`` override
+    them): a covariate alarm is informational — it names the shift and never pages anyone — and
+    the x-only score detects a within-support tilt too slowly at ARL 10 000 to show it.
 
     Returns
     -------
@@ -342,7 +357,8 @@ def build_example(
     cal = _calibration_events(stream, data)
     _write_jsonl(paths["calibration"], cal)
     _write_jsonl(paths["events"], _stream_events(stream, data, label_delay))
-    paths["config"].write_text(yaml.safe_dump(_config(stream, paths, seed, alarm), sort_keys=False))
+    config = _config(stream, paths, seed, alarm, covariate_alarm)
+    paths["config"].write_text(yaml.safe_dump(config, sort_keys=False))
     paths["truth"].write_text(json.dumps(_truth(data, seed, label_delay), indent=2) + "\n")
     return paths
 
@@ -384,7 +400,11 @@ def _stream_events(stream: str, data: ScriptedStream, delay: int) -> Iterator[di
 
 
 def _config(
-    stream: str, paths: dict[str, Path], seed: int, alarm: dict[str, Any] | None
+    stream: str,
+    paths: dict[str, Path],
+    seed: int,
+    alarm: dict[str, Any] | None,
+    covariate_alarm: dict[str, Any] | None,
 ) -> dict[str, Any]:
     from monitor.config import StreamConfig
 
@@ -394,8 +414,8 @@ def _config(
         "calibration": paths["calibration"].name,
         "score": "abs_residual",
         "covariate_score": "knn",
-        "betting": "composite_jumper",
         "alarm": alarm or {"rule": "shiryaev_roberts", "threshold": 10_000},
+        "covariate_alarm": covariate_alarm or {"rule": "shiryaev_roberts", "threshold": 1_000},
         "seed": seed,
     }
     StreamConfig.model_validate(config)  # fail here, not in the reader, if the contract moved

@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALARM_KINDS",
-    "OUTSIDE_SUPPORT_LEVEL",
     "MIN_RECENT",
+    "OUTSIDE_SUPPORT_LEVEL",
     "PENALISED_LEVEL",
     "RECENT",
     "DetectorAlarm",
@@ -61,7 +61,11 @@ __all__ = [
     "diagnose_covariate",
 ]
 
-ALARM_KINDS: tuple[str, ...] = ("concept_shift", "extreme_covariate_shift", "benign_covariate_shift")
+ALARM_KINDS: tuple[str, ...] = (
+    "concept_shift",
+    "extreme_covariate_shift",
+    "benign_covariate_shift",
+)
 
 #: Share of inputs outside the calibration support that makes a shift "extreme" ("mostly").
 OUTSIDE_SUPPORT_LEVEL = 0.5
@@ -249,7 +253,9 @@ class StreamDetectors:
         Mixture for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
         ``weighted: false`` (the weighted p-values keep every reference point).
         """
-        betting = {"betting": config.betting} if "betting" in config.model_fields_set else {}
+        betting: dict[str, Any] = {}
+        if "betting" in config.model_fields_set:
+            betting["betting"] = config.betting
         if config.weighted and config.max_reference is not None:
             raise ValueError(
                 "max_reference (bounded memory) needs weighted: false; the weighted conformal "
@@ -257,15 +263,28 @@ class StreamDetectors:
             )
         cov_alarm = config.covariate_alarm or config.alarm
         covariate = CovariateMonitor(
-            config.covariate_score, calibration_X, rule=cov_alarm.rule,
-            threshold=cov_alarm.threshold, alpha=cov_alarm.alpha, rebaseline=config.rebaseline,
-            max_reference=config.max_reference, seed=config.seed, **betting,
+            config.covariate_score,
+            calibration_X,
+            rule=cov_alarm.rule,
+            threshold=cov_alarm.threshold,
+            alpha=cov_alarm.alpha,
+            rebaseline=config.rebaseline,
+            max_reference=config.max_reference,
+            seed=config.seed,
+            **betting,
         )
         conditional = ConditionalMonitor(
-            calibration_scores, calibration_X, weighted=config.weighted, rule=config.alarm.rule,
-            threshold=config.alarm.threshold, alpha=config.alarm.alpha,
-            batch_size=config.weight_batch, rebaseline=config.rebaseline,
-            max_reference=config.max_reference, seed=config.seed, **betting,
+            calibration_scores,
+            calibration_X,
+            weighted=config.weighted,
+            rule=config.alarm.rule,
+            threshold=config.alarm.threshold,
+            alpha=config.alarm.alpha,
+            batch_size=config.weight_batch,
+            rebaseline=config.rebaseline,
+            max_reference=config.max_reference,
+            seed=config.seed,
+            **betting,
         )
         return cls(covariate, conditional)
 
@@ -275,7 +294,9 @@ class StreamDetectors:
         return self._new
 
     # ---------------------------------------------------------------------------- updates
-    def update(self, x: ArrayLike, score: float | None = None, event_index: int | None = None) -> None:
+    def update(
+        self, x: ArrayLike, score: float | None = None, event_index: int | None = None
+    ) -> None:
         """A prediction event, with its conditional score if the label is already known."""
         self.update_covariate(x, event_index)
         raised = self._new
@@ -292,7 +313,9 @@ class StreamDetectors:
             self._new = (*self._new, self._covariate_alarm(event))
             self.conditional.start_adaptation()
 
-    def update_conditional(self, x: ArrayLike, score: float, event_index: int | None = None) -> None:
+    def update_conditional(
+        self, x: ArrayLike, score: float, event_index: int | None = None
+    ) -> None:
         """Step the conditional monitor with a labelled event's features and score."""
         self._new = ()
         self._cond_events.add(event_index)
@@ -341,7 +364,12 @@ class StreamDetectors:
         }
 
     def _record(
-        self, detector: str, kind: str, event: AlarmEvent, index: _EventIndex, evidence: dict[str, Any]
+        self,
+        detector: str,
+        kind: str,
+        event: AlarmEvent,
+        index: _EventIndex,
+        evidence: dict[str, Any],
     ) -> DetectorAlarm:
         monitor = self.covariate if detector == "covariate" else self.conditional
         return DetectorAlarm(
@@ -360,8 +388,11 @@ class StreamDetectors:
         """JSON-ready state of both monitors and the diagnosis history."""
         return new_state(
             self,
-            params={"history": self.history, "outside_level": self.outside_level,
-                    "penalised_level": self.penalised_level},
+            params={
+                "history": self.history,
+                "outside_level": self.outside_level,
+                "penalised_level": self.penalised_level,
+            },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
             cov_events=self._cov_events.state(),

@@ -71,7 +71,9 @@ def one_minus_prob(proba: ArrayLike, y: ArrayLike) -> FloatArray:
     p = np.asarray(proba, dtype=np.float64)
     labels = np.asarray(y)
     if p.ndim not in (1, 2) or p.shape[-1] < 2:
-        raise ValueError(f"proba must be a vector (k,) or a matrix (n, k) with k >= 2, got {p.shape}")
+        raise ValueError(
+            f"proba must be a vector (k,) or a matrix (n, k) with k >= 2, got {p.shape}"
+        )
     if labels.shape != p.shape[:-1]:
         raise ValueError(f"y has shape {labels.shape}, expected {p.shape[:-1]} for proba {p.shape}")
     idx = _class_indices(labels, p.shape[-1])

@@ -138,12 +138,19 @@ class StreamMonitor:
                     ts=ts,
                     changepoint=raised.changepoint,
                     statistic=raised.statistic,
-                    threshold=raised.threshold,
+                    threshold=self._threshold(raised.detector),
                     rule=raised.rule,
                     evidence=_json_safe(raised.evidence),
                 )
             )
             self._traces.append(self._trace_point(raised.detector, index, ts))
+
+    def _threshold(self, detector: str) -> float:
+        """The configured threshold, exactly (the detectors work with its logarithm)."""
+        alarm = self.config.alarm
+        if detector == "covariate" and self.config.covariate_alarm is not None:
+            alarm = self.config.covariate_alarm
+        return 1.0 / alarm.alpha if alarm.rule == "ville" else alarm.threshold
 
     def _trace(self, detector: str, index: int, ts: datetime) -> None:
         count = self.event_index if detector == "covariate" else self.labeled

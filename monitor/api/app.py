@@ -71,11 +71,12 @@ def create_app(settings: Settings) -> FastAPI:
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     engine = make_engine(settings.database_url)
     sessions = session_factory(engine)
+    read_sessions = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
     # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
     # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
     sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
     ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
-    context = ApiContext(settings, engine, sessions, tokens, ingestor)
+    context = ApiContext(settings, engine, sessions, read_sessions, tokens, ingestor)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -95,7 +96,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.context = context
     app.state.registry = CollectorRegistry(auto_describe=False)
-    app.state.registry.register(DatabaseCollector(sessions))
+    app.state.registry.register(DatabaseCollector(read_sessions))
     for module in (health, metrics, streams, alarms, events):
         app.include_router(module.router)
     install_error_handlers(app)

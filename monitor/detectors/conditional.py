@@ -179,8 +179,8 @@ class ConditionalMonitor(MartingaleMonitor):
             )
         if not (isinstance(ratio_learning_rate, int | float) and ratio_learning_rate > 0):
             raise ValueError(f"ratio_learning_rate must be > 0, got {ratio_learning_rate!r}")
-        self.calibration_scores = calibration_scores
-        self.calibration_X = calibration_X
+        self.calibration_scores: ArrayLike | None = calibration_scores
+        self.calibration_X: ArrayLike | None = calibration_X
         self.weighted = weighted
         self.betting = betting
         self.rule = rule
@@ -216,11 +216,16 @@ class ConditionalMonitor(MartingaleMonitor):
             self._transform = QuantileNormalizer(X)
             X = self._transform(X)
         ratio = OnlineDensityRatio(
-            self._n_features, seed=derive_seed(self.seed, 3, self._n_alarms),
+            self._n_features,
+            seed=derive_seed(self.seed, 3, self._n_alarms),
             learning_rate=float(self.ratio_learning_rate),
         )
         return WeightedConformalPValue(
-            scores, X, ratio, batch_size=self.batch_size, penalty_alpha=self.penalty_alpha,
+            scores,
+            X,
+            ratio,
+            batch_size=self.batch_size,
+            penalty_alpha=self.penalty_alpha,
             seed=seed,
         )
 
@@ -330,9 +335,7 @@ class ConditionalMonitor(MartingaleMonitor):
         """A new monitor with the same parameters and calibration, in its initial state."""
         if self.calibration_scores is None:
             raise ValueError("a monitor restored with from_state has no calibration to clone")
-        return ConditionalMonitor(
-            self.calibration_scores, self.calibration_X, **self._params()
-        )
+        return ConditionalMonitor(self.calibration_scores, self.calibration_X, **self._params())
 
     def _params(self) -> dict[str, Any]:
         return {
@@ -365,7 +368,6 @@ class ConditionalMonitor(MartingaleMonitor):
                 len(self._warmup_X), self._n_features
             ),
             pending_adaptation=self._pending_adaptation,
-
             monitor=self._monitor_state(),
         )
 

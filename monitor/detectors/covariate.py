@@ -137,7 +137,7 @@ class CovariateMonitor(MartingaleMonitor):
         if not (isinstance(support_level, int | float) and 0.0 < support_level < 1.0):
             raise ValueError(f"support_level must lie in (0, 1), got {support_level!r}")
         self.scorer = scorer
-        self.calibration_X = calibration_X
+        self.calibration_X: ArrayLike | None = calibration_X
         self.betting = betting
         self.rule = rule
         self.alpha = alpha
@@ -152,7 +152,7 @@ class CovariateMonitor(MartingaleMonitor):
         self._fit(as_matrix(calibration_X, "calibration_X", min_rows=4))
 
     def _fit(self, X: FloatArray) -> None:
-        n_fit = int(round(self.fit_fraction * X.shape[0]))
+        n_fit = round(self.fit_fraction * X.shape[0])
         if not 1 <= n_fit <= X.shape[0] - 2:
             raise ValueError(
                 f"fit_fraction={self.fit_fraction} leaves no room for both parts of "

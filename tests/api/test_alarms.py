@@ -194,3 +194,16 @@ def test_ack_with_bad_body_is_422(client: TestClient, alarms: list[Alarm], body:
     response = client.post(f"/alarms/{alarms[2].id}/ack", json=body, headers=WRITE)
     assert response.status_code == 422
     assert client.get(f"/alarms/{alarms[2].id}", headers=READ).json()["acknowledged_at"] is None
+
+
+def test_count_is_exact_up_to_the_limit_then_a_lower_bound(
+    client: TestClient, alarms: list[Alarm], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert client.get("/alarms", headers=READ).json()["count_exact"] is True
+    monkeypatch.setattr("monitor.api.queries.COUNT_LIMIT", 40)
+    body = client.get("/alarms", params={"limit": 5}, headers=READ).json()
+    assert (body["count"], body["count_exact"]) == (40, False)
+    body = client.get(
+        "/alarms", params={"stream": "bikes", "kind": "concept_shift"}, headers=READ
+    ).json()
+    assert (body["count"], body["count_exact"]) == (15, True)

@@ -16,7 +16,7 @@ from tests.detectors.conftest import Toy, make_toy
 
 Detector = CovariateMonitor | ConditionalMonitor | StreamDetectors
 TOY = make_toy(seed=3)
-SMALL = {"threshold": 200.0, "rebaseline": 50}
+SMALL: dict[str, Any] = {"threshold": 200.0, "rebaseline": 50}
 
 
 def _covariate(toy: Toy, seed: int = 0, **kw: Any) -> CovariateMonitor:
@@ -45,7 +45,9 @@ FACTORIES: dict[str, Callable[..., Detector]] = {
     "conditional-cusum-jumper": lambda t, seed=0: _conditional(
         t, seed, rule="cusum", betting="composite_jumper"
     ),
-    "stream-detectors": lambda t, seed=0: StreamDetectors(_covariate(t, seed), _conditional(t, seed)),
+    "stream-detectors": lambda t, seed=0: StreamDetectors(
+        _covariate(t, seed), _conditional(t, seed)
+    ),
     "stream-detectors-bounded": lambda t, seed=0: StreamDetectors(
         _covariate(t, seed, max_reference=64, support_history=100),
         ConditionalMonitor(
@@ -69,8 +71,11 @@ def _step(det: Detector, toy: Toy, t: int) -> dict[str, Any]:
             det.update(x, s, event_index=t)
         else:  # the unweighted CTM needs no x, the diagnosis still reads it
             det.update(x, s, event_index=t)
-        return {"alarms": [a.to_json() for a in det.new_alarms],
-                "cov": _outputs(det.covariate), "cond": _outputs(det.conditional)}
+        return {
+            "alarms": [a.to_json() for a in det.new_alarms],
+            "cov": _outputs(det.covariate),
+            "cond": _outputs(det.conditional),
+        }
     return _outputs(det)
 
 

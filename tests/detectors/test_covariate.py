@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -93,8 +94,13 @@ def test_update_many_equals_per_event_updates(
     rule: str, rebaseline: int, max_reference: int | None
 ) -> None:
     toy = make_toy(seed=11, n=1500)
-    kw = {"rule": rule, "threshold": 100.0, "alpha": 0.05, "rebaseline": rebaseline,
-          "max_reference": max_reference}
+    kw: dict[str, Any] = {
+        "rule": rule,
+        "threshold": 100.0,
+        "alpha": 0.05,
+        "rebaseline": rebaseline,
+        "max_reference": max_reference,
+    }
     one, batch = (CovariateMonitor("knn", toy.X_cal, **kw) for _ in range(2))
     alarms_one = _per_event(one, toy.X)
     alarms_batch: list[int] = []
@@ -119,7 +125,7 @@ def test_alarm_then_warm_up_then_fresh_reference() -> None:
     alarms = _per_event(monitor, toy.X)
     first = alarms[0]
     assert toy.change <= first < toy.change + 40
-    assert all(b > a + 100 for a, b in zip(alarms, alarms[1:], strict=False))  # no alarm in warm-up
+    assert all(b > a + 100 for a, b in itertools.pairwise(alarms))  # no alarm in warm-up
     # After the warm-up the reference is exactly the 100 warm-up scores plus later updates.
     fresh = CovariateMonitor("knn", toy.X_cal, threshold=1000.0, rebaseline=100)
     _per_event(fresh, toy.X[: first + 101])
@@ -137,8 +143,9 @@ def test_changepoint_is_absolute_after_rebaselining() -> None:
         monitor.update(x)
         if monitor.alarm:
             seen.append((monitor.n_seen - 1, monitor.changepoint))
-    second = [s for s in seen if s[0] >= 900][0]
-    assert 850 <= second[1] <= second[0]  # in stream positions, not since the reset
+    second = next(s for s in seen if s[0] >= 900)
+    cp = second[1]
+    assert cp is not None and 850 <= cp <= second[0]  # in stream positions, not since the reset
 
 
 def test_rebaseline_zero_stops_monitoring(toy: Toy) -> None:

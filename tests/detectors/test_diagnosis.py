@@ -25,8 +25,11 @@ def test_kinds_match_the_alarm_record() -> None:
 
 @pytest.mark.parametrize(
     ("share", "kind"),
-    [(0.5, "extreme_covariate_shift"), (0.49, "benign_covariate_shift"),
-     (math.nan, "benign_covariate_shift")],
+    [
+        (0.5, "extreme_covariate_shift"),
+        (0.49, "benign_covariate_shift"),
+        (math.nan, "benign_covariate_shift"),
+    ],
 )
 def test_diagnose_covariate(share: float, kind: str) -> None:
     assert diagnose_covariate(share) == kind
@@ -82,7 +85,10 @@ def test_extreme_shift_alarms_are_diagnosed_extreme() -> None:
     assert first.rule == "shiryaev_roberts" and first.threshold == pytest.approx(1000.0)
     assert first.statistic >= first.threshold
     assert set(first.evidence) >= {
-        "covariate_statistic", "penalised_fraction", "weights_ess", "outside_support_fraction",
+        "covariate_statistic",
+        "penalised_fraction",
+        "weights_ess",
+        "outside_support_fraction",
     }
     assert first.evidence["outside_support_fraction"] >= 0.5
 
@@ -92,7 +98,7 @@ def test_concept_shift_is_diagnosed_concept() -> None:
     X = toy.X.copy()
     X[toy.change :, 0] -= 5.0  # no input shift: only the scores change
     det = _detectors(toy)
-    alarms = []
+    alarms: list[DetectorAlarm] = []
     for t in range(len(X)):
         det.update(X[t], toy.scores[t])
         alarms += det.new_alarms
@@ -104,16 +110,18 @@ def test_concept_shift_is_diagnosed_concept() -> None:
 def test_label_delay_maps_conditional_changepoints_to_event_indices() -> None:
     toy = make_toy(seed=2)
     det = _detectors(toy)
-    delay, alarms = 25, []
+    delay, alarms = 25, list[DetectorAlarm]()
     for t in range(len(toy.X)):
         det.update_covariate(toy.X[t], event_index=t)
         alarms += det.new_alarms
         if t >= delay:  # the label of event t - delay arrives now
             det.update_conditional(toy.X[t - delay], toy.scores[t - delay], event_index=t - delay)
             alarms += det.new_alarms
-    conditional = [a for a in alarms if a.detector == "conditional"][0]
+    conditional = next(a for a in alarms if a.detector == "conditional")
     assert toy.change <= conditional.event_index < toy.change + 60
-    assert conditional.changepoint is not None and conditional.changepoint <= conditional.event_index
+    assert (
+        conditional.changepoint is not None and conditional.changepoint <= conditional.event_index
+    )
 
 
 def test_score_none_steps_only_the_covariate_monitor(toy: Toy) -> None:
@@ -134,25 +142,44 @@ def test_new_alarms_only_hold_the_last_call() -> None:
 
 
 def test_from_config_builds_both_monitors(toy: Toy) -> None:
-    config = StreamConfig.model_validate({
-        "name": "s", "task": "regression", "calibration": "cal.jsonl",
-        "alarm": {"rule": "cusum", "threshold": 500.0},
-        "covariate_alarm": {"rule": "ville", "alpha": 0.05},
-        "covariate_score": "mahalanobis", "weight_batch": 16, "rebaseline": 100, "seed": 3,
-    })
+    config = StreamConfig.model_validate(
+        {
+            "name": "s",
+            "task": "regression",
+            "calibration": "cal.jsonl",
+            "alarm": {"rule": "cusum", "threshold": 500.0},
+            "covariate_alarm": {"rule": "ville", "alpha": 0.05},
+            "covariate_score": "mahalanobis",
+            "weight_batch": 16,
+            "rebaseline": 100,
+            "seed": 3,
+        }
+    )
     det = StreamDetectors.from_config(config, toy.X_cal, toy.scores_cal)
     cov, cond = det.covariate, det.conditional
     assert (cov.scorer, cov.rule, cov.threshold, cov.betting) == (
-        "mahalanobis", "ville", 20.0, "composite_jumper"
+        "mahalanobis",
+        "ville",
+        20.0,
+        "composite_jumper",
     )
     assert (cond.rule, cond.threshold, cond.batch_size, cond.betting) == (
-        "cusum", 500.0, 16, "mixture"
+        "cusum",
+        500.0,
+        16,
+        "mixture",
     )
     assert cov.rebaseline == cond.rebaseline == 100 and cov.seed == cond.seed == 3
-    explicit = StreamConfig.model_validate({
-        "name": "s", "task": "regression", "calibration": "c", "betting": "power",
-        "weighted": False, "max_reference": 200,
-    })
+    explicit = StreamConfig.model_validate(
+        {
+            "name": "s",
+            "task": "regression",
+            "calibration": "c",
+            "betting": "power",
+            "weighted": False,
+            "max_reference": 200,
+        }
+    )
     det = StreamDetectors.from_config(explicit, toy.X_cal, toy.scores_cal)
     assert det.covariate.betting == det.conditional.betting == "power"
     assert det.conditional.max_reference == det.covariate.max_reference == 200
@@ -168,8 +195,11 @@ def test_from_config_rejects_bounded_weighted(toy: Toy) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"history": 0}, "history"), ({"outside_level": 0.0}, "outside_level"),
-     ({"penalised_level": 2.0}, "penalised_level")],
+    [
+        ({"history": 0}, "history"),
+        ({"outside_level": 0.0}, "outside_level"),
+        ({"penalised_level": 2.0}, "penalised_level"),
+    ],
 )
 def test_invalid_arguments(toy: Toy, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -41,7 +43,7 @@ def test_one_minus_prob_vector_and_matrix() -> None:
         ([1.0], 0, "k >= 2"),
     ],
 )
-def test_one_minus_prob_rejects_bad_input(proba: list, y: object, message: str) -> None:
+def test_one_minus_prob_rejects_bad_input(proba: list[Any], y: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         one_minus_prob(proba, y)
 

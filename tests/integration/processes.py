@@ -47,7 +47,7 @@ class WorkerProcess:
     @classmethod
     def patient(cls, folder: Path, name: str, db: str, source: str, group: str,
                 configs: Sequence[str], batch_size: int) -> WorkerProcess:
-        """``monitor run`` with every mock-broker consumer option (tests/integration/worker_main)."""
+        """``monitor run`` with every mock-broker consumer option (``worker_main``)."""
         argv = [sys.executable, "-m", "tests.integration.worker_main", "--db", db, "--source",
                 source, "--group", group, *configs, "--batch-size", str(batch_size)]
         return cls(argv, folder, name)
@@ -119,7 +119,9 @@ class OffsetWatch:
         self.engine.dispose()
 
 
-def group_offsets(bootstrap: str, group: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+def group_offsets(
+    bootstrap: str, group: str, topic: str, partitions: Sequence[int]
+) -> dict[int, int]:
     """Offsets the consumer group committed to Kafka (partitions without a commit are absent)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False, api_version=(2, 3))

@@ -246,7 +246,9 @@ def end_offsets(placed: Sequence[tuple[int, int]]) -> dict[int, int]:
     return end
 
 
-def stream_partitions(placed: Sequence[tuple[int, int]], keys: Sequence[str]) -> dict[str, set[int]]:
+def stream_partitions(
+    placed: Sequence[tuple[int, int]], keys: Sequence[str]
+) -> dict[str, set[int]]:
     """Partitions each key's records landed on."""
     out: dict[str, set[int]] = {}
     for (partition, _), key in zip(placed, keys, strict=True):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
+from tests.conftest import postgres_database
 from tests.integration.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
@@ -50,30 +53,51 @@ def produce(producer: str, bootstrap: str, topic: str, values: Sequence[bytes],
     return end_offsets(placed)
 
 
-@pytest.mark.parametrize("producer", list(PRODUCERS))
 def test_topic_to_postgres_equals_the_file_run(
-    producer: str, kafka_broker_module: str, pg_url: str, example: Example,
-    reference: Snapshot, tmp_path: Path,
+    kafka_broker_module: str, postgres_admin: Engine, example: Example, reference: Snapshot,
+    tmp_path: Path,
 ) -> None:
-    topic, group = f"e2e-{producer}", f"g-e2e-{producer}"
-    end = produce(producer, kafka_broker_module, topic, example.values, example.keys)
-    source = f"kafka://{kafka_broker_module}/{topic}?{MOCK_URL_OPTIONS}"
-    worker = WorkerProcess.cli(tmp_path, "worker", pg_url, source, group, example.config_args,
-                               batch_size=100)
-    stored = OffsetWatch(pg_url, f"kafka:{topic}")
-    try:
-        wait_until(lambda: stored() == end, "stored offsets at the end of the topic", [worker])
-        assert worker.terminate() == 0, worker.tail()
-    finally:
-        worker.ensure_dead()
-        stored.close()
-    assert group_offsets(kafka_broker_module, group, topic, range(4)) == end
-    got = snapshot(pg_url)
-    assert_same_results(got, reference)
-    assert got.offsets == {(f"kafka:{topic}", p): o for p, o in end.items()}
-    printed = [json.loads(line) for line in worker.out.read_text().splitlines()]
-    assert sorted(a["id"] for a in printed) == sorted(a["id"] for a in got.alarms)
-    assert_clean_stop(worker.logs(), events=len(example.values) - len(reference.dead_letters))
+    # One worker per producer, side by side (own topic, group and database): they spend most of
+    # their time starting up and joining their group, which overlaps.
+    with ExitStack() as stack:
+        runs = [Run(producer, kafka_broker_module, stack.enter_context(
+                    postgres_database(postgres_admin)), example, tmp_path)
+                for producer in PRODUCERS]
+        try:
+            for run in runs:
+                wait_until(lambda run=run: run.stored() == run.end,
+                           f"{run.producer}: stored offsets at the end", [run.worker])
+            for run in runs:
+                assert run.worker.terminate() == 0, run.worker.tail()
+        finally:
+            for run in runs:
+                run.worker.ensure_dead()
+                run.stored.close()
+        for run in runs:
+            run.check(reference, events=len(example.values) - len(reference.dead_letters))
+
+
+class Run:
+    """Produce the example to a topic with one client family; run ``monitor run`` on it."""
+
+    def __init__(self, producer: str, bootstrap: str, db: str, example: Example,
+                 folder: Path) -> None:
+        self.producer, self.bootstrap, self.db = producer, bootstrap, db
+        self.topic, self.group = f"e2e-{producer}", f"g-e2e-{producer}"
+        self.end = produce(producer, bootstrap, self.topic, example.values, example.keys)
+        source = f"kafka://{bootstrap}/{self.topic}?{MOCK_URL_OPTIONS}"
+        self.worker = WorkerProcess.cli(folder, producer, db, source, self.group,
+                                        example.config_args, batch_size=100)
+        self.stored = OffsetWatch(db, f"kafka:{self.topic}")
+
+    def check(self, reference: Snapshot, events: int) -> None:
+        assert group_offsets(self.bootstrap, self.group, self.topic, range(4)) == self.end
+        got = snapshot(self.db)
+        assert_same_results(got, reference)
+        assert got.offsets == {(f"kafka:{self.topic}", p): o for p, o in self.end.items()}
+        printed = [json.loads(line) for line in self.worker.out.read_text().splitlines()]
+        assert sorted(a["id"] for a in printed) == sorted(a["id"] for a in got.alarms)
+        assert_clean_stop(self.worker.logs(), events)
 
 
 def assert_clean_stop(logs: str, events: int) -> None:

@@ -4,6 +4,7 @@ their own that a test may freeze or kill)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,9 +32,11 @@ def ref_url(postgres_admin: Engine) -> Iterator[str]:
 
 
 @pytest.fixture
-def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
-    """A running PostgreSQL cluster of this test alone (stop and start it at will)."""
-    cluster = PrivatePostgres(tmp_path_factory.mktemp("pgcluster"))
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A running PostgreSQL cluster of this test alone (stop and start it at will). Its folder
+    is outside pytest's (which the ``postgres`` system user cannot enter when tests run as
+    root)."""
+    cluster = PrivatePostgres(Path(tempfile.mkdtemp(prefix="monitor-pgcluster-")))
     cluster.init()
     cluster.start()
     try:

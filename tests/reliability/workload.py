@@ -12,6 +12,7 @@ Kafka records), so the integration tests' reference run and snapshots apply unch
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ import yaml
 from monitor.datasets import build_example
 from tests.integration.streams import Example, Snapshot
 from tests.kafka_harness import MockRetentionExceeded, low_watermarks
+
+_log = logging.getLogger("tests.reliability.producer")
 
 PARTITIONS = 4
 #: Candidate stream names (any name works; these read well in logs).
@@ -116,23 +119,29 @@ def build_workload(
         configs.append(paths["config"])
         lines.append(paths["events"].read_bytes().splitlines())
         keys_per_stream.append(plan.name)
-    values, keys = interleave(lines, keys_per_stream, extra)
-    events = folder / "all_events.jsonl"
-    events.write_bytes(b"".join(v + b"\n" for v in values))
-    return Example(folder, tuple(configs), events, tuple(values), tuple(keys))
-
-
-def interleave(
-    streams: Sequence[Sequence[bytes]], names: Sequence[str], extra: Sequence[tuple[str, bytes]]
-) -> tuple[list[bytes], list[str]]:
-    """Round-robin over the streams, with ``extra`` records spread evenly in between."""
     merged: list[tuple[str, bytes]] = []
-    for i in range(max(len(s) for s in streams)):
-        merged += [(name, s[i]) for name, s in zip(names, streams, strict=True) if i < len(s)]
+    for i in range(max(len(s) for s in lines)):  # round-robin over the streams
+        merged += [(n, s[i]) for n, s in zip(keys_per_stream, lines, strict=True) if i < len(s)]
+    return _write(folder, tuple(configs), merged, extra)
+
+
+def with_extra(example: Example, extra: Sequence[tuple[str, bytes]], name: str) -> Example:
+    """The example with ``extra`` ``(key, value)`` records spread evenly through it, written to
+    ``<folder>/<name>/``."""
+    merged = list(zip(example.keys, example.values, strict=True))
+    return _write(example.folder / name, example.configs, merged, extra)
+
+
+def _write(folder: Path, configs: tuple[Path, ...], merged: list[tuple[str, bytes]],
+           extra: Sequence[tuple[str, bytes]]) -> Example:
     step = len(merged) / (len(extra) + 1)
     for j in reversed(range(len(extra))):  # from the end, so earlier positions stay put
         merged.insert(int(step * (j + 1)), extra[j])
-    return [v for _, v in merged], [k for k, _ in merged]
+    folder.mkdir(parents=True, exist_ok=True)
+    events = folder / "all_events.jsonl"
+    events.write_bytes(b"".join(v + b"\n" for _, v in merged))
+    return Example(folder, configs, events, tuple(v for _, v in merged),
+                   tuple(k for k, _ in merged))
 
 
 # -- producing ---------------------------------------------------------------------------------
@@ -147,7 +156,7 @@ def produce(
     Raises :class:`MockRetentionExceeded` if the broker already deleted records."""
     producer = confluent_kafka.Producer({
         "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 50,
-        "batch.size": 1_000_000, "message.max.bytes": 10_000_000,
+        "batch.size": 1_000_000, "message.max.bytes": 10_000_000, "logger": _log,
     })
     placed: dict[int, tuple[int, int]] = {}
     errors: list[str] = []
@@ -170,6 +179,7 @@ def produce(
                 producer.poll(0.05)
         producer.poll(0)
     left = producer.flush(120)
+    getattr(producer, "close", lambda: None)()  # confluent-kafka >= 2.6; else on collection
     if left or errors:
         raise RuntimeError(f"{left} records undelivered, errors: {errors[:3]}")
     lost = {p: o for p, o in low_watermarks(bootstrap, topic).items() if o > 0}

@@ -8,7 +8,7 @@ from typing import Annotated, TypedDict
 from fastapi import APIRouter, Body, HTTPException, Path, Query, Security
 
 from monitor.api import queries
-from monitor.api.deps import PrincipalDep, SessionDep, bearer
+from monitor.api.deps import PrincipalDep, ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import AckRequest, AlarmKindName, AlarmPublic, AlarmsPublic, DetectorName
 from monitor.api.timeutil import Since, Until, check_range
@@ -48,7 +48,7 @@ def to_public(row: AlarmRow) -> AlarmPublic:
 
 @router.get("", summary="List alarms, newest first")
 def list_alarms(
-    session: SessionDep,
+    session: ReadSessionDep,
     stream: Annotated[
         str | None, Query(pattern=NAME_PATTERN, description="Only this stream.")
     ] = None,
@@ -87,7 +87,7 @@ def list_alarms(
 
 
 @router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
-def get_alarm(session: SessionDep, alarm_id: AlarmId) -> AlarmPublic:
+def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmPublic:
     """The alarm with its diagnosis, evidence and acknowledgement."""
     row = repo.get_alarm(session, alarm_id)
     if row is None:

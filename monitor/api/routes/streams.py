@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from monitor.api import queries
-from monitor.api.deps import SessionDep, bearer
+from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.ingest import build_monitor
 from monitor.api.schemas import (
@@ -38,7 +38,7 @@ StreamPath = Annotated[
 
 
 @router.get("", summary="List registered streams")
-def list_streams(session: SessionDep) -> StreamsPublic:
+def list_streams(session: ReadSessionDep) -> StreamsPublic:
     """Every registered stream with its configuration and progress, by name."""
     rows = repo.list_streams(session)
     stats = _stream_stats(session, None)
@@ -69,7 +69,7 @@ def create_stream(body: StreamCreate, session: SessionDep, response: Response) -
 
 
 @router.get("/{name}", summary="Read one stream", responses=responses(404))
-def get_stream(name: StreamPath, session: SessionDep) -> StreamPublic:
+def get_stream(name: StreamPath, session: ReadSessionDep) -> StreamPublic:
     """The stream's configuration (without calibration rows) and progress."""
     return _public(_get_row(session, name), _stream_stats(session, name))
 
@@ -77,7 +77,7 @@ def get_stream(name: StreamPath, session: SessionDep) -> StreamPublic:
 @router.get("/{name}/trace", summary="Downsampled detector traces", responses=responses(404))
 def get_trace(
     name: StreamPath,
-    session: SessionDep,
+    session: ReadSessionDep,
     detector: Annotated[DetectorName | None, Query(description="Only this detector.")] = None,
     since: Since = None,
     until: Until = None,
@@ -103,7 +103,7 @@ def get_trace(
 @router.get("/{name}/ood", summary="OOD decisions by window", responses=responses(404))
 def get_ood(
     name: StreamPath,
-    session: SessionDep,
+    session: ReadSessionDep,
     since: Since = None,
     until: Until = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,

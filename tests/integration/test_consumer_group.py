@@ -1,0 +1,89 @@
+"""Two workers in one consumer group share a 4-partition topic; one is stopped midway.
+
+The three example streams are keyed onto three partitions. Both workers join before anything is
+produced, so each owns two partitions (and at least one stream). Worker B is stopped with SIGTERM
+while its partitions are partly processed: it finishes and commits its batch and leaves; worker
+A is assigned B's partitions, restores the streams' state from PostgreSQL and seeks to the
+offsets B stored. The results equal one uninterrupted run.
+
+Both workers start with ``--config`` at the same moment, so both register the streams at once
+(the registration race must not stop either). Migrations run once beforehand, as an operator
+runs ``monitor db upgrade`` before starting a group.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from monitor.db.migrate import upgrade
+from tests.integration.processes import OffsetWatch, WorkerProcess, group_offsets, wait_until
+from tests.integration.streams import (
+    Example,
+    Snapshot,
+    assert_same_results,
+    end_offsets,
+    snapshot,
+)
+from tests.kafka_harness import produce_kafka_python
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+TopicPartition = tuple[str, int]
+_ASSIGNED = re.compile(r"monitor\.worker: assigned (\[.*?\]); resuming at (.*)$")
+
+
+def assignments(worker: WorkerProcess) -> list[tuple[set[int], str]]:
+    """Every assignment the worker logged: its partitions and where it resumed."""
+    found = []
+    for line in worker.logs().splitlines():
+        match = _ASSIGNED.search(line)
+        if match:
+            partitions = {p for _, p in ast.literal_eval(match.group(1))}
+            found.append((partitions, match.group(2)))
+    return found
+
+
+def owned(worker: WorkerProcess) -> set[int]:
+    latest = assignments(worker)
+    return latest[-1][0] if latest else set()
+
+
+def test_two_workers_share_partitions_and_one_stops_midway(
+    kafka_broker_module: str, pg_url: str, example: Example, reference: Snapshot, tmp_path: Path
+) -> None:
+    topic, group = "group", "g-group"
+    upgrade(pg_url)
+    source = f"kafka://{kafka_broker_module}/{topic}"
+    a, b = (WorkerProcess.patient(tmp_path, name, pg_url, source, group, example.config_args,
+                                  batch_size=20) for name in ("a", "b"))
+    stored = OffsetWatch(pg_url, f"kafka:{topic}")
+    try:
+        wait_until(lambda: len(owned(a)) == 2 and len(owned(b)) == 2, "a 2 + 2 split", [a, b])
+        assert owned(a) | owned(b) == {0, 1, 2, 3}
+        end = end_offsets(produce_kafka_python(kafka_broker_module, topic, example.values,
+                                               example.keys))
+        b_partitions = owned(b)
+        b_end = sum(end.get(p, 0) for p in b_partitions)
+        assert b_end > 0 and sum(end.values()) > b_end  # each worker has work
+        b_done = lambda: sum(stored().get(p, 0) for p in b_partitions)  # noqa: E731
+        wait_until(lambda: b_done() >= 0.3 * b_end, "b a third through", [a, b])
+        assert b.terminate() == 0, b.tail()
+        at_stop = stored()
+        assert b_done() < b_end, "b finished before it was stopped: not a midway stop"
+        wait_until(lambda: stored() == end, "stored offsets at the end", [a])
+        assert a.terminate() == 0, a.tail()
+    finally:
+        for worker in (a, b):
+            worker.ensure_dead()
+        stored.close()
+    assert_same_results(snapshot(pg_url), reference)
+    assert group_offsets(kafka_broker_module, group, topic, range(4)) == end
+    assert owned(a) == {0, 1, 2, 3}  # a took over b's partitions ...
+    takeover = assignments(a)[-1][1]
+    for p in b_partitions & set(at_stop):  # ... and resumed where b's last batch ended
+        assert f"('{topic}', {p}): {at_stop[p]}" in takeover, takeover
+    assert "stop requested" in b.logs() and f"revoked [('{topic}'," in b.logs()

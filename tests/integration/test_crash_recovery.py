@@ -1,0 +1,90 @@
+"""SIGKILL ``monitor run`` at random points of a replay, restart it: nothing changes.
+
+The worker persists each batch (results, detector checkpoints, offsets) in one transaction and
+commits the Kafka offsets afterwards, so a kill can land before, inside or after either step.
+Whatever the point, the restarted worker restores from PostgreSQL and seeks to the stored
+offsets: the final alarms, checkpoints, traces, OOD windows and dead letters equal an
+uninterrupted run's, and no alarm or dead letter is stored twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.integration.processes import (
+    MOCK_URL_OPTIONS,
+    OffsetWatch,
+    WorkerProcess,
+    group_offsets,
+    wait_until,
+)
+from tests.integration.streams import (
+    POISON,
+    Example,
+    Snapshot,
+    assert_same_results,
+    end_offsets,
+    snapshot,
+)
+from tests.kafka_harness import produce_kafka_python
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+
+
+@pytest.mark.parametrize(
+    ("kills", "batch_size"),
+    [
+        # Small batches (a hundred or more transactions per replay), so that kills land mid-replay.
+        pytest.param(3, 20, id="3-kills"),
+        pytest.param(8, 7, id="8-kills", marks=pytest.mark.slow),
+    ],
+)
+def test_sigkill_at_random_points_then_restart_changes_nothing(
+    kills: int, batch_size: int, kafka_broker_module: str, pg_url: str, example: Example,
+    reference: Snapshot, tmp_path: Path,
+) -> None:
+    topic, group = f"crash-{kills}", f"g-crash-{kills}"
+    end = end_offsets(produce_kafka_python(kafka_broker_module, topic, example.values,
+                                           example.keys))
+    total = sum(end.values())
+    source = f"kafka://{kafka_broker_module}/{topic}?{MOCK_URL_OPTIONS}"
+    rng = np.random.default_rng(2026 + kills)
+    thresholds = np.sort(rng.uniform(0.1, 0.7, size=kills) * total)
+    stored = OffsetWatch(pg_url, f"kafka:{topic}")
+    at_kill: list[int] = []
+    try:
+        for i, threshold in enumerate(thresholds):
+            worker = WorkerProcess.cli(tmp_path, f"killed-{i}", pg_url, source, group,
+                                       example.config_args, batch_size=batch_size)
+            try:
+                reached = lambda n=threshold: stored.total() >= n  # noqa: E731
+                wait_until(reached, f"{threshold:.0f} records stored", [worker])
+                worker.kill()
+            finally:
+                worker.ensure_dead()
+            offsets = stored()
+            at_kill.append(sum(offsets.values()))
+            committed = group_offsets(kafka_broker_module, group, topic, range(4))
+            # Kafka's committed offsets never run ahead of the results in the database.
+            assert all(o <= offsets.get(p, 0) for p, o in committed.items()), (committed, offsets)
+        assert at_kill[0] > 0 and at_kill[-1] < total, (at_kill, total)  # killed mid-replay
+        final = WorkerProcess.cli(tmp_path, "final", pg_url, source, group, example.config_args,
+                                  batch_size=batch_size)
+        try:
+            wait_until(lambda: stored() == end, "stored offsets at the end", [final])
+            assert final.terminate() == 0, final.tail()
+        finally:
+            final.ensure_dead()
+    finally:
+        stored.close()
+    got = snapshot(pg_url)
+    assert_same_results(got, reference)  # includes: exactly len(POISON) dead-letter rows
+    assert len(set(got.alarm_keys)) == len(got.alarms) == len(reference.alarms)
+    assert got.dead_letter_rows == len(POISON)
+    assert group_offsets(kafka_broker_module, group, topic, range(4)) == end
+    resumed = [line for line in final.logs().splitlines() if "resuming at {" in line]
+    assert resumed, "the restarted worker did not seek to the stored offsets"

@@ -1,0 +1,203 @@
+"""The Kafka broker is unreachable at start, stalls mid-run, or disappears mid-run.
+
+The broker is librdkafka's mock cluster in a process of its own (broker.py): SIGSTOP freezes it
+(connections stay open and hang, as with a stalled or partitioned broker), SIGCONT thaws it,
+SIGKILL removes it (connections are refused from then on). The worker is ``monitor run``.
+
+What the service does (docs/operations.md "Broker outage"):
+
+- no broker at start: ``KafkaSource`` retries with backoff (0.5 s doubling to 5 s) and the
+  process exits non-zero after ``start_timeout_s`` with a message naming the address; one
+  process, one exit: no crash loop;
+- a broker that stalls, or appears late: kafka-python reconnects and rejoins the group by itself;
+  on the new assignment the worker restores its state from the database and seeks to the stored
+  offsets, so the results equal an uninterrupted run's;
+- a broker that disappears mid-run: kafka-python's poll returns nothing and raises nothing, so
+  the worker keeps retrying (reconnect backoff up to 30 s) without exiting, logging at a bounded
+  rate; SIGTERM still stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.conftest import postgres_database
+from tests.integration.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
+from tests.integration.streams import Example, Snapshot, end_offsets, reference_run, snapshot
+from tests.reliability.broker import BrokerProcess
+from tests.reliability.pgcluster import free_port
+from tests.reliability.workload import build_workload, differences, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+TOPIC, GROUP = "events", "broker-trouble"
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Example:
+    return build_workload(tmp_path_factory.mktemp("streams"), 3000, n_streams=4, seed=9)
+
+
+@pytest.fixture(scope="module")
+def reference(example: Example, postgres_admin: Engine) -> Snapshot:
+    with postgres_database(postgres_admin) as url:
+        return reference_run(example, url, batch_size=100)
+
+
+def start_worker(folder: Path, name: str, db: str, bootstrap: str, example: Example,
+                 options: str = MOCK_URL_OPTIONS) -> WorkerProcess:
+    source = f"kafka://{bootstrap}/{TOPIC}?{options}"
+    return WorkerProcess.cli(folder, name, db, source, GROUP, example.config_args, batch_size=100)
+
+
+def log_times(logs: str, pattern: str) -> list[float]:
+    """Seconds (of the day) of the log lines matching ``pattern``."""
+    out = []
+    for line in logs.splitlines():
+        stamp = re.match(r"\d{4}-\d\d-\d\d (\d\d):(\d\d):(\d\d),(\d{3}) ", line)
+        if stamp and re.search(pattern, line):
+            h, m, s, ms = (int(g) for g in stamp.groups())
+            out.append(3600 * h + 60 * m + s + ms / 1000)
+    return out
+
+
+def test_no_broker_at_start_exits_after_the_deadline(example: Example, pg_url: str,
+                                                     tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    worker = start_worker(tmp_path, "worker", pg_url, f"127.0.0.1:{port}", example,
+                          "start_timeout_s=4&retry_backoff_s=0.2")
+    try:
+        code = worker.proc.wait(90)
+    finally:
+        worker.ensure_dead()
+    logs = worker.logs()
+    assert code != 0
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 4 s" in logs
+    retries = log_times(logs, r"connectors\.kafka: no Kafka broker at .*retrying in")
+    first_try = log_times(logs, r"kafka\.conn: .*connecting to 127\.0\.0\.1")[0]
+    gave_up = log_times(logs, r"Connect attempt returned error 111")[-1]
+    assert len(retries) >= 1
+    assert 3.5 <= gave_up - first_try <= 12, (first_try, gave_up)
+    # Bounded noise: kafka-python's own reconnect lines, a few per attempt.
+    assert len(logs.splitlines()) < 400
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "DEFECT: the command line prints Python tracebacks for the errors it is documented to "
+    "report (SourceUnavailableError here; also DatabaseUnavailableError, RunError, ConfigError): "
+    "monitor/cli.py main() catches only UserError. Fix: catch connectors.SourceError, "
+    "monitor.worker.WorkerError, RunError and ConfigError there and print "
+    "'monitor: error: <message>' (exit code 1 or 2)."))
+def test_no_broker_at_start_is_reported_in_one_line(example: Example, pg_url: str,
+                                                    tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, "worker", pg_url, f"127.0.0.1:{free_port()}", example,
+                          "start_timeout_s=1")
+    try:
+        code = worker.proc.wait(90)
+    finally:
+        worker.ensure_dead()
+    assert code != 0
+    assert "monitor: error: no Kafka broker answered" in worker.logs()
+    assert "Traceback" not in worker.logs()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "DEFECT: with api_version in the source URL (recommended for brokers that mis-answer the "
+    "version probe, and set by every test here), KafkaConsumer never contacts a broker in its "
+    "constructor, so KafkaSource._connect succeeds at once and start_timeout_s never applies: "
+    "with no broker the worker idles forever, logging only kafka-python's reconnect errors. Fix: "
+    "after creating the consumer, wait for a bootstrap connection (e.g. "
+    "consumer._client.poll until least_loaded_node is connected, or consumer.topics()) within "
+    "the remaining start time, raising SourceUnavailableError."))
+def test_no_broker_at_start_exits_after_the_deadline_with_api_version_set(
+    example: Example, pg_url: str, tmp_path: Path
+) -> None:
+    worker = start_worker(tmp_path, "worker", pg_url, f"127.0.0.1:{free_port()}", example,
+                          "start_timeout_s=2&api_version=2.3")
+    try:
+        code = worker.proc.wait(60)
+    except Exception:
+        code = None
+    finally:
+        worker.ensure_dead()
+    assert code is not None and code != 0
+
+
+@pytest.mark.slow
+def test_a_broker_that_answers_late_is_waited_for(
+    example: Example, reference: Snapshot, broker_process: BrokerProcess, pg_url: str,
+    tmp_path: Path,
+) -> None:
+    end = end_offsets(produce(broker_process.bootstrap, TOPIC, example.values, example.keys))
+    broker_process.freeze()
+    worker = start_worker(tmp_path, "worker", pg_url, broker_process.bootstrap, example)
+    stored = OffsetWatch(pg_url, f"kafka:{TOPIC}")
+    try:
+        wait_until(lambda: "subscribed to" in worker.logs(), "the worker started", [worker])
+        time.sleep(5)  # fault duration (not synchronisation): the broker stays silent 5 s
+        assert stored.total() == 0 and worker.alive
+        broker_process.thaw()
+        wait_until(lambda: stored() == end, "everything stored", [worker], timeout_s=120)
+        assert worker.terminate() == 0, worker.tail()
+    finally:
+        worker.ensure_dead()
+        stored.close()
+    assert differences(snapshot(pg_url), reference) == []
+
+
+def test_a_broker_that_stalls_mid_run_is_waited_for(
+    example: Example, reference: Snapshot, broker_process: BrokerProcess, pg_url: str,
+    tmp_path: Path,
+) -> None:
+    end = end_offsets(produce(broker_process.bootstrap, TOPIC, example.values, example.keys))
+    worker = start_worker(tmp_path, "worker", pg_url, broker_process.bootstrap, example)
+    stored = OffsetWatch(pg_url, f"kafka:{TOPIC}")
+    total = sum(end.values())
+    try:
+        wait_until(lambda: stored.total() >= total // 3, "a third stored", [worker],
+                   timeout_s=120)
+        broker_process.freeze()
+        time.sleep(8)  # fault duration: longer than the group session (3 s)
+        assert worker.alive
+        broker_process.thaw()
+        wait_until(lambda: stored() == end, "everything stored", [worker], timeout_s=120)
+        assert worker.terminate() == 0, worker.tail()
+    finally:
+        worker.ensure_dead()
+        stored.close()
+    assert differences(snapshot(pg_url), reference) == []
+    logs = worker.logs()
+    assert "Heartbeat session expired" in logs  # the outage was seen ...
+    assert logs.count("resuming at") >= 2  # ... and the worker rejoined and restored
+    assert "Traceback" not in logs
+
+
+def test_a_broker_that_disappears_is_retried_without_a_crash_loop(
+    example: Example, broker_process: BrokerProcess, pg_url: str, tmp_path: Path
+) -> None:
+    end = end_offsets(produce(broker_process.bootstrap, TOPIC, example.values, example.keys))
+    worker = start_worker(tmp_path, "worker", pg_url, broker_process.bootstrap, example)
+    stored = OffsetWatch(pg_url, f"kafka:{TOPIC}")
+    try:
+        wait_until(lambda: stored.total() > 0, "a batch stored", [worker], timeout_s=120)
+        broker_process.kill()
+        lost = time.monotonic()
+        wait_until(lambda: "ECONNREFUSED" in worker.logs(), "the loss noticed", [worker])
+        time.sleep(max(0.0, 15 - (time.monotonic() - lost)))  # fault duration: 15 s
+        assert worker.alive, worker.tail()
+        lines = len(worker.logs().splitlines())
+        at_stop = stored()
+        assert worker.terminate(timeout_s=60) == 0, worker.tail()
+    finally:
+        worker.ensure_dead()
+        stored.close()
+    assert all(o <= end[p] for p, o in at_stop.items())
+    assert lines < 2000, "log noise while the broker is gone must stay bounded"
+    logs = worker.logs()
+    assert "stop requested" in logs and "events in" in logs

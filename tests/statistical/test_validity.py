@@ -1,0 +1,53 @@
+"""Validity on exchangeable real streams: Ville at alpha = 0.05 and the ARL of CUSUM / SR.
+
+Streams are random permutations of held-out Shuttle rows (the model was fitted on another
+split), so calibration and stream events are exchangeable and the guarantees apply exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.bench_statistical import run_length, validity
+
+ALPHA = 0.05
+
+
+def _check_validity(n_streams: int) -> dict[str, float]:
+    result = validity(n_streams, alpha=ALPHA)
+    bound = ALPHA + 3.0 * math.sqrt(ALPHA * (1 - ALPHA) / n_streams)
+    assert result["bound"] == pytest.approx(bound)
+    for detector, rate in result["rates"].items():
+        assert rate <= bound, f"{detector}: {rate:.3f} of streams alarmed (bound {bound:.3f})"
+    return result["rates"]
+
+
+def test_ville_false_alarm_rate_fast() -> None:
+    """CTM, WCTM (estimated weights from t = 0) and covariate monitor (split-fitted 1-NN)."""
+    _check_validity(60)
+
+
+@pytest.mark.slow
+def test_ville_false_alarm_rate_full() -> None:
+    _check_validity(500)
+
+
+def _check_run_length(n_streams: int, arl: float, horizon: int) -> None:
+    for rule in ("cusum", "shiryaev_roberts"):
+        result = run_length(n_streams, rule, arl, horizon)
+        for detector in ("covariate", "ctm"):
+            stats = result[detector]
+            # Runs still quiet at the horizon count as the horizon: the mean is a lower bound of
+            # the true mean run length, so the check is conservative.
+            assert stats["mean"] + 3.0 * stats["se"] >= arl, (rule, detector, stats)
+
+
+def test_mean_run_length_fast() -> None:
+    _check_run_length(40, 100.0, 1500)
+
+
+@pytest.mark.slow
+def test_mean_run_length_full() -> None:
+    _check_run_length(300, 200.0, 4000)
