@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import numpy as np
@@ -176,8 +177,9 @@ def vacuum_analyze(url: str) -> None:
 
 
 @contextmanager
-def api_server(url: str) -> Iterator[str]:
-    """``monitor serve``'s app under uvicorn in a child process (1 worker, no access log)."""
+def api_server(url: str) -> Iterator[tuple[str, int]]:
+    """``monitor serve``'s app under uvicorn in a child process (1 worker, no access log);
+    yields its base URL and process id."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -196,7 +198,7 @@ def api_server(url: str) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(base, process)
-        yield base
+        yield base, process.pid
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -270,6 +272,14 @@ class Samples:
     sent: int = 0
     seconds: float = 0.0
 
+    def record(self, status: int, service: float, scheduled: float) -> None:
+        self.sent += 1
+        if status != 200:
+            self.errors += 1
+            return
+        self.service.append(service)
+        self.scheduled.append(scheduled)
+
     def summary(self) -> dict[str, Any]:
         def pct(values: list[float]) -> dict[str, float]:
             if not values:
@@ -299,99 +309,128 @@ async def open_loop(
     duration: float,
     warmup: float,
     seed: int,
+    connections: int = 32,
 ) -> Samples:
-    """Send ``rate`` requests/s for ``warmup + duration`` s, each at its scheduled time whatever
-    the previous answers; samples from the warm-up are discarded."""
+    """Send ``rate`` requests/s for ``warmup + duration`` s over ``connections`` keep-alive
+    connections (wrk2 style): request ``i`` is due at ``start + i / rate`` whatever the previous
+    answers, and its latency is also measured from that due time, so a server that falls behind
+    shows it even when every connection is busy. Samples from the warm-up are discarded."""
     rng = random.Random(seed)
+    total = int((warmup + duration) * rate)
+    queue: asyncio.Queue[tuple[float, bytes, bool] | None] = asyncio.Queue()
+    host, port = base.removeprefix("http://").split(":")
     samples = Samples()
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(
-        base_url=base, headers=headers, limits=limits, timeout=30
-    ) as client:
-        start = time.perf_counter() + 0.1
-        total = int((warmup + duration) * rate)
-        tasks = []
-        for i in range(total):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            measured = i >= warmup * rate
-            tasks.append(
-                asyncio.create_task(
-                    _one(client, path, rng.choice(requests), due, samples if measured else None)
-                )
-            )
-        await asyncio.gather(*tasks)
-        samples.seconds = duration
+    workers = [
+        asyncio.create_task(_connection(host, int(port), queue, samples))
+        for _ in range(connections)
+    ]
+    start = time.perf_counter() + 0.2
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        queue.put_nowait((due, _request(path, rng.choice(requests), host), i >= warmup * rate))
+    for _ in workers:
+        queue.put_nowait(None)
+    await asyncio.gather(*workers)
+    samples.seconds = duration
     return samples
 
 
-async def _one(
-    client: httpx.AsyncClient,
-    path: str,
-    params: dict[str, Any],
-    due: float,
-    samples: Samples | None,
+def _request(path: str, params: dict[str, Any], host: str) -> bytes:
+    target = f"{path}?{urlencode(params)}" if params else path
+    return (
+        f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Accept: application/json\r\n\r\n"
+    ).encode()
+
+
+async def _connection(
+    host: str, port: int, queue: asyncio.Queue[tuple[float, bytes, bool] | None], samples: Samples
 ) -> None:
-    sent = time.perf_counter()
+    """One keep-alive connection taking due requests from ``queue`` until it gets ``None``."""
+    reader, writer = await asyncio.open_connection(host, port)
     try:
-        response = await client.get(path, params=params)
-        ok = response.status_code == 200
-    except httpx.HTTPError:
-        ok = False
-    done = time.perf_counter()
-    if samples is None:
-        return
-    samples.sent += 1
-    if not ok:
-        samples.errors += 1
-        return
-    samples.service.append(done - sent)
-    samples.scheduled.append(done - due)
+        while (job := await queue.get()) is not None:
+            due, request, measured = job
+            sent = time.perf_counter()
+            writer.write(request)
+            status = await _read_response(reader)
+            done = time.perf_counter()
+            if measured:
+                samples.record(status, done - sent, done - due)
+    finally:
+        writer.close()
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(
+        int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:")
+    )
+    await reader.readexactly(length)
+    return int(lines[0].split()[1])
 
 
 # --- main -------------------------------------------------------------------------------------
 
 
-def latency(args: argparse.Namespace) -> dict[str, Any]:
-    streams = [f"stream-{k:02d}" for k in range(args.streams)]
-    rng = random.Random(args.seed)
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def bench_database(args: argparse.Namespace, streams: list[str]) -> Iterator[tuple[str, float]]:
+    """The loaded database (``--reuse``: one kept by an earlier ``--keep`` run) and load time."""
+    if args.reuse:
+        yield args.reuse, 0.0
+        return
     with fresh_database(args.admin_url, args.keep) as url:
         started = time.perf_counter()
         register_streams(url, streams)
         load_alarms(url, streams, args.alarms, args.seed)
         load_trace_points(url, streams, args.trace_points)
         vacuum_analyze(url)
-        load_seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
         print(
-            f"loaded {args.alarms} alarms and {args.trace_points} trace points in "
-            f"{load_seconds:.1f} s",
+            f"loaded {args.alarms} alarms and {args.trace_points} trace points in {seconds:.1f} s",
             file=sys.stderr,
         )
-        with api_server(url) as base:
-            requests = with_cursors(base, alarm_filters(streams, args.alarms, rng), args.pages)
-            alarms = asyncio.run(
-                open_loop(
-                    base, "/alarms", requests, args.rate, args.duration, args.warmup, args.seed
-                )
+        yield url, seconds
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    streams = [f"stream-{k:02d}" for k in range(args.streams)]
+    rng = random.Random(args.seed)
+    with bench_database(args, streams) as (url, load_seconds), api_server(url) as (base, pid):
+        requests = with_cursors(base, alarm_filters(streams, args.alarms, rng), args.pages)
+        load_before, cpu_before = os.getloadavg()[0], cpu_seconds(pid)
+        alarms = asyncio.run(
+            open_loop(base, "/alarms", requests, args.rate, args.duration, args.warmup, args.seed)
+        )
+        sent = int((args.warmup + args.duration) * args.rate)
+        server_cpu_ms = (cpu_seconds(pid) - cpu_before) / sent * 1000.0
+        load_after = os.getloadavg()[0]
+        trace_requests: list[dict[str, Any]] = [
+            {"max_points": 1000},
+            {"max_points": 500, "detector": "covariate"},
+        ]
+        trace = asyncio.run(
+            open_loop(
+                base,
+                f"/streams/{streams[0]}/trace",
+                trace_requests,
+                args.trace_rate,
+                args.trace_duration,
+                1.0,
+                args.seed,
             )
-            trace_requests: list[dict[str, Any]] = [
-                {"max_points": 1000},
-                {"max_points": 500, "detector": "covariate"},
-            ]
-            trace = asyncio.run(
-                open_loop(
-                    base,
-                    f"/streams/{streams[0]}/trace",
-                    trace_requests,
-                    args.trace_rate,
-                    args.trace_duration,
-                    1.0,
-                    args.seed,
-                )
-            )
+        )
     return {
         "alarms": args.alarms,
         "trace_points": args.trace_points,
@@ -400,7 +439,11 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         "rate": args.rate,
         "duration": args.duration,
         "distinct_alarm_queries": len(requests),
-        "get_alarms": alarms.summary(),
+        "get_alarms": alarms.summary()
+        | {
+            "server_cpu_ms_per_request": round(server_cpu_ms, 2),
+            "machine_load_1min": [round(load_before, 2), round(load_after, 2)],
+        },
         "get_trace": trace.summary() | {"rate": args.trace_rate},
     }
 
@@ -440,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-duration", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
+    parser.add_argument("--reuse", metavar="URL", help="use a database kept by --keep")
     parser.add_argument(
         "--fuzz",
         type=int,

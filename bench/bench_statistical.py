@@ -231,6 +231,14 @@ def summarize(runs: Sequence[ShiftRun]) -> dict[str, Any]:
         out[f"{det}_detected_within_500"] = float(np.mean([bool(h) for h in hits]))
         kinds = [h[0]["kind"] == expected for h in hits if h]
         out[f"{det}_diagnosis"] = float(np.mean(kinds)) if kinds else math.nan
+    covariate_any = [any(a["detector"] == "covariate" for a in al) for al in after]
+    out["covariate_detected_after_change"] = float(np.mean(covariate_any))
+    ctm_delays = [
+        min(t for t in r.ctm_alarms if t >= r.change) - r.change
+        for r in runs
+        if any(t >= r.change for t in r.ctm_alarms)
+    ]
+    out["ctm_median_delay"] = float(np.median(ctm_delays)) if ctm_delays else math.nan
     harmful = [any(a["detector"] == "conditional" for a in al) for al in after]
     out["wctm_harmful_after_change"] = float(np.mean(harmful))
     out["ctm_harmful_after_change"] = float(

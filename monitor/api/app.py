@@ -18,7 +18,7 @@ from monitor.api.errors import install_error_handlers
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
 from monitor.api.routes import alarms, events, health, metrics, streams
-from monitor.db.engine import make_engine, session_factory
+from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.metrics import DatabaseCollector
 from monitor.runner import DatabaseSink
 from monitor.settings import Settings
@@ -69,7 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
     tokens = TokenStore.from_setting(settings.api_tokens)
     if not len(tokens):
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
-    engine = make_engine(settings.database_url)
+    # Requests run in a pool of 40 threads; with fewer connections a burst waits on the pool.
+    engine = make_engine(settings.database_url, **_pool_size(settings.database_url))
     sessions = session_factory(engine)
     read_sessions = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
     # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
@@ -104,6 +105,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=tokens)
     return app
+
+
+def _pool_size(url: str) -> dict[str, int]:
+    if normalise_url(url).get_backend_name() == "sqlite":
+        return {}  # SQLite's pools are sized by SQLAlchemy for the file or memory database
+    return {"pool_size": 10, "max_overflow": 30}
 
 
 def _webhooks(settings: Settings, sessions: sessionmaker[Session]) -> WebhookDispatcher | None:

@@ -86,11 +86,14 @@ class CovariateMonitor(MartingaleMonitor):
         Share of the calibration rows used to fit the scorer, in (0, 1); the rest (>= 2 rows)
         is the conformal reference.
     support_level
-        An input is *outside the calibration support* when its conformal p-value against the
-        calibration reference alone, (1 + #{j: s_j ≥ s})/(m + 1), is at most this level (the
-        probability of that under no shift is at most ``support_level``); the diagnosis uses it.
-        ``1/(m + 1)`` means "stranger than every calibration point"; a small quantile level is
-        robust to the few wild calibration rows of heavy-tailed sensors.
+        An input is *outside the calibration support* when either of two conformal tests
+        against the calibration rows rejects at this level: its x-only p-value against the
+        reference, (1 + #{j: s_j ≥ s})/(m + 1) ≤ ``support_level``; or, for some coordinate k,
+        the two-sided rank p-value of |x_k − median_k| among the reference rows is at most
+        ``support_level``/d (Bonferroni; with m = 500, d = 5: beyond every reference value of
+        that coordinate). Under no shift each fires with probability ≤ ``support_level``. The
+        coordinate test keeps the notion robust when a few wild calibration rows (a sensor
+        glitch) inflate the x-only scores of the reference; the diagnosis uses it.
     support_history
         How many recent support flags are kept for the diagnosis (:meth:`outside_fraction`).
 
@@ -162,7 +165,11 @@ class CovariateMonitor(MartingaleMonitor):
         self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
         reference = -self._scorer.score(X[order[n_fit:]])
         self._n_features = X.shape[1]
-        self._support_threshold = _support_threshold(reference, self.support_level)
+        self._support_threshold = _upper_threshold(reference, self.support_level)
+        self._center = np.median(X[order[:n_fit]], axis=0)
+        deviation = np.abs(X[order[n_fit:]] - self._center)
+        level = self.support_level / X.shape[1]
+        self._limits = np.array([_upper_threshold(col, level) for col in deviation.T])
         self._support: collections.deque[bool] = collections.deque(maxlen=self.support_history)
         self._warmup: list[float] = []
         self._pv: ConformalPValue | None = self._new_p_values(reference)
@@ -186,7 +193,12 @@ class CovariateMonitor(MartingaleMonitor):
 
     def is_outside(self, X: ArrayLike) -> np.ndarray:
         """Whether each row of ``X`` is outside the calibration support; no state change."""
-        return np.asarray(self.nonconformity(X) > self._support_threshold)
+        arr = as_matrix(X, "X")
+        return self._outside(arr, self._nonconformity(arr))
+
+    def _outside(self, X: FloatArray, scores: FloatArray) -> np.ndarray:
+        beyond = np.any(np.abs(X - self._center) > self._limits, axis=1)
+        return np.asarray((scores > self._support_threshold) | beyond)
 
     def outside_fraction(self, start: int, stop: int | None = None) -> float:
         """Share of inputs with absolute index in [start, stop] outside the calibration support
@@ -209,9 +221,11 @@ class CovariateMonitor(MartingaleMonitor):
 
     def update(self, x: ArrayLike) -> None:
         """Score one input, then bet on its conformal p-value (or collect it in warm-up)."""
-        score = float(self._nonconformity(as_row(x, self._n_features))[0])
+        row = as_row(x, self._n_features)
+        scores = self._nonconformity(row)
+        score = float(scores[0])
         self._start_update()
-        self._support.append(score > self._support_threshold)
+        self._support.append(bool(self._outside(row, scores)[0]))
         index = self._n_seen
         self._n_seen += 1
         self._p_value = math.nan
@@ -233,7 +247,7 @@ class CovariateMonitor(MartingaleMonitor):
             raise ValueError(f"X must have {self._n_features} columns, got {arr.shape[1]}")
         scores = self._nonconformity(arr)
         self._start_update()
-        self._support.extend((scores > self._support_threshold).tolist())
+        self._support.extend(self._outside(arr, scores).tolist())
         i = 0
         while i < scores.size:
             i += self._advance(scores[i:])
@@ -309,6 +323,8 @@ class CovariateMonitor(MartingaleMonitor):
             scorer=self._scorer.state_dict(),
             n_features=self._n_features,
             support_threshold=self._support_threshold,
+            center=self._center.copy(),
+            limits=self._limits.copy(),
             support=np.asarray(self._support, dtype=np.uint8),
             warmup=np.asarray(self._warmup, dtype=np.float64),
             p_values=None if self._pv is None else self._pv.state_dict(),
@@ -330,6 +346,8 @@ class CovariateMonitor(MartingaleMonitor):
         obj._scorer = scorer_from_state(state["scorer"])
         obj._n_features = int(state["n_features"])
         obj._support_threshold = float(state["support_threshold"])
+        obj._center = np.asarray(state["center"], np.float64)
+        obj._limits = np.asarray(state["limits"], np.float64)
         flags = np.asarray(state["support"], dtype=bool).tolist()
         obj._support = collections.deque(flags, maxlen=obj.support_history)
         obj._warmup = np.asarray(state["warmup"], dtype=np.float64).tolist()
@@ -339,11 +357,11 @@ class CovariateMonitor(MartingaleMonitor):
         return obj
 
 
-def _support_threshold(reference: FloatArray, level: float) -> float:
-    """Score t with: 1 + #{j: s_j ≥ s} <= level·(m + 1) exactly when s > t.
+def _upper_threshold(reference: FloatArray, level: float) -> float:
+    """Value t with: 1 + #{j: r_j ≥ v} <= level·(m + 1) exactly when v > t.
 
-    With k = ⌊level·(m + 1)⌋ − 1 reference scores allowed at or above s, t is the (k + 1)-th
-    largest reference score; +inf when even k = 0 is not allowed (level < 1/(m + 1)).
+    With k = ⌊level·(m + 1)⌋ − 1 reference values allowed at or above v, t is the (k + 1)-th
+    largest reference value; +inf when even k = 0 is not allowed (level < 1/(m + 1)).
     """
     k = math.floor(level * (reference.size + 1)) - 1
     if k < 0:

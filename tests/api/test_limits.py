@@ -76,3 +76,11 @@ def test_malformed_event_batches_are_422(client: TestClient, body: bytes, fragme
     )
     assert response.status_code == 422
     assert fragment in response.text
+
+
+def test_body_that_is_not_utf8_is_400(client: TestClient) -> None:
+    response = client.post(
+        "/events", content=b"\xff\xfe[", headers=WRITE | {"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json() == {"detail": "There was an error parsing the body"}

@@ -65,8 +65,7 @@ def test_topic_to_postgres_equals_the_file_run(
                 for producer in PRODUCERS]
         try:
             for run in runs:
-                wait_until(lambda run=run: run.stored() == run.end,
-                           f"{run.producer}: stored offsets at the end", [run.worker])
+                wait_until(run.done, f"{run.producer}: stored offsets at the end", [run.worker])
             for run in runs:
                 assert run.worker.terminate() == 0, run.worker.tail()
         finally:
@@ -89,6 +88,9 @@ class Run:
         self.worker = WorkerProcess.cli(folder, producer, db, source, self.group,
                                         example.config_args, batch_size=100)
         self.stored = OffsetWatch(db, f"kafka:{self.topic}")
+
+    def done(self) -> bool:
+        return self.stored() == self.end
 
     def check(self, reference: Snapshot, events: int) -> None:
         assert group_offsets(self.bootstrap, self.group, self.topic, range(4)) == self.end

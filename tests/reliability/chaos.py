@@ -114,7 +114,7 @@ def replay_with_kills(
                                 group_offsets(bootstrap, group, topic, sorted(run.end)))
             _check_kafka_never_leads(record)
             run.kills.append(record)
-        last = spawn(folder, kills, db, bootstrap, topic, group, example, batch_size)
+        last = spawn(folder, len(plan), db, bootstrap, topic, group, example, batch_size)
         run.workers.append(last)
         wait_until(lambda: stored() == run.end, "stored offsets at the end of the topic",
                    [last], timeout_s=timeout_s)
