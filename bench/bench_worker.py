@@ -168,8 +168,11 @@ class Meter:
                 self.stop.set()
         return on_batch
 
-    def rate(self) -> float:
+    def rate(self, start: float) -> float:
+        """Steady state from the first batch on; from ``start`` if there are too few batches."""
         (t0, n0), (t1, n1) = self.marks[0], self.marks[-1]
+        if len(self.marks) < 3:
+            t0, n0 = start, 0
         return (n1 - n0) / (t1 - t0)
 
 
@@ -180,6 +183,7 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
     worker = Worker(source, pipeline, sink, kind, batch_size=batch)
     meter = Meter(total)
     worker.on_batch = meter.batch(worker)
+    start = time.perf_counter()
     try:
         worker.run(meter.stop, max_batches=1)  # joins the group: not part of the profile
         if profile is not None:
@@ -190,7 +194,7 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
             profile.disable()
         source.close()
     assert meter.marks[-1][1] == total, f"processed {meter.marks[-1][1]} of {total}"
-    return meter.rate()
+    return meter.rate(start)
 
 
 @contextmanager

@@ -8,16 +8,17 @@ its own process. Every ``--interval`` seconds the script samples the worker's re
 size (PostgreSQL ``pg_database_size`` and per-table ``pg_total_relation_size``; SQLite: the file
 plus its WAL) and the size of the stream's detector checkpoint (state text + arrays).
 
-Bounded mode is the stream configuration ``max_reference: B`` (docs/algorithms.md): the covariate
-and (with ``--no-weighted``) conditional monitors keep O(B) state. The weighted conditional monitor
-(WATCH, the default ``weighted: true``) has no bounded mode: its reference grows with the labeled
-events, and so do its checkpoint and the worker's memory; ``--weighted`` measures that.
+Bounded mode is the stream configuration ``max_reference: B`` with ``weighted: false``
+(docs/algorithms.md): the covariate and conditional monitors keep O(B) reference state. The
+weighted conditional monitor (WATCH, the default ``weighted: true``) has no bounded mode (the
+configuration refuses ``max_reference`` with it): its reference grows with the labeled events, and
+so do its checkpoint and the worker's memory; ``--mode weighted`` measures that.
 
 Usage::
 
-    .venv/bin/python bench/soak.py --events 1000000 --max-reference 1000 --no-weighted
-    .venv/bin/python bench/soak.py --events 200000 --max-reference 1000 --weighted --json
-    .venv/bin/python bench/soak.py --events 200000 --unbounded      # no max_reference: growth
+    .venv/bin/python bench/soak.py --events 1000000 --mode bounded --max-reference 1000
+    .venv/bin/python bench/soak.py --events 200000 --mode weighted --json   # WATCH: grows
+    .venv/bin/python bench/soak.py --events 200000 --mode unbounded         # no max_reference
     .venv/bin/python bench/soak.py --db sqlite:////tmp/soak.db ...  # default: fresh PostgreSQL
 """
 
@@ -269,10 +270,10 @@ def fresh_postgres() -> Iterator[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="messages in the replay")
+    parser.add_argument("--mode", choices=("bounded", "unbounded", "weighted"), default="bounded",
+                        help="bounded: max_reference, weighted: false; unbounded: neither; "
+                        "weighted: the default configuration (WATCH, which has no bounded mode)")
     parser.add_argument("--max-reference", type=int, default=1000)
-    parser.add_argument("--unbounded", action="store_true", help="no max_reference at all")
-    parser.add_argument("--weighted", action=argparse.BooleanOptionalAction, default=False,
-                        help="WATCH weighting of the conditional monitor (has no bounded mode)")
     parser.add_argument("--label-delay", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
@@ -280,9 +281,11 @@ def main() -> int:
     parser.add_argument("--out", help="folder for the replay files (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print samples and summary as JSON")
     args = parser.parse_args()
-    config: dict[str, Any] = {"weighted": args.weighted}
-    if not args.unbounded:
-        config["max_reference"] = args.max_reference
+    config: dict[str, Any] = {
+        "bounded": {"max_reference": args.max_reference, "weighted": False},
+        "unbounded": {"weighted": False},
+        "weighted": {"weighted": True},
+    }[args.mode]
     folder = Path(args.out or tempfile.mkdtemp(prefix="monitor-soak-"))
     with (_given(args.db) if args.db else fresh_postgres()) as db:
         result = soak(db, folder, args.events, config, args.label_delay,

@@ -17,7 +17,10 @@ Failure handling, step by step:
   from the database and seeks to the stored offsets;
 - a refused source commit (the group rebalanced) is logged: the results are in the database, and
   whoever owns the partition next resumes from there;
-- bad records never reach here as errors: the pipeline turns them into dead letters.
+- bad records never reach here as errors: the pipeline turns them into dead letters. A batch that
+  the database refuses for its *content* (a value it cannot store: a deterministic error, so a
+  restart would fail on it forever) is processed again one record per transaction, and the
+  record whose results cannot be stored becomes a dead letter; the stream goes on without it.
 
 Exceptions::
 
@@ -35,12 +38,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from monitor.pipeline import BatchOutput, Pipeline
-from monitor.records import Alarm, SourceOffset
+from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import StreamMonitor
 
 __all__ = [
@@ -309,6 +313,7 @@ class Worker:
         self.summary_limit = summary_limit
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
+        self._isolating = 0  # records still to process one at a time (see _unstorable)
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
@@ -335,8 +340,10 @@ class Worker:
 
     def _step(self) -> bool:
         """One poll and its batch; False once a finite source is exhausted (and flushed)."""
-        records = self.source.poll(self.batch_size, self.poll_timeout_s)
+        size = 1 if self._isolating else self.batch_size
+        records = self.source.poll(size, self.poll_timeout_s)
         if records:
+            self._isolating = max(0, self._isolating - len(records))
             self._handle(self.pipeline.process(records), records)
         elif self.source.exhausted:
             self._handle(self.pipeline.flush(), [])
@@ -358,8 +365,9 @@ class Worker:
             self.on_batch(out)
 
     def _persist(self, out: BatchOutput, records: Sequence[Any]) -> bool:
-        """Store the batch with its offsets; False if the database already holds later offsets."""
-        from monitor.db.errors import OffsetRegressionError
+        """Store the batch with its offsets; False if it was not stored (and the worker has
+        resynchronised with the database)."""
+        from monitor.db.errors import InvalidRecordError, OffsetRegressionError
 
         offsets = [
             SourceOffset(self.offset_key(topic), partition, offset)
@@ -372,7 +380,39 @@ class Worker:
             log.warning("batch dropped: %s", exc)
             self._resync(records, out.touched)
             return False
+        except (InvalidRecordError, DataError, IntegrityError) as exc:
+            if not records:
+                raise  # the end-of-source flush: no record to blame
+            self._unstorable(records, out.touched, exc)
+            return False
         return True
+
+    def _unstorable(self, records: Sequence[Any], touched: set[str], exc: Exception) -> None:
+        """A batch the database refuses for its content (not its availability).
+
+        The error is deterministic, so retrying cannot help and restarting would fail on the
+        same batch forever. The worker resynchronises, then processes the batch's records one
+        per transaction; the record whose results cannot be stored becomes a dead letter, its
+        effect on the detectors is discarded, and the stream goes on.
+        """
+        self._resync(records, touched)
+        if len(records) > 1:
+            log.error("a record of this batch cannot be stored (%s): processing its %d records "
+                      "one at a time", _short(exc), len(records))
+            self._isolating = len(records)
+            return
+        record = records[0]
+        reason = f"results cannot be stored: {_short(exc)}"
+        log.error("%s[%d]@%d: %s; dead-lettered", record.topic, record.partition, record.offset,
+                  reason)
+        out = BatchOutput(dead_letters=[_dead_letter(self.pipeline.source, record, reason)],
+                          offsets={(record.topic, record.partition): record.offset + 1})
+        offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
+                                record.offset + 1)]
+        self._durably(lambda: self.sink.persist(out, offsets, {}), "persisting a dead letter")
+        self.source.seek(out.offsets)
+        self._commit(out.offsets)
+        self.summary.add(out)
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         from connectors.errors import OffsetCommitError
@@ -453,6 +493,18 @@ class Worker:
                 monitor.load_state(state)
             elif name in reset:
                 self.pipeline.streams[name] = StreamMonitor(monitor.config, monitor.calibration)
+
+
+def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
+    # Same location naming as the pipeline's dead letters (source name, then topic).
+    return DeadLetter(
+        source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
+        partition=record.partition,
+        offset=record.offset,
+        reason=reason,
+        payload=bytes(record.value[: DeadLetter.MAX_PAYLOAD]),
+        ts=datetime.now(UTC),
+    )
 
 
 def _transient(exc: BaseException) -> bool:

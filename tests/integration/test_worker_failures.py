@@ -20,6 +20,8 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from connectors import KafkaSource, MemorySource
+from monitor.db.engine import make_engine
+from monitor.db.migrate import upgrade
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm
 from monitor.runner import DatabaseSink, build_monitors, read_configs
@@ -30,6 +32,7 @@ from tests.integration.streams import (
     Snapshot,
     assert_same_results,
     end_offsets,
+    reference_run,
     snapshot,
 )
 from tests.kafka_harness import MOCK_CONSUMER_OPTIONS, produce_kafka_python
@@ -182,3 +185,29 @@ def test_a_long_running_summary_keeps_only_the_latest_records() -> None:
     assert summary.alarm_count == 10 and summary.events == 10
     assert 3 <= len(summary.alarms) <= 6
     assert summary.alarms[-1].event_index == 9
+
+
+def test_a_record_whose_results_the_database_refuses_is_dead_lettered_and_the_rest_goes_on(
+    pg_url: str, example: Example, reference: Snapshot
+) -> None:
+    """A deterministic storage error must not stop the worker forever (a poison pill)."""
+    # taxis carries its labels inline: the prediction record raises each of its alarms.
+    refused = next(a for a in reference.alarms if a["stream"] == "taxis")
+    upgrade(pg_url)
+    engine = make_engine(pg_url)
+    with engine.begin() as conn:  # the database refuses this one alarm, whatever the reason
+        conn.exec_driver_sql("ALTER TABLE alarms ADD CONSTRAINT refuse_one "
+                             f"CHECK (event_id <> '{refused['event_id']}')")
+    engine.dispose()
+    got = reference_run(example, pg_url, batch_size=50)
+    assert got.offsets == reference.offsets  # read to the end
+    culprit = next(v for v in example.values if f'"id":"{refused["event_id"]}"'.encode() in v)
+    unstorable = [d for d in got.dead_letters if d[1].startswith("results cannot be stored")]
+    assert [(d[0], d[2]) for d in unstorable] == [(None, culprit)]
+    assert "CheckViolation" in unstorable[0][1]
+    assert sorted(set(got.dead_letters) - set(unstorable)) == reference.dead_letters
+    assert refused["id"] not in {a["id"] for a in got.alarms}
+    for stream in ("bikes", "loans"):  # the other streams are untouched
+        assert [a for a in got.alarms if a["stream"] == stream] == [
+            a for a in reference.alarms if a["stream"] == stream]
+        assert got.checkpoints[stream] == reference.checkpoints[stream]

@@ -13,10 +13,11 @@ import pytest
 from bench.bench_statistical import run_length, validity
 
 ALPHA = 0.05
+WORKERS = 2  # processes: CI has 2 cores
 
 
 def _check_validity(n_streams: int) -> dict[str, float]:
-    result = validity(n_streams, alpha=ALPHA)
+    result = validity(n_streams, alpha=ALPHA, workers=WORKERS)
     bound = ALPHA + 3.0 * math.sqrt(ALPHA * (1 - ALPHA) / n_streams)
     assert result["bound"] == pytest.approx(bound)
     for detector, rate in result["rates"].items():
@@ -36,7 +37,7 @@ def test_ville_false_alarm_rate_full() -> None:
 
 def _check_run_length(n_streams: int, arl: float, horizon: int) -> None:
     for rule in ("cusum", "shiryaev_roberts"):
-        result = run_length(n_streams, rule, arl, horizon)
+        result = run_length(n_streams, rule, arl, horizon, workers=WORKERS)
         for detector in ("covariate", "ctm"):
             stats = result[detector]
             # Runs still quiet at the horizon count as the horizon: the mean is a lower bound of
