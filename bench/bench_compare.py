@@ -126,7 +126,7 @@ class Sizes:
 
 FULL = Sizes(seeds=100, n_calibration=1000, n_stationary=2000, n_before=500, n_after=1000,
              ramp=300)
-QUICK = Sizes(seeds=3, n_calibration=300, n_stationary=300, n_before=150, n_after=200, ramp=60)
+QUICK = Sizes(seeds=2, n_calibration=300, n_stationary=300, n_before=150, n_after=200, ramp=60)
 
 
 def label(name: str, value: float) -> str:
@@ -586,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="CI sizes (seconds)")
-    parser.add_argument("--seeds", type=int, help="seeds per scenario (default 100; quick 3)")
+    parser.add_argument("--seeds", type=int, help="seeds per scenario (default 100; quick 2)")
     parser.add_argument("--workers", type=int, default=2, help="processes")
     args = parser.parse_args(argv)
     result = run(QUICK if args.quick else FULL, workers=args.workers, seeds=args.seeds)

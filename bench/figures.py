@@ -121,13 +121,16 @@ def paths_figure(stat: dict[str, Any]) -> Figure:
         ax.grid(alpha=0.3)
     adaptation = paths["adaptation"]
     if adaptation is not None:
-        axes[1].axvline(adaptation, color="tab:green", lw=1.2, label="adaptation start (restart)")
+        restarted = paths.get("restart") is not None
+        axes[1].axvline(adaptation, color="tab:olive", lw=1.2,
+                        label="covariate alarm" + (" (restart)" if restarted else ""))
     axes[0].set_title("Unweighted CTM")
-    axes[1].set_title("Weighted CTM (adapts when the covariate monitor alarms)")
+    axes[1].set_title("Weighted CTM (service defaults)")
     axes[1].set_xlabel("event")
     axes[0].legend(fontsize=7, loc="upper left")
     axes[1].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"Martingale paths on one Shuttle stream (seed {paths['seed']}), no alarms")
+    fig.suptitle(f"Martingale paths on one Shuttle stream (seed {paths['seed']}), no alarms; "
+                 "paths below −8 are cut")
     return fig
 
 
@@ -185,23 +188,9 @@ def throughput_bars(data: dict[str, Any]) -> list[tuple[str, float, str]]:
                  for k, v in kafka.items() if k.endswith("_per_s")]
     e2e = data.get("end_to_end", {"error": 1})
     if "error" not in e2e:
-        bars += [(k, v, "end to end (events/s)") for k, v in numeric_leaves(e2e) if "per_s" in k]
+        bars += [(k, float(v), "end to end (events/s)") for k, v in e2e.items()
+                 if k.endswith("_per_s")]
     return bars
-
-
-def numeric_leaves(value: Any, path: str = "") -> list[tuple[str, float]]:
-    """(dotted path, number) of every numeric leaf of a JSON value (booleans excluded).
-
-    Examples
-    --------
-    >>> numeric_leaves({"a": {"rate_per_s": 3, "ok": True}, "b": [1]})
-    [('a.rate_per_s', 3.0)]
-    """
-    if isinstance(value, dict):
-        return [leaf for k, v in value.items() for leaf in numeric_leaves(v, f"{path}{k}.")]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return [(path[:-1], float(value))]
-    return []
 
 
 def throughput_figure(data: dict[str, Any]) -> Figure:

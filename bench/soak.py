@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -158,7 +159,7 @@ def _iso(ts: datetime) -> str:
     return ts.isoformat().replace("+00:00", "Z")
 
 
-# -- measuring ---------------------------------------------------------------------------------------
+# -- measuring -------------------------------------------------------------------------------
 
 
 def rss_mb(pid: int) -> float:
@@ -227,10 +228,8 @@ def run_soak(db: str, events: Path, config: Path, interval_s: float = 5.0,
                 rss = rss_mb(proc.pid)
                 stored, db_mb, ckpt, tables = probe.sample()
                 samples.append(Sample(time.monotonic() - start, stored, rss, db_mb, ckpt, tables))
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(interval_s)
-                except subprocess.TimeoutExpired:
-                    pass
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -161,13 +161,14 @@ def run_source(
     kind = source_url.split(":", 1)[0]
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
+    hooks = _webhooks(settings, sink)
     worker = Worker(
         source,
         pipeline,
         sink,
         source_kind=kind,
         batch_size=batch_size,
-        on_alarm=on_alarm,
+        on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.submit),
         on_batch=on_batch,
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
@@ -178,6 +179,33 @@ def run_source(
             return worker.run(stop)
     finally:
         source.close()
+        if hooks is not None:
+            hooks.close()
+
+
+def _webhooks(settings: Settings, sink: Sink) -> Any:
+    """The alarm webhook dispatcher of ``settings``; attempts are stored when a database is."""
+    from monitor.api.app import webhook_urls
+    from monitor.webhooks import WebhookDispatcher
+
+    urls = webhook_urls(settings.webhook_urls)
+    if not urls:
+        return None
+    record: Any = sink.sessions if isinstance(sink, DatabaseSink) else (lambda attempt: None)
+    return WebhookDispatcher(urls, settings.webhook_secret, record)
+
+
+def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], None] | None:
+    """One alarm callback calling each given one (delivery never blocks detection)."""
+    active = [c for c in callbacks if c is not None]
+    if not active:
+        return None
+
+    def call(alarm: Alarm) -> None:
+        for callback in active:
+            callback(alarm)
+
+    return call
 
 
 def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor]:

@@ -175,8 +175,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_deliveries")),
         sa.UniqueConstraint(
             "idempotency_key",
+            "url",
             "attempt",
-            name=op.f("uq_webhook_deliveries_idempotency_key_attempt"),
+            name=op.f("uq_webhook_deliveries_idempotency_key_url_attempt"),
         ),
     )
     op.create_index(

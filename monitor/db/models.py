@@ -297,7 +297,7 @@ class WebhookDeliveryRow(Base):
     """One attempt to deliver an alarm to a webhook URL."""
 
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (UniqueConstraint("idempotency_key", "attempt"),)
+    __table_args__ = (UniqueConstraint("idempotency_key", "url", "attempt"),)
 
     id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
     alarm_id: Mapped[str] = mapped_column(

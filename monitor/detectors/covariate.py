@@ -90,8 +90,9 @@ class CovariateMonitor(MartingaleMonitor):
         against the calibration rows rejects at this level: its x-only p-value against the
         reference, (1 + #{j: s_j ≥ s})/(m + 1) ≤ ``support_level``; or, for some coordinate k,
         the two-sided rank p-value of |x_k − median_k| among the reference rows is at most
-        ``support_level``/d (Bonferroni; with m = 500, d = 5: beyond every reference value of
-        that coordinate). Under no shift each fires with probability ≤ ``support_level``. The
+        max(``support_level``/d, 1/(m + 1)) (Bonferroni, but at least "beyond every reference
+        value of that coordinate", as with m = 500, d = 5). Under no shift they fire with
+        probability ≤ ``support_level`` and ≤ max(``support_level``, d/(m + 1)). The
         coordinate test keeps the notion robust when a few wild calibration rows (a sensor
         glitch) inflate the x-only scores of the reference; the diagnosis uses it.
     support_history
@@ -168,7 +169,8 @@ class CovariateMonitor(MartingaleMonitor):
         self._support_threshold = _upper_threshold(reference, self.support_level)
         self._center = np.median(X[order[:n_fit]], axis=0)
         deviation = np.abs(X[order[n_fit:]] - self._center)
-        level = self.support_level / X.shape[1]
+        # Bonferroni over the d coordinates; at least "beyond every reference value" (1/(m + 1)).
+        level = max(self.support_level / X.shape[1], 1.0 / (deviation.shape[0] + 1))
         self._limits = np.array([_upper_threshold(col, level) for col in deviation.T])
         self._support: collections.deque[bool] = collections.deque(maxlen=self.support_history)
         self._warmup: list[float] = []

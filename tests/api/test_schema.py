@@ -29,7 +29,7 @@ from tests.api.factories import (
 )
 
 #: Generated examples per operation (CI). Raise with MONITOR_FUZZ_EXAMPLES for a longer run.
-EXAMPLES = int(os.environ.get("MONITOR_FUZZ_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("MONITOR_FUZZ_EXAMPLES", "5"))
 
 
 def seed(session: Session) -> None:
@@ -57,5 +57,5 @@ def test_api_conforms_to_its_schema(database_url: str, engine: Engine) -> None:
     report = fuzz.run(app, WRITE, max_examples=EXAMPLES, seed=1)
     print(report.summary())
     assert len(report.operations - {"Stateful tests"}) == 11, report.operations
-    assert report.cases > 11 * 10
+    assert report.cases > 11 * 20, "schemathesis must actually have run"
     assert not report.failures and not report.errors, report.summary()

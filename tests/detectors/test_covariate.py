@@ -174,3 +174,19 @@ def test_outside_fraction_tracks_the_shift(toy: Toy) -> None:
     assert monitor.outside_fraction(0, toy.change - 1) < 0.05
     assert monitor.outside_fraction(toy.change) > 0.95
     assert np.isnan(monitor.outside_fraction(5000))
+
+
+def test_coordinate_test_flags_inputs_beyond_the_range_despite_wild_rows() -> None:
+    """Heavy-tailed calibration values in one coordinate inflate the 1-NN scores of a few
+    reference rows; an input beyond the range of another coordinate is still outside."""
+    rng = np.random.default_rng(2)
+    X_cal = rng.normal(size=(400, 3))
+    X_cal[:, 2] = rng.standard_cauchy(400)
+    monitor = CovariateMonitor("knn", X_cal, support_level=0.01)
+    shifted = rng.normal(size=(50, 3)) + np.array([8.0, 0.0, 0.0])
+    shifted[:, 2] = rng.standard_cauchy(50)
+    assert np.all(monitor.nonconformity(shifted) < monitor.support_threshold)  # score test blind
+    assert np.all(monitor.is_outside(shifted))
+    inside = rng.normal(size=(4000, 3))
+    inside[:, 2] = rng.standard_cauchy(4000)
+    assert monitor.is_outside(inside).mean() < 3 / 201 + 0.01  # <= d/(m + 1) + 0.01

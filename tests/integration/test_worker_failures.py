@@ -192,7 +192,8 @@ def test_a_record_whose_results_the_database_refuses_is_dead_lettered_and_the_re
 ) -> None:
     """A deterministic storage error must not stop the worker forever (a poison pill)."""
     # taxis carries its labels inline: the prediction record raises each of its alarms.
-    refused = next(a for a in reference.alarms if a["stream"] == "taxis")
+    refused = next((a for a in reference.alarms if a["stream"] == "taxis"), None)
+    assert refused is not None, "the example's taxis stream raises no alarm any more"
     upgrade(pg_url)
     engine = make_engine(pg_url)
     with engine.begin() as conn:  # the database refuses this one alarm, whatever the reason

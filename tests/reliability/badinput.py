@@ -236,7 +236,8 @@ def huge(max_event_bytes: int) -> Callable[[Rng, Templates], Made]:
     def make(rng: Rng, t: Templates) -> Made:
         event = _event(rng, t)
         event["pad"] = "x" * int(rng.integers(max_event_bytes + 1, 4 * max_event_bytes))
-        return event["stream"], _dump(event), f"event of \\d+ bytes exceeds the limit of {max_event_bytes}"
+        reason = f"event of \\d+ bytes exceeds the limit of {max_event_bytes}"
+        return event["stream"], _dump(event), reason
     return make
 
 
@@ -305,13 +306,14 @@ def mix(values: Sequence[bytes], keys: Sequence[str], bad: Sequence[BadEvent], r
         value = _dump(event)
         reason = f"duplicate prediction id '{event['id']}'"
         slots[i].append((keys[i], value, BadEvent("duplicate_id", keys[i], value, reason)))
-    for item in bad:
-        slots[int(rng.integers(len(slots)))].insert(0, (item.key, item.value, item))
+    for bad_event in bad:
+        slots[int(rng.integers(len(slots)))].insert(0, (bad_event.key, bad_event.value,
+                                                        bad_event))
     out = Mixed([], [], {})
     for slot in slots:
-        for key, value, item in slot:
-            if item is not None:
-                out.bad[len(out.values)] = item
-            out.values.append(value)
+        for key, record, marked in slot:
+            if marked is not None:
+                out.bad[len(out.values)] = marked
+            out.values.append(record)
             out.keys.append(key)
     return out

@@ -60,10 +60,15 @@ class BrokerProcess:
             self.kill()
 
 
+def _wait_for_stdin(done: threading.Event) -> None:
+    sys.stdin.read()  # returns when the parent closes the pipe (or dies)
+    done.set()
+
+
 def main() -> int:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    threading.Thread(target=_wait_for_stdin, args=(done,), daemon=True).start()
     with mock_kafka_cluster() as bootstrap:
         print(f"BOOTSTRAP {bootstrap}", flush=True)
         done.wait()

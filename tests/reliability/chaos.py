@@ -105,7 +105,8 @@ def replay_with_kills(
             if threshold is None:
                 time.sleep(float(rng.uniform(0.3, 6.0)))  # somewhere in the start-up
             else:
-                wait_until(lambda t=threshold, s=at_start: stored.total() >= max(t, s + 1),
+                target = max(threshold, at_start + 1)
+                wait_until(lambda t=target: stored.total() >= t,  # type: ignore[misc]
                            f"progress past {int(threshold)} of {total} (kill {k})", [worker],
                            timeout_s=timeout_s)
                 time.sleep(float(rng.uniform(0.0, 0.25)))  # land anywhere in the next batch

@@ -62,7 +62,7 @@ def state_sizes(folder: Path, config: dict[str, Any], at: list[int]) -> dict[int
 
 
 def _parts(state: dict[str, Any], prefix: str = "", depth: int = 3) -> dict[str, int]:
-    out = {}
+    out: dict[str, int] = {}
     for key, value in state.items():
         if isinstance(value, dict) and depth > 1:
             out |= _parts(value, f"{prefix}{key}.", depth - 1)
