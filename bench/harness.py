@@ -1,5 +1,7 @@
-"""The benchmark harness: every benchmark in one run, the figures in ``bench/results/*.json``,
-the plots in ``docs/figures/`` and the tables of ``docs/benchmarks.md``.
+"""The benchmark harness: every benchmark in one run, its results, figures and doc tables.
+
+Results go to ``bench/results/*.json``, plots to ``docs/figures/``, tables into
+``docs/benchmarks.md``.
 
     python bench/harness.py                    # everything, full size; then --report
     python bench/harness.py --quick            # CI sizes (seconds), into bench/results/quick/

@@ -65,9 +65,10 @@ class StreamConfig(_Strict):
     """One monitored stream.
 
     Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
-    classification; ``covariate_score`` is ``knn``; ``betting`` is ``composite_jumper``; the alarm
-    rule is Shiryaev–Roberts with threshold (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1
-    over windows of 256 events.
+    classification; ``covariate_score`` is ``knn``; ``betting`` unset means the Composite Jumper
+    for the covariate monitor and the one-sided Simple Mixture for the conditional monitor (set
+    it to use one betting function for both); the alarm rule is Shiryaev–Roberts with threshold
+    (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
     """
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -75,7 +76,7 @@ class StreamConfig(_Strict):
     calibration: str | list[dict[str, Any]]
     score: ConditionalScore | None = None
     covariate_score: str = "knn"
-    betting: Betting = "composite_jumper"
+    betting: Betting | None = None
     alarm: AlarmConfig = AlarmConfig()
     covariate_alarm: AlarmConfig | None = None
     ood: OODConfig = OODConfig()

@@ -5,28 +5,28 @@ monitor (a weighted CTM on s(x, y)). Each alarm gets a ``kind``:
 
 Covariate alarm
     ``extreme_covariate_shift`` if at least :data:`OUTSIDE_SUPPORT_LEVEL` of the inputs of its
-    evidence lie outside the calibration support — an input is outside when its conformal
-    p-value against the calibration-only reference of the covariate monitor,
-    (1 + #{j: s_j ≥ s})/(m + 1), is at most ``support_level`` (default 0.01; probability ≤ 0.01
-    per input under no shift); otherwise ``benign_covariate_shift`` (informational). Either way
-    the weighted conditional monitor is told to adapt (a no-op when it already adapts from the
-    start, the default).
-
-"The inputs of its evidence" are the events from the alarm's changepoint estimate to the alarm,
-or the last k events for the k in [:data:`MIN_RECENT`, :data:`RECENT`] where the share is
-largest: the changepoint estimate (the last minimum of the martingale) can lie hundreds of events
-before an abrupt change when the statistic crosses its threshold a few events after it. Under no
-shift an input is outside with probability ≤ 0.01, so half of the last k ≥ 5 being outside has
-probability below 1e-5 × 16 windows.
+    evidence lie outside the calibration support, else ``benign_covariate_shift``
+    (informational). An input is outside when a conformal test against the covariate monitor's
+    calibration reference rejects at its ``support_level`` (the x-only p-value, or one
+    coordinate beyond the reference range: :class:`~monitor.detectors.CovariateMonitor`);
+    under no shift that happens with probability ≤ 0.02 per input at the default 0.01. Either
+    way the weighted conditional monitor is told to adapt (a no-op when it already adapts from
+    the start, the default).
 Conditional alarm
-    ``extreme_covariate_shift`` if the alarm's evidence comes from inputs outside the support:
-    among the labelled events since the alarm's changepoint, either at least
+    ``extreme_covariate_shift`` if, among the labelled events of its evidence, at least
     :data:`PENALISED_LEVEL` had a penalised weighted p-value (the test point's own normalised
-    weight reached ``penalty_alpha``: WATCH, Sec. 4.3), or at least :data:`OUTSIDE_SUPPORT_LEVEL`
-    had inputs outside the calibration support (the same x-only test as above; it covers the
-    alarm that comes before the density ratio has learned the new inputs — weights are refreshed
-    only every micro-batch, and the martingale can cross the threshold within one); otherwise
+    weight reached ``penalty_alpha``: WATCH, Sec. 4.3) or at least
+    :data:`OUTSIDE_SUPPORT_LEVEL` had inputs outside the calibration support (the test above;
+    it covers the alarm raised before the density ratio has learned the new inputs — weights
+    are refreshed only every micro-batch and the martingale can cross its threshold within
+    one — and the fading of the penalty once such inputs have joined the reference); else
     ``concept_shift``.
+
+"The events of its evidence" are those from the alarm's changepoint estimate to the alarm, or
+the last k events for the k in [:data:`MIN_RECENT`, :data:`RECENT`] where the share is largest:
+the changepoint estimate (the last minimum of the martingale) can lie hundreds of events before
+an abrupt change when the statistic crosses its threshold a few events after it. Under no shift
+half of the last k ≥ 5 inputs being outside has probability below 1e-4 per window.
 
 :class:`StreamDetectors` combines both monitors and this diagnosis for one stream.
 """
@@ -254,7 +254,7 @@ class StreamDetectors:
         ``weighted: false`` (the weighted p-values keep every reference point).
         """
         betting: dict[str, Any] = {}
-        if "betting" in config.model_fields_set:
+        if config.betting is not None:
             betting["betting"] = config.betting
         if config.weighted and config.max_reference is not None:
             raise ValueError(

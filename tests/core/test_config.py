@@ -13,7 +13,7 @@ def test_defaults_depend_on_task() -> None:
     reg = StreamConfig(name="bikes", task="regression", calibration="cal.jsonl")
     cls = StreamConfig(name="digits", task="classification", calibration="cal.jsonl")
     assert reg.conditional_score == "abs_residual" and cls.conditional_score == "one_minus_prob"
-    assert reg.betting == "composite_jumper" and reg.alarm.rule == "shiryaev_roberts"
+    assert reg.betting is None and reg.alarm.rule == "shiryaev_roberts"
     assert reg.ood.rule == "eg_bh" and reg.ood.window == 256
 
 
@@ -52,3 +52,11 @@ def test_load_reports_bad_files(tmp_path: Path) -> None:
     bad.write_text("name: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid"):
         load_stream_config(bad)
+
+
+def test_stored_and_reloaded_configuration_builds_the_same_detectors() -> None:
+    """A configuration round-tripped through the database (model_dump → validate) must mean the
+    same thing: defaults may not depend on which fields were set explicitly."""
+    config = StreamConfig(name="s", task="regression", calibration="c")
+    again = StreamConfig.model_validate(config.model_dump(mode="json"))
+    assert again == config and again.betting is None

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from bench.bench_statistical import run_length, validity
+from monitor.datasets import load_shuttle_regression, make_stream
+from monitor.martingales import conformal_p_values, make_alarm_rule, make_betting
+from monitor.ood import make_scorer
 
 ALPHA = 0.05
 WORKERS = 2  # processes: CI has 2 cores
@@ -52,3 +56,19 @@ def test_mean_run_length_fast() -> None:
 @pytest.mark.slow
 def test_mean_run_length_full() -> None:
     _check_run_length(300, 200.0, 4000)
+
+
+def test_scoring_the_fitted_points_breaks_validity() -> None:
+    """The counter-check of the split: a 1-NN scorer fitted on all calibration rows and compared
+    with those same rows (each is its own nearest neighbour) alarms on stationary streams."""
+    alarms = []
+    for seed in range(10):
+        data = make_stream(load_shuttle_regression(), [("stable", 2000)], 1000, seed)
+        scorer = make_scorer("knn", standardize=True, normalize=False, k=1)
+        scorer.fit(data.X_calibration)
+        ps = conformal_p_values(-scorer.score(data.X), -scorer.score(data.X_calibration), seed)
+        rule = make_alarm_rule("ville", alpha=ALPHA)
+        alarms.append(
+            rule.update_many(make_betting("composite_jumper").update_many(ps)) is not None
+        )
+    assert np.mean(alarms) > 0.5
