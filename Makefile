@@ -26,8 +26,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check monitor connectors tests bench alembic
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP)  ## every benchmark at full size, figures and doc tables (minutes)
 	$(BIN)/monitor bench
+
+bench-quick: $(STAMP)  ## the CI-size harness (seconds)
+	$(BIN)/monitor bench --quick
 
 clean:
 	rm -rf $(VENV) monitor.db .pytest_cache .mypy_cache .ruff_cache

@@ -222,8 +222,10 @@ FILE_CASES: dict[str, tuple[str, int]] = {
 def file_rates(work: Workload, repeat: int) -> dict[str, float]:
     """Best of ``repeat`` interleaved runs per case (the least disturbed one)."""
     best = dict.fromkeys(FILE_CASES, 0.0)
-    for _ in range(repeat):
-        for name, (target, batch) in FILE_CASES.items():
+    for i in range(repeat):
+        # Alternate the order, so that a load that changes during the run favours no case.
+        for name in list(FILE_CASES)[:: 1 if i % 2 == 0 else -1]:
+            target, batch = FILE_CASES[name]
             with sink_for(target) as sink:
                 rate = run_worker(FileSource(work.events), work.configs, sink, "file",
                                   len(work.values), batch=batch)

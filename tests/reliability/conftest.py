@@ -12,9 +12,26 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.conftest import postgres_database
+from tests.integration.streams import Example, Snapshot, reference_run
 from tests.kafka_harness import kafka_broker, kafka_broker_module  # noqa: F401
 from tests.reliability.broker import BrokerProcess
 from tests.reliability.pgcluster import PrivatePostgres
+from tests.reliability.workload import build_workload
+
+
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Example:
+    """Four real-data streams (~3 000 events: predictions, delayed labels, shifts, alarms)."""
+    return build_workload(tmp_path_factory.mktemp("workload"), 3000, n_streams=4, seed=5)
+
+
+@pytest.fixture(scope="session")
+def workload_reference(workload: Example, postgres_admin: Engine) -> Snapshot:
+    """What one uninterrupted worker stores for ``workload`` (the file run, before the flush)."""
+    with postgres_database(postgres_admin) as url:
+        reference = reference_run(workload, url, batch_size=100)
+    assert reference.alarms, "the workload must raise alarms for comparisons to mean something"
+    return reference
 
 
 @pytest.fixture

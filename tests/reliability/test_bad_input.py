@@ -2,11 +2,12 @@
 worker alive, and the good events' results (alarms, checkpoints, trace points, OOD decisions)
 identical to a run without them.
 
-10 000 seeded malformed records of 14 kinds (badinput.py) plus duplicate prediction ids are mixed
-at random positions into four real-data streams, once in a JSONL file read by an in-process worker
-(with real oversized payloads: 20 records of 0.25–1 MiB and one 17 MiB line) and once in a Kafka
-topic read by ``monitor run`` in its own process (with tombstones; the event size limit is set to
-8 KiB there so oversized records stay within the mock broker's 5 MiB per partition).
+10 000 seeded malformed records of 14 kinds (badinput.py) plus 200 duplicate prediction ids are
+mixed at random positions into four real-data streams (~3 000 good events), once in a JSONL file
+read by an in-process worker (with real oversized payloads: 20 records of 0.25–1 MiB and one
+17 MiB line) and once in a Kafka topic read by ``monitor run`` in its own process (with
+tombstones; the event size limit is set to 8 KiB there so oversized records stay within the mock
+broker's 5 MiB per partition; 3 000 malformed records in CI, 10 000 in the ``slow`` run).
 
 The last tests pin inputs the pipeline mishandles today (marked ``xfail(strict=True)``: each
 reason names the defect; a fix turns the test into a failure until the mark is removed).
@@ -30,37 +31,44 @@ from monitor.db.models import DeadLetterRow
 from monitor.pipeline import Pipeline
 from monitor.records import DeadLetter
 from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import RetryPolicy, Worker
+from monitor.worker import NullSink, RetryPolicy, Worker
 from tests.integration.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
-from tests.integration.streams import Example, Snapshot, end_offsets, reference_run, snapshot
+from tests.integration.streams import (
+    Example,
+    Snapshot,
+    canonical,
+    end_offsets,
+    reference_run,
+    snapshot,
+)
 from tests.reliability.badinput import BadEvent, Mixed, Templates, generate, mix
-from tests.reliability.workload import build_workload, differences, produce
+from tests.reliability.workload import differences, produce
 
 pytestmark = pytest.mark.postgres
 
 N_BAD = 10_000
 N_DUPLICATES = 200
-GOOD_MESSAGES = 4000
 FILE_LIMIT = 256 * 1024  # Settings.max_event_bytes default
 KAFKA_LIMIT = 8 * 1024
 
 
-@pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> Example:
-    return build_workload(tmp_path_factory.mktemp("good"), GOOD_MESSAGES, n_streams=4, seed=7)
+@pytest.fixture
+def good(workload: Example) -> Example:
+    return workload
 
 
 @pytest.fixture
-def clean(good: Example, ref_url: str) -> Snapshot:
+def clean(workload_reference: Snapshot) -> Snapshot:
     """The results of the good events alone."""
-    return reference_run(good, ref_url, batch_size=200)
+    return workload_reference
 
 
-def mixed_traffic(good: Example, seed: int, limit: int, kafka: bool) -> Mixed:
+def mixed_traffic(good: Example, seed: int, limit: int, kafka: bool, n_bad: int = N_BAD
+                  ) -> Mixed:
     rng = np.random.default_rng(seed)
     streams = sorted(set(good.keys))
     templates = Templates.from_values(good.values, streams)
-    bad = generate(rng, templates, N_BAD, max_event_bytes=limit, n_huge=20, tombstones=kafka)
+    bad = generate(rng, templates, n_bad, max_event_bytes=limit, n_huge=20, tombstones=kafka)
     delayed = sorted({k for k, v in zip(good.keys, good.values, strict=True)
                       if b'"kind":"label"' in v})
     return mix(good.values, good.keys, bad, rng, N_DUPLICATES, delayed)
@@ -116,10 +124,13 @@ def test_malformed_lines_in_a_file(good: Example, clean: Snapshot, pg_url: str,
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("n_bad", [
+    3000, pytest.param(N_BAD, marks=pytest.mark.slow),
+], ids=["3000", "10000"])
 def test_malformed_messages_on_a_topic(good: Example, clean: Snapshot, pg_url: str,
                                        kafka_broker: str, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    traffic = mixed_traffic(good, seed=2, limit=KAFKA_LIMIT, kafka=True)
+                                       monkeypatch: pytest.MonkeyPatch, n_bad: int) -> None:
+    traffic = mixed_traffic(good, seed=2, limit=KAFKA_LIMIT, kafka=True, n_bad=n_bad)
     placed = produce(kafka_broker, "mixed", traffic.values, traffic.keys)
     end = end_offsets(placed)
     monkeypatch.setenv("MONITOR_MAX_EVENT_BYTES", str(KAFKA_LIMIT))
@@ -138,7 +149,7 @@ def test_malformed_messages_on_a_topic(good: Example, clean: Snapshot, pg_url: s
     expected = {placed[i]: bad for i, bad in traffic.bad.items()}
     assert_every_bad_record_dead_lettered(dead_letters(pg_url), expected)
     assert "Traceback" not in worker.logs()
-    assert Counter(b.category for b in expected.values())["tombstone"] > 500
+    assert Counter(b.category for b in expected.values())["tombstone"] > n_bad // 20
 
 
 # -- inputs the pipeline mishandles today ----------------------------------------------------------
@@ -155,6 +166,19 @@ def _run_in_process(example_configs: tuple[Path, ...], values: list[bytes], url:
         sink.close()
 
 
+def _results(configs: tuple[Path, ...], values: list[bytes]) -> tuple[Any, ...]:
+    """Alarms, trace points and final states of an in-memory run (no database)."""
+    source = MemorySource(values)
+    pipeline = Pipeline(build_monitors(read_configs(map(str, configs))), source.name)
+    outputs: list[Any] = []
+    Worker(source, pipeline, NullSink(), "memory", batch_size=500,
+           on_batch=outputs.append).run()
+    alarms = [a.to_json() for out in outputs for a in out.alarms]
+    traces = [t.to_json() for out in outputs for t in out.trace_points]
+    states = {name: canonical(m.state_dict()) for name, m in pipeline.streams.items()}
+    return alarms, traces, states
+
+
 def _with(values: tuple[bytes, ...], positions: dict[int, bytes]) -> list[bytes]:
     out = []
     for i, value in enumerate(values):
@@ -164,25 +188,45 @@ def _with(values: tuple[bytes, ...], positions: dict[int, bytes]) -> list[bytes]
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: an event id may contain NUL (JSON \\u0000); it passes validation, and when an alarm "
-    "or an OOD flag refers to it, PostgreSQL refuses the batch (psycopg.DataError: text fields "
-    "cannot contain NUL), a non-transient error: the worker dies and, restarted, dies again on "
-    "the same batch (a poison pill that stops the partition). Fix: reject control characters in "
-    "_Event.id (monitor/events.py) so the event is dead-lettered."))
-def test_an_event_id_with_a_nul_character_is_dead_lettered(good: Example, pg_url: str) -> None:
-    ids = {i: json.loads(v) for i, v in enumerate(good.values) if b'"kind":"prediction"' in v}
-    # Every prediction of one stream carries a NUL in its id from a quarter of the way in, so
-    # that its alarms (and OOD flags) refer to such ids.
-    stream = good.keys[0]
+def test_an_event_id_the_database_cannot_store_does_not_stop_the_worker(
+    good: Example, clean: Snapshot, pg_url: str
+) -> None:
+    """A NUL character in an event id passes validation; when an alarm refers to that event,
+    PostgreSQL refuses the batch (text cannot hold NUL). The worker must not crash-loop on it:
+    it isolates the record, dead-letters it and goes on."""
+    # The first covariate alarm of each stream: raised by the prediction record itself.
+    first: dict[str, str] = {}
+    for a in sorted(clean.alarms, key=lambda a: a["event_index"]):
+        if a["detector"] == "covariate":
+            first.setdefault(a["stream"], a["event_id"])
+    alarmed = set(first.items())
     values = list(good.values)
-    for i, event in ids.items():
-        if event["stream"] == stream and i > len(values) // 4:
-            event["id"] += "\u0000"
-            values[i] = json.dumps(event).encode()
-    _run_in_process(good.configs, values, pg_url)  # raises DataError today
-    reasons = [r.reason for r in dead_letters(pg_url).values()]
-    assert reasons and all(r.startswith("field 'id'") for r in reasons)
+    poisoned = []
+    for i, value in enumerate(values):
+        event = json.loads(value)
+        if event["kind"] == "prediction" and (event["stream"], event["id"]) in alarmed:
+            values[i] = json.dumps({**event, "id": event["id"] + "\u0000"}).encode()
+            poisoned.append(i)
+    assert len(poisoned) == len(alarmed) >= 2
+    _run_in_process(good.configs, values, pg_url)  # completes: no exception
+    letters = dead_letters(pg_url)
+    assert sorted(offset for _, offset in letters) == poisoned
+    assert all(r.reason.startswith(("field 'id'", "results cannot be stored"))
+               for r in letters.values())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "DEFECT: an event id may contain NUL (JSON \\u0000), which no text column of PostgreSQL "
+    "can hold. Validation accepts it; the worker only finds out when an alarm or OOD flag refers "
+    "to it, then re-runs the batch one record per transaction to isolate it (correct, but "
+    "slow: a stream whose producer sends such ids degrades to one transaction per record) and "
+    "the dead letter names a database error instead of the field. Fix: reject control "
+    "characters in _Event.id (monitor/events.py), e.g. pattern r'^[^\\x00-\\x1f]+$'."))
+def test_an_event_id_with_a_nul_character_is_invalid() -> None:
+    from monitor.events import InvalidEvent, decode_event
+
+    with pytest.raises(InvalidEvent, match="field 'id'"):
+        decode_event(b'{"kind": "label", "stream": "s", "id": "e-1\\u0000", "label": 1.0}')
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -191,15 +235,13 @@ def test_an_event_id_with_a_nul_character_is_dead_lettered(good: Example, pg_url
     "NaN' but StreamMonitor._observe_prediction has already advanced event_index (and the OOD "
     "window), so every later alarm and trace point of the stream is shifted. Fix: compute and "
     "check the scores (finite) before mutating any state, raising InvalidEvent."))
-def test_huge_finite_features_leave_the_good_results_unchanged(
-    good: Example, clean: Snapshot, pg_url: str
-) -> None:
+def test_huge_finite_features_leave_the_good_results_unchanged(good: Example) -> None:
     event = json.loads(next(v for v in good.values if b'"kind":"prediction"' in v))
     bad = {}
     for n, i in enumerate((500, 1500, 2500)):
         bad[i] = json.dumps({**event, "id": f"huge-{n}", "features": [1e308] * 5}).encode()
-    _run_in_process(good.configs, _with(good.values, bad), pg_url)
-    assert differences(snapshot(pg_url), clean) == []
+    with_bad = _results(good.configs, _with(good.values, bad))
+    assert with_bad == _results(good.configs, list(good.values))
 
 
 @pytest.mark.xfail(strict=True, reason=(

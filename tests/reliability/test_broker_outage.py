@@ -24,31 +24,28 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
 
 from connectors import SourceUnavailableError
 from monitor.cli import main
-from tests.conftest import postgres_database
 from tests.integration.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
-from tests.integration.streams import Example, Snapshot, end_offsets, reference_run, snapshot
+from tests.integration.streams import Example, Snapshot, end_offsets, snapshot
 from tests.reliability.broker import BrokerProcess
 from tests.reliability.pgcluster import free_port
-from tests.reliability.workload import build_workload, differences, produce
+from tests.reliability.workload import differences, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 TOPIC, GROUP = "events", "broker-trouble"
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Example:
-    return build_workload(tmp_path_factory.mktemp("streams"), 3000, n_streams=4, seed=9)
+@pytest.fixture
+def example(workload: Example) -> Example:
+    return workload
 
 
-@pytest.fixture(scope="module")
-def reference(example: Example, postgres_admin: Engine) -> Snapshot:
-    with postgres_database(postgres_admin) as url:
-        return reference_run(example, url, batch_size=100)
+@pytest.fixture
+def reference(workload_reference: Snapshot) -> Snapshot:
+    return workload_reference
 
 
 def start_worker(folder: Path, name: str, db: str, bootstrap: str, example: Example,
@@ -172,11 +169,14 @@ def test_a_broker_that_stalls_mid_run_is_waited_for(
         stored.close()
     assert differences(snapshot(pg_url), reference) == []
     logs = worker.logs()
-    assert "Heartbeat session expired" in logs  # the outage was seen ...
+    # The outage was seen (where the worker was when the broker froze decides how: a heartbeat
+    # expiring, or a commit refused after the thaw because the group moved on) ...
+    assert re.search(r"Heartbeat session expired|UnknownMemberId|source commit refused", logs)
     assert logs.count("resuming at") >= 2  # ... and the worker rejoined and restored
     assert "Traceback" not in logs
 
 
+@pytest.mark.slow
 def test_a_broker_that_disappears_is_retried_without_a_crash_loop(
     example: Example, broker_process: BrokerProcess, pg_url: str, tmp_path: Path
 ) -> None:

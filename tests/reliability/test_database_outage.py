@@ -23,9 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
 
-from tests.conftest import postgres_database
 from tests.integration.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
@@ -33,9 +31,9 @@ from tests.integration.processes import (
     group_offsets,
     wait_until,
 )
-from tests.integration.streams import Example, Snapshot, end_offsets, reference_run, snapshot
+from tests.integration.streams import Example, Snapshot, end_offsets, snapshot
 from tests.reliability.pgcluster import PrivatePostgres
-from tests.reliability.workload import build_workload, differences, produce
+from tests.reliability.workload import differences, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -43,15 +41,14 @@ TOPIC, GROUP = "events", "outage"
 RETRY_LINE = re.compile(r"persisting a batch failed \(attempt (\d+): .*\); retrying in ([\d.]+) s")
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Example:
-    return build_workload(tmp_path_factory.mktemp("streams"), 3000, n_streams=4, seed=5)
+@pytest.fixture
+def example(workload: Example) -> Example:
+    return workload
 
 
-@pytest.fixture(scope="module")
-def reference(example: Example, postgres_admin: Engine) -> Snapshot:
-    with postgres_database(postgres_admin) as url:
-        return reference_run(example, url, batch_size=100)
+@pytest.fixture
+def reference(workload_reference: Snapshot) -> Snapshot:
+    return workload_reference
 
 
 def halves(example: Example) -> tuple[slice, slice]:
