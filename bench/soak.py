@@ -19,6 +19,7 @@ Usage::
     .venv/bin/python bench/soak.py --events 1000000 --mode bounded --max-reference 1000
     .venv/bin/python bench/soak.py --events 200000 --mode weighted --json   # WATCH: grows
     .venv/bin/python bench/soak.py --events 200000 --mode unbounded         # no max_reference
+    .venv/bin/python bench/soak.py --db private ...  # own PostgreSQL cluster, autovacuum on
     .venv/bin/python bench/soak.py --db sqlite:////tmp/soak.db ...  # default: fresh PostgreSQL
 """
 
@@ -276,7 +277,9 @@ def main() -> int:
     parser.add_argument("--label-delay", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
-    parser.add_argument("--db", help="database URL (default: a fresh PostgreSQL database)")
+    parser.add_argument("--db", help="database URL, or 'private': a throw-away PostgreSQL "
+                        "cluster with default settings (autovacuum on) started for this run; "
+                        "default: a fresh database on MONITOR_TEST_POSTGRES_URL's server")
     parser.add_argument("--out", help="folder for the replay files (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print samples and summary as JSON")
     args = parser.parse_args()
@@ -286,7 +289,7 @@ def main() -> int:
         "weighted": {"weighted": True},
     }[args.mode]
     folder = Path(args.out or tempfile.mkdtemp(prefix="monitor-soak-"))
-    with (_given(args.db) if args.db else fresh_postgres()) as db:
+    with _database(args.db) as db:
         result = soak(db, folder, args.events, config, args.label_delay,
                       interval_s=args.interval, batch_size=args.batch_size)
     if args.json:
@@ -303,8 +306,29 @@ def main() -> int:
 
 
 @contextmanager
-def _given(url: str) -> Iterator[str]:
-    yield url
+def private_postgres() -> Iterator[str]:
+    """A PostgreSQL cluster of its own (tests/reliability/pgcluster.py), default settings."""
+    from tests.reliability.pgcluster import PrivatePostgres
+
+    cluster = PrivatePostgres(Path(tempfile.mkdtemp(prefix="monitor-soak-pg-")))
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.destroy()
+
+
+@contextmanager
+def _database(url: str | None) -> Iterator[str]:
+    if url == "private":
+        with private_postgres() as db:
+            yield db
+    elif url:
+        yield url
+    else:
+        with fresh_postgres() as db:
+            yield db
 
 
 if __name__ == "__main__":

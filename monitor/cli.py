@@ -40,10 +40,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"monitor: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _is_operational(exc):
+            raise
+        print(f"monitor: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 class UserError(Exception):
     """A problem the user can fix (bad file, bad configuration); printed without a traceback."""
+
+
+def _is_operational(exc: Exception) -> bool:
+    """Errors with a message a user can act on (configuration, source, database, worker):
+    printed as one line, exit code 1 (2 for usage errors), never a traceback."""
+    from connectors.errors import SourceError
+    from monitor.calibration import CalibrationError
+    from monitor.config import ConfigError
+    from monitor.runner import RunError
+    from monitor.worker import WorkerError
+
+    return isinstance(exc, SourceError | WorkerError | RunError | ConfigError | CalibrationError)
 
 
 def _parser() -> argparse.ArgumentParser:

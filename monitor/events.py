@@ -8,16 +8,33 @@ A raw event is the bytes of one Kafka message value, one JSONL line or one item 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from monitor.config import NAME_PATTERN
 
-Number = Annotated[float, Field(allow_inf_nan=False)]
-Label = int | float | str
+#: Largest magnitude accepted for any number: beyond it squares and distances overflow to inf.
+MAX_MAGNITUDE = 1e100
+
+#: Numbers are strict: numeric strings and booleans are wrong types, not numbers.
+Number = Annotated[
+    float, Field(allow_inf_nan=False, strict=True, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)
+]
+Label = Annotated[int, Field(strict=True)] | Number
+
+
+def _timestamp(value: Any) -> Any:
+    # Only ISO 8601 strings: lax parsing would read an integer as Unix seconds.
+    if value is not None and not isinstance(value, str | datetime):
+        raise ValueError("must be an ISO 8601 string")
+    return value
+
+
+Timestamp = Annotated[datetime | None, BeforeValidator(_timestamp)]
 
 
 class InvalidEvent(ValueError):
@@ -28,8 +45,8 @@ class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     stream: Annotated[str, Field(pattern=NAME_PATTERN)]
-    id: Annotated[str, Field(min_length=1, max_length=256)]
-    ts: datetime | None = None
+    id: Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    ts: Timestamp = None
 
 
 class PredictionEvent(_Event):
@@ -101,6 +118,8 @@ def decode_event(
         raise InvalidEvent(f"not valid JSON: {exc.msg} at char {exc.pos}") from None
     except ValueError as exc:
         raise InvalidEvent(str(exc)) from None
+    except RecursionError:
+        raise InvalidEvent("not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidEvent(f"an event must be a JSON object, got {type(data).__name__}")
     return _validate(data)
@@ -121,8 +140,47 @@ def _validate(data: dict[str, Any]) -> Event:
         raise InvalidEvent(_first_error(exc)) from None
 
 
+_EXPECTED = {
+    "int_type": "integer",
+    "float_type": "number",
+    "list_type": "list",
+    "dict_type": "object",
+    "string_type": "string",
+    "datetime_type": "timestamp",
+}
+
+
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(p) for p in err["loc"][1:]) or "event"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"field '{loc}': {err['msg']}{more}"
+    """One line: the first wrong field and why. For a union (``label``: integer or number) a
+    value error ("finite number") beats the alternatives' type errors; when every alternative
+    is a type error, they are listed ("wrong type: expected number or list")."""
+    errors = [(_field_path(e["loc"]), e) for e in exc.errors(include_url=False)]
+    loc = errors[0][0]
+    here = [e for path, e in errors if path == loc]
+    values = [e for e in here if e["type"] not in _EXPECTED]
+    if values:
+        err = values[0]
+        msg = err["msg"]
+        if err["type"] in ("less_than_equal", "greater_than_equal"):
+            msg = f"numbers must lie within ±{MAX_MAGNITUDE:g}"
+    else:
+        expected = dict.fromkeys(_EXPECTED[e["type"]] for e in here)
+        msg = "wrong type: expected " + " or ".join(expected)
+    others = len({path for path, _ in errors}) - 1
+    more = f" (+{others} more)" if others else ""
+    return f"field '{loc}': {msg}{more}"
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc[1:] if not _is_type_tag(p)) or "event"
+
+
+_TYPE_TAG = re.compile(
+    r"^(list|dict|tuple|constrained-|function-|nullable|union|tagged)|^(int|float|str|bool)$"
+)
+
+
+def _is_type_tag(part: object) -> bool:
+    """pydantic puts the union member tried ('list[constrained-float]', 'int') into error
+    locations; users need the field path only."""
+    return isinstance(part, str) and bool(_TYPE_TAG.match(part))

@@ -134,8 +134,11 @@ def _record_time(record: Any) -> datetime:
 
 
 def _dead_letter(source: str, record: Any, reason: str, ts: datetime) -> DeadLetter:
+    # Keyed like the stored offsets: "<scheme>:<topic>" (``kafka:predictions``,
+    # ``file:/data/events.jsonl``), or the bare topic for sources without a name (``http``).
+    scheme = source.split(":", 1)[0]
     return DeadLetter(
-        source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
+        source=f"{scheme}:{record.topic}" if scheme and record.topic else (source or record.topic),
         partition=record.partition,
         offset=record.offset,
         reason=reason,

@@ -175,7 +175,7 @@ class AuthMiddleware:
             detail = (
                 "invalid bearer token"
                 if kind.lower() == "bearer"
-                else f"unsupported authorization scheme {kind!r}: use 'Bearer <token>'"
+                else "unsupported authorization scheme: use 'Bearer <token>'"
             )
             return None, (401, detail, f'{REALM}, error="invalid_token"')
         needed = required_scope(scope["method"])

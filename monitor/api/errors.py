@@ -7,13 +7,15 @@ whose body says nothing about the internals (the traceback goes to the log).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.api.schemas import ErrorResponse
@@ -70,6 +72,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StreamExistsError, _status(409))
     app.add_exception_handler(InvalidCursorError, _invalid_cursor)
     app.add_exception_handler(OperationalError, _database_down)
+    app.add_exception_handler(DataError, _data_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -113,6 +117,31 @@ async def _invalid_cursor(request: Request, exc: Exception) -> JSONResponse:
 async def _database_down(request: Request, exc: Exception) -> JSONResponse:
     log.error("database error on %s %s: %s", request.method, request.url.path, exc)
     return JSONResponse({"detail": "the database is unreachable; retry later"}, status_code=503)
+
+
+async def _data_error(request: Request, exc: Exception) -> JSONResponse:
+    # The database refused a value the schemas let through (e.g. a NUL character in text).
+    log.info("database refused a value on %s %s: %s", request.method, request.url.path, exc)
+    detail = "a value in the request cannot be stored (control characters such as NUL?)"
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    # FastAPI echoes the offending input; NaN/Infinity (accepted by the JSON parser) cannot be
+    # rendered as JSON, so non-finite numbers are echoed as strings instead of failing with 500.
+    assert isinstance(exc, RequestValidationError)
+    errors = jsonable_encoder(_finite_inputs(exc.errors()))
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+def _finite_inputs(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite_inputs(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_inputs(v) for v in value]
+    return value
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

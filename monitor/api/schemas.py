@@ -119,7 +119,9 @@ class AckRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"by": "alice"}]})
 
-    by: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+    by: (
+        Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")] | None
+    ) = Field(
         default=None,
         description="Who acknowledges; defaults to `token:<id>` of the bearer token.",
     )
