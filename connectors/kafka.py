@@ -274,11 +274,17 @@ class KafkaSource:
         probe_ms = int(1000 * min(max(remaining_s, 0.1), 2.0))
         options.setdefault("api_version_auto_timeout_ms", probe_ms)
         try:
-            return KafkaConsumer(
+            consumer = KafkaConsumer(
                 bootstrap_servers=self._servers, group_id=self.group_id, **options
             )
         except KafkaConfigurationError as exc:
             raise SourceConfigError(f"invalid Kafka consumer option: {exc}") from exc
+        # With an explicit api_version kafka-python skips its broker probe and never connects in
+        # the constructor: wait for one connection here, so that start_timeout_s holds anyway.
+        if "api_version" in self.consumer_options and not _await_connection(consumer, remaining_s):
+            consumer.close()
+            raise NoBrokersAvailable()
+        return consumer
 
     # -- polling --------------------------------------------------------------------------------
 
@@ -386,6 +392,20 @@ class _Listener(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: set[KafkaTopicPartition]) -> None:
         self._source._assigned({(tp.topic, tp.partition) for tp in assigned})
+
+
+def _await_connection(consumer: KafkaConsumer, timeout_s: float) -> bool:
+    """True once the consumer's client holds one connected broker connection, within timeout."""
+    client = consumer._client
+    deadline = time.monotonic() + max(timeout_s, 0.1)
+    while time.monotonic() < deadline:
+        node = client.least_loaded_node()
+        if node is not None:
+            client.maybe_connect(node)
+        client.poll(timeout_ms=100)
+        if any(conn.connected() for conn in list(client._conns.values())):
+            return True
+    return False
 
 
 def _record(r: ConsumerRecord) -> Record:

@@ -131,7 +131,7 @@ def non_finite(rng: Rng, t: Templates) -> Made:
             event[field] = "@@"
     value = _dump(event).replace(b'"@@"', literal.encode())
     reason = ("(NaN|-?Infinity) is not allowed: numbers must be finite"
-              "|field '.*': Input should be a finite number")
+              "|field '.*': (Input should be a finite number|numbers must lie within)")
     return event["stream"], value, reason
 
 
@@ -214,7 +214,8 @@ def wrong_value(rng: Rng, t: Templates) -> Made:
         reason = "regression stream expects a number in 'prediction'"
     elif choice == 1:
         event["label"] = _pick(rng, ["high", "n/a", "57 units"])
-        reason = "regression stream expects a numeric 'label'"
+        # Refused by the stream (a text label) or already by the wire format (numbers only).
+        reason = "regression stream expects a numeric 'label'|field 'label': wrong type"
     else:
         event["logits"] = [0.1, 2.0, -1.0]
         reason = "'logits' has length 3, stream expects None"
