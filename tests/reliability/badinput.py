@@ -2,13 +2,11 @@
 
 Every generated record is one that the wire format (DESIGN.md, README "Event format") says must
 go to the dead letters, each with the reason the pipeline documents for it: not UTF-8, not JSON,
-not an object, NaN / Infinity / overflowing numbers, wrong types, missing or unknown fields, an
-unknown kind or stream, a wrong feature dimension, a value the stream's task cannot take,
-oversized, nested garbage, and a duplicate prediction id still waiting for its label. Kafka adds
-tombstones (null values).
-
-Records the pipeline is *known* to mishandle are not mixed in here; they have tests of their own
-(test_bad_input.py) that say what goes wrong.
+not an object, NaN / Infinity / overflowing numbers, magnitudes above 1e100, wrong types (numeric
+strings and booleans included), missing or unknown fields, an unknown kind or stream, a wrong
+feature dimension, a value the stream's task cannot take, oversized, nested garbage (and nesting
+beyond the recursion limit), control characters in ids, and a duplicate prediction id still
+waiting for its label. Kafka adds tombstones (null values).
 """
 
 from __future__ import annotations
@@ -233,6 +231,46 @@ def nested_garbage(rng: Rng, t: Templates) -> Made:
     return event["stream"], _dump(event), f"field '{field}"
 
 
+def control_in_id(rng: Rng, t: Templates) -> Made:
+    """A NUL or another control character in the id (PostgreSQL text cannot hold NUL)."""
+    event = _event(rng, t)
+    at = int(rng.integers(len(event["id"]) + 1))
+    event["id"] = event["id"][:at] + _pick(rng, ["\x00", "\n", "\r", "\t", "\x1b", "\x7f"]) + \
+        event["id"][at:]
+    return event["stream"], _dump(event), "field 'id'"
+
+
+def huge_magnitude(rng: Rng, t: Templates) -> Made:
+    """Finite numbers too large for the detectors (squares and distances would overflow)."""
+    event = _prediction(rng, t)
+    value = float(_pick(rng, [1e101, -1e150, 1e200, 1.7e308, -1e308]))
+    field = _pick(rng, ["features", "prediction", "label"])
+    if field == "features":
+        event["features"] = [value if i == 0 else v for i, v in enumerate(event["features"])]
+    else:
+        event[field] = value
+    return event["stream"], _dump(event), "field '(features.0|prediction|label)': numbers must lie"
+
+
+def coerced_type(rng: Rng, t: Templates) -> Made:
+    """Values a lax parser would convert: numeric strings, booleans, a Unix time for ``ts``."""
+    event = _prediction(rng, t)
+    field, value = _pick(rng, [("features", ["1.5", "2", "3", "4", "5"]),
+                               ("features", [True, 2.0, 3.0, 4.0, 5.0]), ("prediction", "2.5"),
+                               ("prediction", False), ("label", "57"), ("label", True),
+                               ("ts", 1_767_225_600), ("ts", 1.5)])
+    event[field] = value
+    return event["stream"], _dump(event), f"field '{field}"
+
+
+def deep_nesting(rng: Rng, t: Templates) -> Made:
+    """Arrays nested beyond Python's recursion limit (a few kB of brackets)."""
+    depth = int(rng.integers(3000, 4000))
+    event = _event(rng, t)
+    value = _dump({**event, "label": "@@"}).replace(b'"@@"', b"[" * depth + b"]" * depth)
+    return event["stream"], value, "not valid JSON: nested too deeply"
+
+
 def huge(max_event_bytes: int) -> Callable[[Rng, Templates], Made]:
     def make(rng: Rng, t: Templates) -> Made:
         event = _event(rng, t)
@@ -260,6 +298,10 @@ CATEGORIES: dict[str, Callable[[Rng, Templates], Made]] = {
     "bad_stream_name": bad_stream_name,
     "wrong_value": wrong_value,
     "nested_garbage": nested_garbage,
+    "control_in_id": control_in_id,
+    "huge_magnitude": huge_magnitude,
+    "coerced_type": coerced_type,
+    "deep_nesting": deep_nesting,
 }
 
 

@@ -227,13 +227,6 @@ def test_injection_in_body_text_is_stored_verbatim(client: TestClient, database:
     assert row_counts(database) == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: a NUL character (\\x00, %00) in a text value that reaches PostgreSQL is a 500: "
-    "psycopg refuses NUL in text parameters (DataError), which install_error_handlers maps to "
-    "'internal server error'. Affected: the alarm_id path parameter (GET /alarms/{id}, POST "
-    "/alarms/{id}/ack), the ack body's 'by', and POST /streams calibration rows (an 'id' field, "
-    "feature names) and 'last_layer'. Fix (monitor/api): reject NUL in every string input "
-    "(patterns on AlarmId, AckRequest.by, StreamCreate) or map sqlalchemy DataError to 422."))
 @pytest.mark.parametrize("case", ["get-alarm", "ack-path", "ack-by", "calibration-id"])
 def test_nul_characters_are_4xx(client: TestClient, case: str) -> None:
     cal = [{"features": [1.0 + i, 2.0], "prediction": 1.0 + i, "label": 1.5 + i, "id": "r\x00"}
@@ -290,12 +283,6 @@ def test_nan_in_an_event_batch_is_a_dead_letter(client: TestClient) -> None:
     assert response.json()["dead_letters"][0]["reason"].startswith("NaN is not allowed")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: a body holding NaN or Infinity (which the JSON parser accepts) that fails validation "
-    "is a 500, not a 422: FastAPI's 422 echoes the offending input, and rendering NaN in a "
-    "JSONResponse raises 'Out of range float values are not JSON compliant'. Fix (monitor/api/"
-    "errors.py): a RequestValidationError handler that renders non-finite inputs as strings (or "
-    "drops 'input'), or reject NaN/Infinity when parsing bodies."))
 @pytest.mark.parametrize(("path", "body"), [
     (f"/alarms/{ALARM.id}/ack", b'{"by": NaN}'),
     ("/streams", b'{"name": "n", "task": "regression", "calibration": [], "seed": Infinity}'),
@@ -306,11 +293,6 @@ def test_nan_in_a_rejected_body_is_422(client: TestClient, path: str, body: byte
     assert response.status_code == 422, response.text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (minor): a 401 for an unsupported scheme echoes the whole Authorization value "
-    "('unsupported authorization scheme 'Bearer<token>''), so a client that forgot the space "
-    "gets its token written into response bodies (and any proxy or client log of them). Fix "
-    "(monitor/api/auth.py): echo at most a short, safe prefix of the scheme, or none."))
 def test_a_malformed_authorization_header_is_not_echoed(client: TestClient) -> None:
     response = client.get("/alarms", headers={"Authorization": "Bearer" + WRITE_TOKEN})
     assert response.status_code == 401

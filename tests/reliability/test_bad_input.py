@@ -2,15 +2,18 @@
 worker alive, and the good events' results (alarms, checkpoints, trace points, OOD decisions)
 identical to a run without them.
 
-10 000 seeded malformed records of 14 kinds (badinput.py) plus 200 duplicate prediction ids are
+10 000 seeded malformed records of 18 kinds (badinput.py) plus 200 duplicate prediction ids are
 mixed at random positions into four real-data streams (~3 000 good events), once in a JSONL file
 read by an in-process worker (with real oversized payloads: 20 records of 0.25–1 MiB and one
 17 MiB line) and once in a Kafka topic read by ``monitor run`` in its own process (with
 tombstones; the event size limit is set to 8 KiB there so oversized records stay within the mock
 broker's 5 MiB per partition; 3 000 malformed records in CI, 10 000 in the ``slow`` run).
 
-The last tests pin inputs the pipeline mishandles today (marked ``xfail(strict=True)``: each
-reason names the defect; a fix turns the test into a failure until the mark is removed).
+The last tests pin inputs the pipeline used to mishandle (found by this suite, fixed since): an id
+with a NUL character (PostgreSQL cannot store it: the worker now isolates such a record, and
+validation now refuses it), huge finite features (the kNN score overflowed to NaN after
+``event_index`` had moved: every later result of the stream shifted), numeric strings and
+booleans coerced to numbers, and JSON nested beyond Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def test_malformed_lines_in_a_file(good: Example, clean: Snapshot, pg_url: str,
                                    f"{FILE_LIMIT}")
     assert_every_bad_record_dead_lettered(letters, expected)
     assert len(expected) == N_BAD + N_DUPLICATES
-    assert len(Counter(b.category for b in expected.values())) == 15
+    assert len(Counter(b.category for b in expected.values())) == 19
 
 
 @pytest.mark.kafka
@@ -152,7 +155,7 @@ def test_malformed_messages_on_a_topic(good: Example, clean: Snapshot, pg_url: s
     assert Counter(b.category for b in expected.values())["tombstone"] > n_bad // 20
 
 
-# -- inputs the pipeline mishandles today ----------------------------------------------------------
+# -- inputs the pipeline used to mishandle (found by this suite, fixed in 9352653) ------------
 
 
 def _run_in_process(example_configs: tuple[Path, ...], values: list[bytes], url: str) -> None:
@@ -173,10 +176,15 @@ def _results(configs: tuple[Path, ...], values: list[bytes]) -> tuple[Any, ...]:
     outputs: list[Any] = []
     Worker(source, pipeline, NullSink(), "memory", batch_size=500,
            on_batch=outputs.append).run()
-    alarms = [a.to_json() for out in outputs for a in out.alarms]
-    traces = [t.to_json() for out in outputs for t in out.trace_points]
+    # Sorted: the order of streams within one batch's output is not part of the contract.
+    alarms = sorted((a.to_json() for out in outputs for a in out.alarms), key=_where)
+    traces = sorted((t.to_json() for out in outputs for t in out.trace_points), key=_where)
     states = {name: canonical(m.state_dict()) for name, m in pipeline.streams.items()}
     return alarms, traces, states
+
+
+def _where(record: dict[str, Any]) -> tuple[str, str, int]:
+    return record["stream"], record["detector"], record["event_index"]
 
 
 def _with(values: tuple[bytes, ...], positions: dict[int, bytes]) -> list[bytes]:
@@ -215,13 +223,6 @@ def test_an_event_id_the_database_cannot_store_does_not_stop_the_worker(
                for r in letters.values())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: an event id may contain NUL (JSON \\u0000), which no text column of PostgreSQL "
-    "can hold. Validation accepts it; the worker only finds out when an alarm or OOD flag refers "
-    "to it, then re-runs the batch one record per transaction to isolate it (correct, but "
-    "slow: a stream whose producer sends such ids degrades to one transaction per record) and "
-    "the dead letter names a database error instead of the field. Fix: reject control "
-    "characters in _Event.id (monitor/events.py), e.g. pattern r'^[^\\x00-\\x1f]+$'."))
 def test_an_event_id_with_a_nul_character_is_invalid() -> None:
     from monitor.events import InvalidEvent, decode_event
 
@@ -229,12 +230,6 @@ def test_an_event_id_with_a_nul_character_is_invalid() -> None:
         decode_event(b'{"kind": "label", "stream": "s", "id": "e-1\\u0000", "label": 1.0}')
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: an event with huge but finite features (1e308, valid by the schema) makes the kNN "
-    "score overflow to NaN; the pipeline dead-letters it as 'internal error: ValueError: score is "
-    "NaN' but StreamMonitor._observe_prediction has already advanced event_index (and the OOD "
-    "window), so every later alarm and trace point of the stream is shifted. Fix: compute and "
-    "check the scores (finite) before mutating any state, raising InvalidEvent."))
 def test_huge_finite_features_leave_the_good_results_unchanged(good: Example) -> None:
     event = json.loads(next(v for v in good.values if b'"kind":"prediction"' in v))
     bad = {}
@@ -244,11 +239,6 @@ def test_huge_finite_features_leave_the_good_results_unchanged(good: Example) ->
     assert with_bad == _results(good.configs, list(good.values))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: events are validated in pydantic's lax mode: numeric strings and booleans are "
-    "accepted as numbers ('features': ['1.5', true], 'prediction': '2.5', 'label': '57'), and an "
-    "integer 'ts' as Unix seconds, although the wire format and README say wrong types are "
-    "dead-lettered. Fix: strict=True on the numeric fields of monitor/events.py."))
 @pytest.mark.parametrize("change", [
     {"features": ["1.5", "2", "3", "4", "5"]}, {"features": [True, 2, 3, 4, 5]},
     {"prediction": "2.5"}, {"prediction": True}, {"label": "57"}, {"ts": 1_700_000_000},
@@ -263,12 +253,6 @@ def test_wrong_types_are_not_coerced(change: dict[str, object]) -> None:
         decode_event(json.dumps(event).encode())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (minor): JSON nested deeper than Python's recursion limit (~1000 levels, a 2 KB "
-    "line) raises RecursionError in json.loads, which monitor/events.py does not catch: the "
-    "record is dead-lettered as 'internal error: RecursionError ...' with a full traceback "
-    "logged at ERROR for each such record. Fix: catch RecursionError in decode_event as "
-    "InvalidEvent('not valid JSON: nested too deeply')."))
 def test_deeply_nested_json_is_dead_lettered_as_invalid_json() -> None:
     source = MemorySource([b"[" * 5000 + b"]" * 5000])
     out = Pipeline({}, source.name).process(source.poll(10))

@@ -18,6 +18,7 @@ default deadline, ``monitor run`` exits non-zero and a restart resumes exactly).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -150,6 +151,8 @@ def test_an_outage_past_the_deadline_stops_the_worker_and_a_restart_resumes(
         waited = time.monotonic() - began
         assert code != 0
         assert 60 <= waited < 90, waited
+        print(json.dumps({"exit_code": code, "seconds_to_exit": round(waited, 1),
+                          "attempts": len(retries(worker))}))
         assert "DatabaseUnavailableError" in worker.logs()
         assert "nothing was committed to the source" in worker.logs()
         assert committed(kafka_broker, end) == before

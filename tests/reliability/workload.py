@@ -8,6 +8,8 @@ spreads them evenly over the mock broker's 4 partitions: its 5 MiB per partition
 
 The result is a :class:`tests.integration.streams.Example` (the merged JSONL file and the keyed
 Kafka records), so the integration tests' reference run and snapshots apply unchanged.
+:func:`produce` writes it to a topic (tombstones allowed); :func:`differences` says in words how
+two runs' stored results differ.
 """
 
 from __future__ import annotations
@@ -102,11 +104,9 @@ def build_workload(
     seed: int = 0,
     alarm: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
-    extra: Sequence[tuple[str, bytes]] = (),
 ) -> Example:
-    """Write the streams and the merged events file; ``overrides`` are added to every stream's
-    configuration (e.g. ``{"max_reference": 2000}``); ``extra`` ``(key, value)`` records are
-    spread evenly through the merged sequence (poison records)."""
+    """Write the streams and the merged events file (round-robin over the streams);
+    ``overrides`` are added to every stream's configuration (e.g. ``{"trace_every": 1}``)."""
     folder.mkdir(parents=True, exist_ok=True)
     lines, keys_per_stream, configs = [], [], []
     for plan in plan_streams(n_messages, n_streams, seed):
@@ -122,7 +122,7 @@ def build_workload(
     merged: list[tuple[str, bytes]] = []
     for i in range(max(len(s) for s in lines)):  # round-robin over the streams
         merged += [(n, s[i]) for n, s in zip(keys_per_stream, lines, strict=True) if i < len(s)]
-    return _write(folder, tuple(configs), merged, extra)
+    return _write(folder, tuple(configs), merged, ())
 
 
 def with_extra(example: Example, extra: Sequence[tuple[str, bytes]], name: str) -> Example:
