@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from alembic import context
 from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
-from alembic import context
 from monitor.db.engine import SQLITE_BEGIN, make_engine
 from monitor.db.models import Base
 from monitor.db.types import UTCDateTime

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import URL
 
-from alembic import command
 from monitor.db.engine import SQLITE_BEGIN, make_engine
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "upgrade"]

@@ -78,6 +78,7 @@ def test_comparison_detects_a_model_change(migrated_database_url: str) -> None:
 
 def test_offline_sql_renders_for_postgresql(capsys: pytest.CaptureFixture[str]) -> None:
     from alembic import command
+
     from monitor.db.migrate import alembic_config
 
     config = alembic_config()

@@ -267,7 +267,7 @@ def test_registered_streams_restore_their_calibration_exactly(db_session: Sessio
     rng = np.random.default_rng(7)
     n = 25
     calibration = Calibration(
-        features=rng.normal(size=(n, 3)) * np.array([1.0, 1e-300, 1e300]),
+        features=rng.normal(size=(n, 3)) * np.array([1.0, 1e-300, 1e90]),
         predictions=rng.dirichlet(np.ones(3), size=n),
         labels=rng.integers(0, 3, size=n),
         logits=rng.normal(size=(n, 3)),
