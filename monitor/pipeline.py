@@ -105,21 +105,23 @@ class Pipeline:
 
     def _process_one(self, record: Any, out: BatchOutput) -> None:
         ts = _record_time(record)
+        stream = None  # known once the event decodes: stored with its dead letter, if any
         try:
             event = decode_event(record.value, self.max_event_bytes)
             monitor = self.streams.get(event.stream)
             if monitor is None:
                 raise InvalidEvent(f"unknown stream {event.stream!r}")
+            stream = event.stream
             monitor.observe(event, ts)
         except InvalidEvent as exc:
-            out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts))
+            out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts, stream))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
             log.exception(
                 "internal error on %s:%s@%s", record.topic, record.partition, record.offset
             )
             reason = f"internal error: {type(exc).__name__}: {exc}"
-            out.dead_letters.append(_dead_letter(self.source, record, reason, ts))
+            out.dead_letters.append(_dead_letter(self.source, record, reason, ts, stream))
             return
         out.events += 1
         out.touched.add(event.stream)
@@ -133,7 +135,9 @@ def _record_time(record: Any) -> datetime:
     return datetime.now(UTC)
 
 
-def _dead_letter(source: str, record: Any, reason: str, ts: datetime) -> DeadLetter:
+def _dead_letter(
+    source: str, record: Any, reason: str, ts: datetime, stream: str | None = None
+) -> DeadLetter:
     # Keyed like the stored offsets: "<scheme>:<topic>" (``kafka:predictions``,
     # ``file:/data/events.jsonl``), or the bare topic for sources without a name (``http``).
     scheme = source.split(":", 1)[0]
@@ -144,4 +148,5 @@ def _dead_letter(source: str, record: Any, reason: str, ts: datetime) -> DeadLet
         reason=reason,
         payload=bytes(record.value[: DeadLetter.MAX_PAYLOAD]),
         ts=ts,
+        stream=stream,
     )

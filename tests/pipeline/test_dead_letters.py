@@ -1,0 +1,29 @@
+"""Dead letters carry their stream when the event names a monitored one, and never stop the
+records around them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from connectors import MemorySource
+from monitor.datasets import build_example
+from monitor.pipeline import Pipeline
+from monitor.runner import build_monitors, read_configs
+
+
+def test_dead_letters_name_their_stream_when_known(tmp_path: Path) -> None:
+    paths = build_example(tmp_path, seed=2, phases=[("stable", 30)], n_calibration=100)
+    good = paths["events"].read_bytes().splitlines()
+    event = json.loads(good[0])
+    wrong_dim = json.dumps({**event, "id": "x-1", "features": [1.0]}).encode()
+    unknown = json.dumps({**event, "id": "x-2", "stream": "ghost"}).encode()
+    source = MemorySource([good[0], wrong_dim, b"{not json", unknown, good[1]])
+    pipeline = Pipeline(build_monitors(read_configs([str(paths["config"])])), source.name)
+    out = pipeline.process(source.poll(10))
+    assert out.events == 2
+    letters = {letter.offset: letter for letter in out.dead_letters}
+    assert sorted(letters) == [1, 2, 3]
+    assert letters[1].stream == "shuttle" and "wrong feature dimension" in letters[1].reason
+    assert letters[2].stream is None and "not valid JSON" in letters[2].reason
+    assert letters[3].stream is None and "unknown stream 'ghost'" in letters[3].reason
