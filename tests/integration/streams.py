@@ -203,7 +203,7 @@ def _snapshot(engine: Engine) -> Snapshot:
         trace_points=traces,
         ood_windows=windows,
         ood_flags=flags,
-        dead_letters=sorted((r.stream, r.reason, bytes(r.payload)) for r in letters),
+        dead_letters=sorted(((r.stream, r.reason, bytes(r.payload)) for r in letters), key=repr),
         dead_letter_rows=len(letters),
         offsets=offsets,
     )
