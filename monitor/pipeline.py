@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from monitor.events import InvalidEvent, decode_event
-from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
 from monitor.stream import StreamMonitor
 
 
@@ -39,22 +39,6 @@ class BatchOutput:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0
-
-    def source_offsets(self, source: str) -> list[SourceOffset]:
-        """Offsets as records keyed by ``source`` (the worker's stable source name)."""
-        return [
-            SourceOffset(f"{source}:{topic}" if topic else source, partition, offset)
-            for (topic, partition), offset in sorted(self.offsets.items())
-        ]
-
-    def extend(self, other: BatchOutput) -> None:
-        self.alarms += other.alarms
-        self.trace_points += other.trace_points
-        self.ood_windows += other.ood_windows
-        self.dead_letters += other.dead_letters
-        self.offsets.update(other.offsets)
-        self.touched |= other.touched
-        self.events += other.events
 
 
 log = logging.getLogger(__name__)
