@@ -185,14 +185,10 @@ def run_source(
 
 def _webhooks(settings: Settings, sink: Sink) -> Any:
     """The alarm webhook dispatcher of ``settings``; attempts are stored when a database is."""
-    from monitor.api.app import webhook_urls
-    from monitor.webhooks import WebhookDispatcher
+    from monitor.webhooks import dispatcher_from_settings
 
-    urls = webhook_urls(settings.webhook_urls)
-    if not urls:
-        return None
     record: Any = sink.sessions if isinstance(sink, DatabaseSink) else (lambda attempt: None)
-    return WebhookDispatcher(urls, settings.webhook_secret, record)
+    return dispatcher_from_settings(settings, record)
 
 
 def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], None] | None:

@@ -27,6 +27,7 @@ import heapq
 import hmac
 import itertools
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from monitor.db.models import WebhookDeliveryRow
 from monitor.db.types import json_dumps
 from monitor.records import Alarm
+from monitor.settings import Settings
 
 __all__ = [
     "DROPPED",
@@ -355,3 +357,33 @@ def _retry_after(response: httpx.Response) -> float:
         return max(0.0, float(value))
     except ValueError:
         return 0.0  # HTTP-date form: fall back to our own backoff
+
+
+def dispatcher_from_settings(
+    settings: Settings, record: Callable[[DeliveryAttempt], None] | sessionmaker[Session]
+) -> WebhookDispatcher | None:
+    """The dispatcher of ``settings.webhook_urls``, or None when none is configured (shared by
+    the API app and ``monitor run``)."""
+    urls = webhook_urls(settings.webhook_urls)
+    if not urls:
+        return None
+    if not settings.webhook_secret:
+        log.warning(
+            "webhooks are configured without MONITOR_WEBHOOK_SECRET: signatures are "
+            "computed with an empty key and prove nothing"
+        )
+    return WebhookDispatcher(urls, settings.webhook_secret, record)
+
+
+def webhook_urls(value: str | Sequence[str] | None) -> list[str]:
+    """URLs from a comma/space separated string or a list.
+
+    Examples
+    --------
+    >>> webhook_urls("http://a/hook, http://b/hook")
+    ['http://a/hook', 'http://b/hook']
+    """
+    if not value:
+        return []
+    items = re.split(r"[\s,]+", value) if isinstance(value, str) else list(value)
+    return [u.strip() for u in items if u and u.strip()]

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from sqlalchemy.orm import Session, sessionmaker
 
 from monitor.api.auth import AuthMiddleware, TokenStore
 from monitor.api.deps import ApiContext
@@ -22,7 +20,7 @@ from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.metrics import DatabaseCollector
 from monitor.runner import DatabaseSink
 from monitor.settings import Settings
-from monitor.webhooks import WebhookDispatcher
+from monitor.webhooks import dispatcher_from_settings
 
 __all__ = ["create_app"]
 
@@ -81,7 +79,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        hooks = _webhooks(settings, sessions)
+        hooks = dispatcher_from_settings(settings, sessions)
         ingestor.on_alarm = None if hooks is None else hooks.submit
         try:
             yield
@@ -111,29 +109,3 @@ def _pool_size(url: str) -> dict[str, int]:
     if normalise_url(url).get_backend_name() == "sqlite":
         return {}  # SQLite's pools are sized by SQLAlchemy for the file or memory database
     return {"pool_size": 10, "max_overflow": 30}
-
-
-def _webhooks(settings: Settings, sessions: sessionmaker[Session]) -> WebhookDispatcher | None:
-    urls = webhook_urls(settings.webhook_urls)
-    if not urls:
-        return None
-    if not settings.webhook_secret:
-        log.warning(
-            "webhooks are configured without MONITOR_WEBHOOK_SECRET: signatures are "
-            "computed with an empty key and prove nothing"
-        )
-    return WebhookDispatcher(urls, settings.webhook_secret, sessions)
-
-
-def webhook_urls(value: str | Sequence[str] | None) -> list[str]:
-    """URLs from a comma/space separated string or a list.
-
-    Examples
-    --------
-    >>> webhook_urls("http://a/hook, http://b/hook")
-    ['http://a/hook', 'http://b/hook']
-    """
-    if not value:
-        return []
-    items = re.split(r"[\s,]+", value) if isinstance(value, str) else list(value)
-    return [u.strip() for u in items if u and u.strip()]
