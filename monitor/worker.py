@@ -314,6 +314,7 @@ class Worker:
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
         self._isolating = 0  # records still to process one at a time (see _unstorable)
+        self._refused: dict[TopicPartition, int] = {}  # offsets whose source commit was refused
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
@@ -334,6 +335,7 @@ class Worker:
             while not self._stop and (max_batches is None or self.summary.batches < max_batches):
                 if not self._step():
                     break
+            self._commit({})  # on a clean stop, retry a commit the source refused earlier
         finally:
             self.summary.seconds += time.perf_counter() - start
         return self.summary
@@ -417,13 +419,19 @@ class Worker:
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         from connectors.errors import OffsetCommitError
 
-        if not offsets:
+        # A refused commit (e.g. during a rebalance) is retried with the next one, for the
+        # partitions still owned; offsets only grow, so later values replace earlier ones.
+        owned = self.source.assignment()
+        pending = {tp: o for tp, o in {**self._refused, **offsets}.items() if tp in owned}
+        self._refused = {}
+        if not pending:
             return
         try:
-            self.source.commit(offsets)
+            self.source.commit(pending)
         except OffsetCommitError as exc:
             # The results and offsets are durable in the database, which every owner resumes from.
-            log.warning("source commit refused (results are stored; continuing): %s", exc)
+            self._refused = pending
+            log.warning("source commit refused (results are stored; retried later): %s", exc)
 
     def _durably(self, action: Callable[[], T], what: str) -> T:
         """Run a database action, retrying transient failures with backoff until the deadline."""
