@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -93,12 +95,33 @@ def _configure_sqlite(dbapi_connection: Any, in_memory: bool) -> None:
     # Stop sqlite3 from issuing its own BEGIN (it would defer it past our PRAGMAs and SELECTs).
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     if not in_memory:
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch the database file to write-ahead logging (a persistent property of the file).
+
+    Switching needs an exclusive lock, and SQLite answers "database is locked" at once, without
+    the busy handler, when waiting could deadlock (e.g. two processes opening a new database at
+    the same moment). So: skip it when the file is already in WAL mode, else retry for up to the
+    busy timeout.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                return
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _sqlite_begin(connection: Any) -> None:
