@@ -8,7 +8,9 @@ detector, time range, acknowledged) and of deeper pages reached with the cursors
 pages. Reported: p50/p90/p99/max of the service time (request sent → answer read) and of the
 time from each request's scheduled start (which also counts any lateness of the generator, so
 a stalled server cannot hide behind a slowed-down client), errors and the achieved rate. A short
-second run measures ``GET /streams/{name}/trace`` (downsampling) at a lower rate.
+second run measures ``GET /streams/{name}/trace`` (downsampling) at a lower rate. Both runs are
+repeated for each ``--workers`` count (default: 1, then 2 processes of ``monitor serve``); the CPU
+time per request of the server processes (supervisor and workers) is reported.
 
     python bench/bench_api.py                      # the figures of docs/api.md
     python bench/bench_api.py --duration 10 --alarms 20000 --trace-points 200000   # quick look
@@ -177,31 +179,31 @@ def vacuum_analyze(url: str) -> None:
 
 
 @contextmanager
-def api_server(url: str) -> Iterator[tuple[str, int]]:
-    """``monitor serve``'s app under uvicorn in a child process (1 worker, no access log);
-    yields its base URL and process id."""
+def api_server(url: str, workers: int) -> Iterator[tuple[str, int]]:
+    """``monitor serve --workers N`` in a child process (no access log); yields its base URL and
+    process id (the workers are its children)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = (
-        "import uvicorn; from monitor.api import create_app; from monitor.settings import Settings;"
-        f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, "
-        "log_level='warning', access_log=False)"
-    )
+    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    command = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
     env = os.environ | {
         "MONITOR_DATABASE_URL": url,
         "MONITOR_API_TOKENS": f"read:{TOKEN}",
         "MONITOR_AUTO_MIGRATE": "false",
+        "MONITOR_API_WORKERS": str(workers),
+        "MONITOR_API_ACCESS_LOG": "false",
+        "MONITOR_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
     }
-    process = subprocess.Popen([sys.executable, "-c", code], env=env)
+    process = subprocess.Popen(command, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(base, process)
         yield base, process.pid
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        process.wait(timeout=30)
 
 
 def _wait_healthy(base: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -378,10 +380,28 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
+    """User + system CPU time of a process (Linux ``/proc``); 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``monitor serve``'s supervisor and its workers)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            todo += [int(child) for child in task.read_text().split()]
+    return out
+
+
+def total_cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 @contextmanager
@@ -405,16 +425,43 @@ def bench_database(args: argparse.Namespace, streams: list[str]) -> Iterator[tup
 
 
 def latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Both loads against ``monitor serve`` with each worker count of ``args.workers``; the
+    top-level figures are those of the last (largest) worker count."""
     streams = [f"stream-{k:02d}" for k in range(args.streams)]
+    with bench_database(args, streams) as (url, load_seconds):
+        runs = {str(n): latency_run(args, url, streams, n) for n in args.workers}
+    last = runs[str(args.workers[-1])]
+    return {
+        "alarms": args.alarms,
+        "trace_points": args.trace_points,
+        "streams": args.streams,
+        "load_seconds": round(load_seconds, 1),
+        "rate": args.rate,
+        "duration": args.duration,
+        "workers": last["workers"],
+        "distinct_alarm_queries": last["distinct_alarm_queries"],
+        "get_alarms": last["get_alarms"],
+        "get_trace": last["get_trace"],
+        "by_workers": runs,
+    }
+
+
+def latency_run(
+    args: argparse.Namespace, url: str, streams: list[str], workers: int
+) -> dict[str, Any]:
+    """``GET /alarms`` at ``args.rate`` and ``GET /streams/{name}/trace`` at
+    ``args.trace_rate`` against one server with ``workers`` processes."""
     rng = random.Random(args.seed)
-    with bench_database(args, streams) as (url, load_seconds), api_server(url) as (base, pid):
+    with api_server(url, workers) as (base, pid):
         requests = with_cursors(base, alarm_filters(streams, args.alarms, rng), args.pages)
-        load_before, cpu_before = os.getloadavg()[0], cpu_seconds(pid)
+        server = process_tree(pid)
+        load_before = os.getloadavg()[0]
+        server_before = total_cpu(server)
         alarms = asyncio.run(
             open_loop(base, "/alarms", requests, args.rate, args.duration, args.warmup, args.seed)
         )
         sent = int((args.warmup + args.duration) * args.rate)
-        server_cpu_ms = (cpu_seconds(pid) - cpu_before) / sent * 1000.0
+        server_cpu_ms = (total_cpu(server) - server_before) / sent * 1000.0
         load_after = os.getloadavg()[0]
         trace_requests: list[dict[str, Any]] = [
             {"max_points": 1000},
@@ -431,13 +478,9 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                 args.seed,
             )
         )
+    print(f"{workers} worker(s): GET /alarms {alarms.summary()['service']}", file=sys.stderr)
     return {
-        "alarms": args.alarms,
-        "trace_points": args.trace_points,
-        "streams": args.streams,
-        "load_seconds": round(load_seconds, 1),
-        "rate": args.rate,
-        "duration": args.duration,
+        "workers": workers,
         "distinct_alarm_queries": len(requests),
         "get_alarms": alarms.summary()
         | {
@@ -479,6 +522,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
     parser.add_argument("--pages", type=int, default=5, help="pages per filter set (cursors)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="worker counts of `monitor serve` to measure, one run each",
+    )
     parser.add_argument("--trace-rate", type=float, default=20.0)
     parser.add_argument("--trace-duration", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)

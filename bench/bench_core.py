@@ -1,6 +1,6 @@
 """Throughput of the statistical core, each beside river's ADWIN measured in the same run.
 
-    python bench/bench_core.py [--json] [--events N]
+    python bench/bench_core.py [--json] [--events N] [--cpu-time]
 
 Figures (events per second, one core):
 - ``ctm_batch``: conformal_p_values + CompositeJumper.update_many + ShiryaevRoberts.update_many;
@@ -9,6 +9,10 @@ Figures (events per second, one core):
 - ``wctm_per_event``: WeightedConformalPValue.update (adapting, d = 5, batch_size = 32) +
   CompositeJumper.update + ShiryaevRoberts.update, with 1 000 calibration points;
 - ``adwin_per_event``: river ``drift.ADWIN().update`` on the same kind of stream.
+
+``--scaling`` adds the cost of one exact online p-value (µs per update) against the reference size,
+for the compiled sorted array + √n buffer that ``ConformalPValue`` uses and for a
+``sortedcontainers.SortedList`` (O(log n)) doing the same rank query and insert.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from river import drift
+from sortedcontainers import SortedList
 
 import monitor.martingales.betting._jumpers as jumpers_mod
 import monitor.martingales.pvalues as pvalues_mod
@@ -36,6 +41,10 @@ from monitor.martingales import (
 )
 from monitor.martingales._jit import HAVE_NUMBA
 
+#: Wall-clock by default; ``--cpu-time`` switches to process CPU time, which a machine shared
+#: with other jobs inflates much less.
+_clock: Callable[[], float] = time.perf_counter
+
 
 def rate(n: int, run: Callable[[], object]) -> float:
     """Events per second of ``run`` (best of three, after one warm-up call)."""
@@ -45,9 +54,9 @@ def rate(n: int, run: Callable[[], object]) -> float:
 
 
 def _timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
+    start = _clock()
     run()
-    return time.perf_counter() - start
+    return _clock() - start
 
 
 def ctm_batch(scores: np.ndarray, reference: np.ndarray) -> Callable[[], object]:
@@ -60,14 +69,15 @@ def ctm_batch(scores: np.ndarray, reference: np.ndarray) -> Callable[[], object]
 
 @contextmanager
 def interpreted_kernels() -> Iterator[None]:
-    """Swap the numba kernels for their pure-Python originals."""
-    saved = pvalues_mod._p_values_kernel, jumpers_mod._jumpers_path
+    """Swap the numba kernels of the batch path for their pure-Python originals."""
+    saved = pvalues_mod._p_values_kernel, jumpers_mod._jumpers_path, jumpers_mod._jumpers_step
     pvalues_mod._p_values_kernel = getattr(saved[0], "py_func", saved[0])
     jumpers_mod._jumpers_path = getattr(saved[1], "py_func", saved[1])
+    jumpers_mod._jumpers_step = getattr(saved[2], "py_func", saved[2])
     try:
         yield
     finally:
-        pvalues_mod._p_values_kernel, jumpers_mod._jumpers_path = saved
+        pvalues_mod._p_values_kernel, jumpers_mod._jumpers_path, jumpers_mod._jumpers_step = saved
 
 
 def ctm_per_event(scores: list[float], reference: np.ndarray) -> Callable[[], object]:
@@ -100,6 +110,34 @@ def wctm_per_event(n: int, seed: int = 0) -> Callable[[], object]:
     return run
 
 
+def p_value_cost_by_reference_size(
+    sizes: tuple[int, ...] = (10**4, 10**5, 10**6, 4 * 10**6), updates: int = 50_000
+) -> dict[str, dict[str, float]]:
+    """µs per exact online p-value update at each reference size: ours vs a SortedList."""
+    rng = np.random.default_rng(0)
+    out: dict[str, dict[str, float]] = {}
+    for n in sizes:
+        reference, scores = rng.normal(size=n), rng.normal(size=updates).tolist()
+        uniforms = rng.random(updates).tolist()
+        cp = ConformalPValue(reference, seed=0)
+        cp.update(0.0)  # compile outside the timing
+        start = _clock()
+        for s in scores:
+            cp.update(s)
+        ours = (_clock() - start) / updates * 1e6
+        sl = SortedList(reference.tolist())
+        start = _clock()
+        for s, u in zip(scores, uniforms, strict=True):
+            lo, hi, size = sl.bisect_left(s), sl.bisect_right(s), len(sl)
+            _ = ((size - hi) + u * (hi - lo + 1)) / (size + 1)
+            sl.add(s)
+        sorted_list = (_clock() - start) / updates * 1e6
+        out[str(n)] = {
+            "compiled_buffered_us": round(ours, 2), "sortedlist_us": round(sorted_list, 2)
+        }
+    return out
+
+
 def adwin_per_event(values: list[float]) -> Callable[[], object]:
     def run() -> object:
         adwin = drift.ADWIN()
@@ -128,6 +166,7 @@ def measure(events: int) -> dict[str, Any]:
         "ratio_to_adwin": {k: round(v / adwin, 2) for k, v in figures.items()},
         "goals": {"ctm_batch": 1_000_000, "ctm_per_event": 200_000, "wctm_per_event": 100_000},
         "numba": HAVE_NUMBA,
+        "clock": "cpu" if _clock is time.process_time else "wall",
         "events": events,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -138,16 +177,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--events", type=int, default=1_000_000, help="batch stream length")
+    parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time")
+    parser.add_argument("--scaling", action="store_true",
+                        help="also time one p-value update against the reference size")
     args = parser.parse_args()
+    if args.cpu_time:
+        global _clock
+        _clock = time.process_time
     result = measure(args.events)
+    if args.scaling:
+        result["p_value_us_by_reference_size"] = p_value_cost_by_reference_size()
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"statistical core throughput (events/s, one core; numba={result['numba']})")
+    print(f"statistical core throughput (events/s, one core, {result['clock']} clock; "
+          f"numba={result['numba']})")
     for name, value in result["events_per_second"].items():
         goal = result["goals"].get(name)
         goal_text = f"  goal {goal:>9,}" if goal else ""
         print(f"  {name:<20} {value:>12,}  x{result['ratio_to_adwin'][name]:<7} ADWIN{goal_text}")
+    for n, cost in result.get("p_value_us_by_reference_size", {}).items():
+        print(f"  p-value at n = {int(n):>9,}: {cost['compiled_buffered_us']:>6} µs (SortedList "
+              f"{cost['sortedlist_us']} µs)")
 
 
 if __name__ == "__main__":

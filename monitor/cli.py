@@ -137,6 +137,11 @@ def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the HTTP API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes (default: MONITOR_API_WORKERS or 1; one per core is usual)",
+    )
     p.set_defaults(handler=_cmd_serve)
 
 
@@ -266,8 +271,32 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from monitor.api import create_app
 
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    workers = settings.api_workers if args.workers is None else args.workers
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "info",
+        "access_log": settings.api_access_log,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)
+        return 0
+    _prepare_workers(settings)
+    # Each worker process imports the app factory and reads its settings from the environment.
+    uvicorn.run("monitor.api.app:app_from_environment", factory=True, workers=workers, **options)
     return 0
+
+
+def _prepare_workers(settings: Settings) -> None:
+    """Migrate once (not once per worker) and hand the settings to the worker processes."""
+    if settings.auto_migrate:
+        from monitor.db.migrate import upgrade
+
+        upgrade(settings.database_url)
+    os.environ["MONITOR_DATABASE_URL"] = settings.database_url  # it may come from --db
+    os.environ["MONITOR_AUTO_MIGRATE"] = "false"
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:

@@ -7,6 +7,7 @@ environment.
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -40,3 +41,8 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     #: Logging level of the service.
     log_level: str = "INFO"
+    #: Processes of ``monitor serve`` (uvicorn workers sharing the port); one per core is the
+    #: usual choice. Each keeps its own connection pool (up to 40 connections).
+    api_workers: int = Field(default=1, ge=1)
+    #: Log one line per HTTP request (uvicorn's access log).
+    api_access_log: bool = True

@@ -46,6 +46,8 @@ class ApiContext:
 
     settings: Settings
     engine: Engine
+    #: ``engine`` in autocommit mode, for Core reads of list endpoints (see ``ReadSessionDep``).
+    read_engine: Engine
     sessions: sessionmaker[Session]
     read_sessions: sessionmaker[Session]
     tokens: TokenStore

@@ -1,7 +1,9 @@
 """Online density-ratio estimation by probabilistic classification (WATCH, Section 4.2).
 
-w(x) = P(target | x) / P(source | x) from river's ``StandardScaler | LogisticRegression``,
-trained one point at a time with ``learn_one`` and never refit from scratch. Training is
+w(x) = P(target | x) / P(source | x) from an online ``StandardScaler | LogisticRegression``
+trained one point at a time and never refit from scratch. The learner is river's ``learn_one``
+arithmetic compiled (:mod:`monitor.martingales._logistic`, verified equal to river by
+``tests/martingales/test_logistic.py``). Training is
 balanced: every target point is followed by one source point drawn from a reservoir of source
 points, so the class prior odds are 1 and the classifier odds equal the density ratio
 p_target(x) / p_source(x) with no prior correction (Bickel, Brückner & Scheffer 2009;
@@ -11,14 +13,18 @@ weights anyway, but the clipping bounds are absolute, so the scale matters).
 
 from __future__ import annotations
 
-import collections
 import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from river import linear_model, optim, preprocessing, utils
 
+from monitor.martingales._logistic import (
+    ScaledLogisticSGD,
+    logits_of_columns,
+    odds_of_logits,
+    ratio_of_row,
+)
 from monitor.martingales._state import check_state, new_state, rng_from_state, rng_state
 
 __all__ = ["OnlineDensityRatio"]
@@ -97,14 +103,12 @@ class OnlineDensityRatio:
 
     def reset(self) -> None:
         """Forget the model and the source reservoir (the random stream continues)."""
-        self._scaler = preprocessing.StandardScaler()
-        self._model = linear_model.LogisticRegression(
-            optimizer=optim.SGD(self.learning_rate), l2=self.l2, intercept_lr=self.learning_rate
-        )
+        self._model = ScaledLogisticSGD(int(self.n_features), float(self.learning_rate),
+                                        float(self.l2))
         self._source = np.empty((int(self.reservoir), int(self.n_features)), np.float64)
         self._n_source_seen = 0
         self._n_target = 0
-        self._cache: tuple[list[float], list[float], list[float], float] | None = None
+        self._lin: NDArray[np.float64] | None = None
 
     @property
     def n_source(self) -> int:
@@ -116,48 +120,65 @@ class OnlineDensityRatio:
         """Target points learned."""
         return self._n_target
 
+    def _matrix(self, X: ArrayLike) -> NDArray[np.float64]:
+        arr = np.asarray(X, dtype=np.float64).reshape(-1, int(self.n_features))
+        if not np.isfinite(arr).all():
+            raise ValueError(f"x must be {self.n_features} finite numbers per point")
+        return arr
+
     def _vector(self, x: ArrayLike) -> NDArray[np.float64]:
         arr = np.asarray(x, dtype=np.float64).reshape(-1)
         if arr.size != int(self.n_features) or not np.isfinite(arr).all():
             raise ValueError(f"x must be {self.n_features} finite numbers, got {arr.tolist()!r}")
         return arr
 
-    def _learn(self, x: NDArray[np.float64], label: bool) -> None:
-        features = dict(enumerate(x.tolist()))
-        self._scaler.learn_one(features)
-        self._model.learn_one(self._scaler.transform_one(features), label)
-        self._cache = None
-
     def learn_source(self, x: ArrayLike) -> None:
         """Add a source (calibration / pre-adaptation) point to the reservoir."""
-        arr = self._vector(x)
-        self._n_source_seen += 1
-        if self._n_source_seen <= int(self.reservoir):
-            self._source[self._n_source_seen - 1] = arr
-            return
-        slot = int(self._rng.integers(self._n_source_seen))
-        if slot < int(self.reservoir):
-            self._source[slot] = arr
+        self._add_sources(self._vector(x)[np.newaxis])
+
+    def learn_sources(self, X: ArrayLike) -> None:
+        """:meth:`learn_source` for each row of ``X`` in turn (same reservoir, same draws)."""
+        self._add_sources(self._matrix(X))
+
+    def _add_sources(self, X: NDArray[np.float64]) -> None:
+        """Vitter's Algorithm R: the k-th source point replaces a uniform slot with prob. R/k."""
+        capacity, seen = int(self.reservoir), self._n_source_seen
+        fill = min(X.shape[0], max(0, capacity - seen))
+        self._source[seen : seen + fill] = X[:fill]
+        if fill < X.shape[0]:
+            # one draw per point, integers(k) for the k-th: an array of bounds draws the same
+            slots = self._rng.integers(np.arange(seen + fill + 1, seen + X.shape[0] + 1))
+            for i in np.flatnonzero(slots < capacity).tolist():  # in order: later ones win
+                self._source[slots[i]] = X[fill + i]
+        self._n_source_seen = seen + X.shape[0]
 
     def learn_target(self, x: ArrayLike) -> None:
         """Learn a target point, then one source point drawn from the reservoir (balanced)."""
-        arr = self._vector(x)
-        self._learn(arr, True)
-        self._n_target += 1
-        filled = min(self._n_source_seen, int(self.reservoir))
-        if filled:  # with no source point yet, only the target half can be learned
-            self._learn(self._source[int(self._rng.integers(filled))], False)
+        self._learn_targets(self._vector(x)[np.newaxis])
 
-    def _linear(self) -> tuple[list[float], list[float], list[float], float]:
-        """(means, stds, coefficients, intercept) of the current model, cached until it learns."""
-        if self._cache is None:
-            d = int(self.n_features)
-            means = [float(self._scaler.means.get(i, 0.0)) for i in range(d)]
-            stds = [math.sqrt(float(self._scaler.vars.get(i, 0.0))) for i in range(d)]
-            weights = dict(self._model._weights)
-            coef = [float(weights.get(i, 0.0)) for i in range(d)]
-            self._cache = (means, stds, coef, float(self._model.intercept))
-        return self._cache
+    def learn_targets(self, X: ArrayLike) -> None:
+        """:meth:`learn_target` for each row of ``X`` in turn (same draws, same arithmetic)."""
+        self._learn_targets(self._matrix(X))
+
+    def _learn_targets(self, X: NDArray[np.float64]) -> None:
+        filled = min(self._n_source_seen, int(self.reservoir))
+        # with no source point yet, only the target half can be learned
+        draws = np.empty(0, np.int64)
+        if filled:
+            draws = np.asarray(self._rng.integers(filled, size=X.shape[0]), np.int64)
+        self._model.learn_pairs(X, self._source, draws)
+        self._n_target += X.shape[0]
+        self._lin = None
+
+    def linear_params(self) -> NDArray[np.float64]:
+        """The frozen model, packed: [intercept, log lo, log hi, lo, hi, means, stds, coefs].
+
+        Cached until the model learns; read-only (the weighted p-values' kernels take it).
+        """
+        if self._lin is None:
+            self._lin = self._model.packed((self._log_lo, self._log_hi, self._lo, self._hi))
+            self._lin.flags.writeable = False
+        return self._lin
 
     def weights(self, X: ArrayLike) -> NDArray[np.float64]:
         """Vectorised w(x) for each row of ``X`` (n, n_features); equal to :meth:`weight` per row.
@@ -166,44 +187,35 @@ class OnlineDensityRatio:
         libm's exp, the same operations in the same order as :meth:`weight`.
         """
         arr = np.asarray(X, dtype=np.float64).reshape(-1, int(self.n_features))
-        means, stds, coef, intercept = self._linear()
-        logit = np.full(arr.shape[0], intercept)
-        for j, (m, sd, c) in enumerate(zip(means, stds, coef, strict=True)):
-            # a constant feature standardises to 0 (river's convention); 0·c keeps -0.0 rules
-            term = ((arr[:, j] - m) / sd) * c if sd > 0.0 else np.full(arr.shape[0], 0.0 * c)
-            logit = logit + term
-        clipped = np.clip(logit, self._log_lo, self._log_hi)
-        w = np.fromiter(map(math.exp, clipped.tolist()), np.float64, clipped.size)
-        # exp(log c) may miss c by an ulp: the bounds are returned exactly
-        inside = np.where(logit <= self._log_lo, self._lo, w)
-        return np.where(logit >= self._log_hi, self._hi, inside)
+        lin = self.linear_params()
+        logits = np.empty(arr.shape[0], np.float64)
+        logits_of_columns(np.ascontiguousarray(arr.T), arr.shape[0], lin, logits)
+        return odds_of_logits(logits, lin)
 
     def weight(self, x: ArrayLike) -> float:
-        """w(x) for one point, in plain Python floats (fast path of :meth:`weights`)."""
-        values = self._vector(x).tolist()
-        means, stds, coef, logit = self._linear()
-        for v, m, sd, c in zip(values, means, stds, coef, strict=True):
-            logit += ((v - m) / sd) * c if sd > 0.0 else 0.0 * c
-        if logit >= self._log_hi:
-            return self._hi
-        return self._lo if logit <= self._log_lo else math.exp(logit)
+        """w(x) for one point: exp of the clipped logit (standardise, then coefficients · z)."""
+        return float(ratio_of_row(self._vector(x), self.linear_params()))
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state (no pickle): scaler moments, model coefficients, reservoir, rng."""
+        """JSON-ready state (no pickle): scaler moments, model coefficients, reservoir, rng.
+
+        The layout of the river-backed implementation (feature index → value dicts, a feature
+        present once it has been learned), so states stored by either load in both.
+        """
         d = int(self.n_features)
-        scaler = self._scaler
+        m = self._model
         filled = min(self._n_source_seen, int(self.reservoir))
+        seen = [i for i in range(d) if m.counts[i] > 0]
         params = {"n_features": d, "seed": self.seed, "clip": [float(c) for c in self.clip],
                   "reservoir": int(self.reservoir), "learning_rate": float(self.learning_rate),
                   "l2": float(self.l2)}
         return new_state(
             self, params=params, rng=rng_state(self._rng),
-            scaler={"counts": {str(k): int(v) for k, v in scaler.counts.items()},
-                    "means": {str(k): float(v) for k, v in scaler.means.items()},
-                    "vars": {str(k): float(v) for k, v in scaler.vars.items()}},
-            model={"weights": {str(k): float(v) for k, v in dict(self._model._weights).items()},
-                   "intercept": float(self._model.intercept),
-                   "n_iterations": int(self._model.optimizer.n_iterations)},
+            scaler={"counts": {str(i): int(m.counts[i]) for i in seen},
+                    "means": {str(i): float(m.means[i]) for i in seen},
+                    "vars": {str(i): float(m.vars[i]) for i in seen}},
+            model={"weights": {str(i): float(m.coef[i]) for i in seen},
+                   "intercept": float(m.intercept), "n_iterations": int(m.n_iterations)},
             source=self._source[:filled].copy(), n_source_seen=self._n_source_seen,
             n_target=self._n_target,
         )
@@ -216,20 +228,14 @@ class OnlineDensityRatio:
         params["clip"] = tuple(params["clip"])
         obj = cls(**params)
         obj._rng = rng_from_state(state["rng"])
-        sc = state["scaler"]
-        obj._scaler.counts = collections.Counter({int(k): v for k, v in sc["counts"].items()})
-        obj._scaler.means = collections.defaultdict(float, _int_keys(sc["means"]))
-        obj._scaler.vars = collections.defaultdict(float, _int_keys(sc["vars"]))
-        model = state["model"]
-        obj._model._weights = utils.VectorDict(_int_keys(model["weights"]))
-        obj._model.intercept = float(model["intercept"])
-        obj._model.optimizer.n_iterations = int(model["n_iterations"])
+        sc, model, m = state["scaler"], state["model"], obj._model
+        for key, target in (("counts", m.counts), ("means", m.means), ("vars", m.vars)):
+            for i, v in sc[key].items():
+                target[int(i)] = v
+        for i, v in model["weights"].items():
+            m.coef[int(i)] = float(v)
+        m.intercept, m.n_iterations = float(model["intercept"]), int(model["n_iterations"])
         source = np.asarray(state["source"], dtype=np.float64).reshape(-1, obj._source.shape[1])
         obj._source[: source.shape[0]] = source
         obj._n_source_seen, obj._n_target = int(state["n_source_seen"]), int(state["n_target"])
-        obj._cache = None
         return obj
-
-
-def _int_keys(mapping: dict[str, Any]) -> dict[int, float]:
-    return {int(k): float(v) for k, v in mapping.items()}

@@ -17,37 +17,23 @@ or the ties (WATCH, Section 4.3), so that the martingale grows on out-of-support
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from monitor.martingales._state import check_state, decode_float, encode_float, new_state
+from monitor.martingales._weighted_kernels import (
+    append_batch,
+    refresh_weights,
+    weighted_step_entry,
+)
 from monitor.martingales.density_ratio import OnlineDensityRatio
 from monitor.martingales.pvalues import ConformalPValue
 
 __all__ = ["WeightedConformalPValue"]
 
-
-class _FeatureStore:
-    """Append-only (n, d) float64 rows with amortised O(d) appends (capacity doubling)."""
-
-    def __init__(self, rows: NDArray[np.float64]) -> None:
-        self.data = np.array(rows, dtype=np.float64, copy=True).reshape(rows.shape[0], -1)
-        self.size = rows.shape[0]
-
-    def append(self, row: NDArray[np.float64]) -> None:
-        if self.size == self.data.shape[0]:
-            grown = np.empty((max(16, 2 * self.size), self.data.shape[1]), np.float64)
-            grown[: self.size] = self.data[: self.size]
-            self.data = grown
-        self.data[self.size] = row
-        self.size += 1
-
-    @property
-    def rows(self) -> NDArray[np.float64]:
-        return self.data[: self.size]
+_F64 = np.dtype(np.float64)
 
 
 class WeightedConformalPValue:
@@ -142,26 +128,47 @@ class WeightedConformalPValue:
         x = np.asarray(features, dtype=np.float64).reshape(-1, d)
         if x.shape[0] != s.size:
             raise ValueError(f"{s.size} reference scores but {x.shape[0]} feature rows")
-        self._scores: list[float] = s.tolist()
-        self._features = _FeatureStore(x)
-        for row in x:
-            self.density_ratio.learn_source(row)
+        self.density_ratio.learn_sources(x)
+        self._configure()
+        self._allocate(s.size)
+        self._scores[: s.size], self._columns[:, : s.size] = s, x.T
+        self._n = s.size
         self._adapting = False
         self._penalised = False
         self._n_adapt = 0
         self._n_penalised = 0
         self._p_value = math.nan
-        self._clear_batch()
-
-    def _clear_batch(self) -> None:
-        self._pending_scores: list[float] = []
-        self._pending_weights: list[float] = []
-        self._pending_x: list[NDArray[np.float64]] = []
-        self._sorted_scores: list[float] = []
-        self._order = np.empty(0, np.int64)
-        self._cum = np.zeros(1)
-        self._cum_list: list[float] = [0.0]
         self._sum_w2 = 0.0
+
+    def _configure(self) -> None:
+        """Cache the validated parameters as the per-event path uses them."""
+        self._batch, self._alpha = int(self.batch_size), float(self.penalty_alpha)
+        self._grow, self._d = bool(self.grow_reference), int(self.density_ratio.n_features)
+        self._lin = self.density_ratio.linear_params()
+        self._draw_uniform = self._plain.draw_uniform
+        # the current micro-batch; grown on demand up to batch_size rows
+        self._pend = np.zeros((min(self._batch, 64), 2 + self._d), np.float64)
+        self._n_pend = 0
+
+    def _allocate(self, capacity: int) -> None:
+        """Empty reference arrays (see ``_weighted_kernels`` for the layouts)."""
+        capacity = max(16, capacity)
+        self._scores = np.empty(capacity, np.float64)  # arrival order
+        self._columns = np.empty((self._d, capacity), np.float64)
+        self._order = np.empty(capacity, np.int64)
+        self._ref = np.zeros((2, capacity + 1), np.float64)
+        self._scratch = np.empty(capacity, np.float64)
+
+    def _reserve(self, extra: int) -> None:
+        """Room for ``extra`` more points: capacity doubling, amortised O(1) per point."""
+        n = self._n
+        if n + extra <= self._scores.size:
+            return
+        scores, columns, order, ref = self._scores, self._columns, self._order, self._ref
+        self._allocate(max(2 * scores.size, n + extra))
+        self._scores[:n], self._columns[:, :n], self._order[:n] = scores[:n], columns[:, :n], \
+            order[:n]
+        self._ref[0, :n], self._ref[1, : n + 1] = ref[0, :n], ref[1, : n + 1]
 
     # ------------------------------------------------------------ properties
     @property
@@ -185,15 +192,16 @@ class WeightedConformalPValue:
 
     @property
     def n_reference(self) -> int:
-        return len(self._scores)
+        return self._n + (self._n_pend if self._grow else 0)
 
     @property
     def weights_ess(self) -> float:
         """Effective sample size (Σw)² / Σw² of the current reference weights."""
         if not self._adapting:
-            return float(len(self._scores))
-        total = self._cum_list[-1] + sum(self._pending_weights)
-        sq = self._sum_w2 + sum(w * w for w in self._pending_weights)
+            return float(self._n)
+        pending = self._pend[: self._n_pend, 1].tolist() if self._grow else []
+        total = float(self._ref[1, self._n]) + sum(pending)
+        sq = self._sum_w2 + sum(w * w for w in pending)
         return total * total / sq if sq > 0.0 else 0.0
 
     # --------------------------------------------------------------- updates
@@ -202,74 +210,66 @@ class WeightedConformalPValue:
         if self._adapting:
             return
         self._adapting = True
-        self._order = np.argsort(np.asarray(self._scores), kind="stable")
+        n = self._n
+        self._order[:n] = np.argsort(self._scores[:n], kind="stable")
+        self._ref[0, :n] = self._scores[self._order[:n]]
         self._refresh_weights()
 
     def update(self, score: float, x: ArrayLike) -> None:
         """p-value of ``score`` (with features ``x``) against the reference; then add it."""
-        row = np.asarray(x, dtype=np.float64).reshape(-1)
         if not self._adapting:
-            self._plain.update(score)
-            self._p_value = self._plain.p_value
-            self.density_ratio.learn_source(row)
-            self._append(float(score), row)
+            self._update_unweighted(score, x)
             return
         score = float(score)
         if score != score:
             raise ValueError("score is NaN; a nonconformity score must be a number")
-        w_t = self.density_ratio.weight(row)
-        self._p_value = self._weighted_p(score, w_t)
+        # the compiled entry takes exactly a contiguous float64 vector
+        if type(x) is not np.ndarray or x.dtype is not _F64 or x.ndim != 1 or x.strides[0] != 8:
+            x = np.ascontiguousarray(np.asarray(x, dtype=np.float64).reshape(-1))
+        k = self._n_pend
+        if k == self._pend.shape[0]:
+            self._pend = np.concatenate([self._pend, np.zeros_like(self._pend)])
+        above, tied_w, total, w_t = weighted_step_entry()(
+            x, self._lin, self._pend, self._ref, self._n, k, score, self._grow
+        )
+        if total != total:
+            raise ValueError(f"x must be {self._d} finite numbers, got {x.tolist()!r}")
+        u = self._draw_uniform()  # drawn even when unused: one uniform per update
+        self._penalised = penalised = w_t / total >= self._alpha
+        self._p_value = above / total if penalised else (above + u * tied_w) / total
         self._n_adapt += 1
-        self._n_penalised += self._penalised
-        self._pending_x.append(row)
-        if self.grow_reference:
-            self._append(score, row)
-            self._pending_scores.append(score)
-            self._pending_weights.append(w_t)
-        if len(self._pending_x) >= int(self.batch_size):
+        self._n_penalised += penalised
+        self._n_pend = k + 1
+        if k + 1 >= self._batch:
             self._end_batch()
 
-    def _append(self, score: float, row: NDArray[np.float64]) -> None:
-        self._scores.append(score)
-        self._features.append(row)
-
-    def _weighted_p(self, score: float, w_t: float) -> float:
-        """Weighted masses above / at ``score`` from prefix sums plus the pending micro-batch."""
-        cum = self._cum_list
-        hi = bisect_right(self._sorted_scores, score)
-        lo = bisect_left(self._sorted_scores, score, 0, hi)
-        above, tied, pending = cum[-1] - cum[hi], cum[hi] - cum[lo], 0.0
-        for s, w in zip(self._pending_scores, self._pending_weights, strict=True):
-            pending += w
-            if s > score:
-                above += w
-            elif s == score:
-                tied += w
-        total = cum[-1] + pending + w_t
-        u = self._plain.draw_uniform()  # drawn even when unused: one uniform per update
-        self._penalised = w_t / total >= float(self.penalty_alpha)
-        if self._penalised:
-            return above / total
-        return (above + u * (tied + w_t)) / total
+    def _update_unweighted(self, score: float, x: ArrayLike) -> None:
+        row = np.asarray(x, dtype=np.float64).reshape(-1)
+        self._plain.update(score)
+        self._p_value = self._plain.p_value
+        self.density_ratio.learn_source(row)
+        self._reserve(1)
+        self._scores[self._n], self._columns[:, self._n] = float(score), row
+        self._n += 1
 
     def _end_batch(self) -> None:
-        for row in self._pending_x:
-            self.density_ratio.learn_target(row)
-        n_old = len(self._order)
-        new_idx = n_old + np.argsort(np.asarray(self._pending_scores), kind="stable")
-        scores = np.asarray(self._scores)
-        at = np.searchsorted(scores[self._order], scores[new_idx], side="right")
-        self._order = np.insert(self._order, at, new_idx)
-        self._pending_scores, self._pending_weights, self._pending_x = [], [], []
+        """Learn the batch's target points, merge its scores, refresh every weight."""
+        k, n = self._n_pend, self._n
+        # rows checked finite by weighted_step: the ratio's unchecked batch path
+        self.density_ratio._learn_targets(self._pend[:k, 2:])
+        if self._grow:
+            self._reserve(k)
+            append_batch(self._scores, self._columns, self._order, self._ref, n, self._pend, k)
+            self._n = n + k
+        self._n_pend = 0
         self._refresh_weights()
 
     def _refresh_weights(self) -> None:
         """Recompute every reference weight with the current (now frozen) density ratio."""
-        weights = self.density_ratio.weights(self._features.rows)[self._order]
-        self._cum = np.concatenate([[0.0], np.cumsum(weights)])
-        self._cum_list = self._cum.tolist()
-        self._sum_w2 = float(np.dot(weights, weights))
-        self._sorted_scores = np.asarray(self._scores)[self._order].tolist()
+        self._lin = self.density_ratio.linear_params()
+        self._sum_w2 = float(refresh_weights(
+            self._columns, self._n, self._order, self._lin, self._ref, self._scratch
+        ))
 
     def reset(self, reference_scores: ArrayLike, reference_features: ArrayLike) -> None:
         """New calibration reference; ends adaptation and resets the density ratio."""
@@ -281,21 +281,27 @@ class WeightedConformalPValue:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state (numpy arrays allowed), including the density ratio's."""
+        """JSON-ready state (numpy arrays allowed), including the density ratio's.
+
+        The layout of the list-based implementation (scores and features in arrival order,
+        the current micro-batch included when it joins the reference), so older states load.
+        """
         params = {"batch_size": int(self.batch_size), "penalty_alpha": float(self.penalty_alpha),
                   "seed": self.seed, "grow_reference": bool(self.grow_reference)}
+        n, k = self._n, self._n_pend
+        joined = k if self._grow else 0
+        merged = n if self._adapting else 0
+        pend = self._pend[:k]
         return new_state(
             self, params=params, plain=self._plain.state_dict(),
             density_ratio=self.density_ratio.state_dict(),
-            scores=np.asarray(self._scores, np.float64), features=self._features.rows.copy(),
+            scores=np.concatenate([self._scores[:n], pend[:joined, 0]]),
+            features=np.concatenate([self._columns[:, :n].T, pend[:joined, 2:]]),
             adapting=self._adapting, penalised=self._penalised, n_adapt=self._n_adapt,
             n_penalised=self._n_penalised, p_value=encode_float(self._p_value),
-            order=self._order.copy(), cum=self._cum.copy(), sum_w2=self._sum_w2,
-            pending_scores=list(self._pending_scores),
-            pending_weights=list(self._pending_weights),
-            pending_x=np.asarray(self._pending_x, np.float64).reshape(
-                len(self._pending_x), int(self.density_ratio.n_features)
-            ),
+            order=self._order[:merged].copy(), cum=self._ref[1, : merged + 1].copy(),
+            sum_w2=self._sum_w2, pending_scores=pend[:joined, 0].tolist(),
+            pending_weights=pend[:joined, 1].tolist(), pending_x=pend[:, 2:].copy(),
         )
 
     @classmethod
@@ -308,21 +314,31 @@ class WeightedConformalPValue:
         obj.seed, obj.grow_reference = params["seed"], bool(params["grow_reference"])
         obj.density_ratio = OnlineDensityRatio.from_state(state["density_ratio"])
         obj._plain = ConformalPValue.from_state(state["plain"])
-        scores = np.asarray(state["scores"], np.float64)
-        obj._scores = scores.tolist()
-        features = np.asarray(state["features"], np.float64)
-        obj._features = _FeatureStore(features.reshape(scores.size, -1))
-        obj.reference_scores, obj.reference_features = obj._scores, obj._features.rows
+        obj._configure()
+        scores = np.asarray(state["scores"], np.float64).reshape(-1)
+        features = np.asarray(state["features"], np.float64).reshape(scores.size, obj._d)
+        obj.reference_scores, obj.reference_features = scores, features
+        obj._restore_reference(state, scores, features)
         obj._adapting, obj._penalised = bool(state["adapting"]), bool(state["penalised"])
         obj._n_adapt, obj._n_penalised = int(state["n_adapt"]), int(state["n_penalised"])
         obj._p_value = decode_float(state["p_value"], math.nan)
-        obj._order = np.asarray(state["order"], np.int64)
-        obj._cum = np.asarray(state["cum"], np.float64)
-        obj._cum_list = obj._cum.tolist()
         obj._sum_w2 = float(state["sum_w2"])
-        obj._sorted_scores = scores[obj._order].tolist()
-        obj._pending_scores = [float(v) for v in state["pending_scores"]]
-        obj._pending_weights = [float(v) for v in state["pending_weights"]]
-        d = int(obj.density_ratio.n_features)
-        obj._pending_x = list(np.asarray(state["pending_x"], np.float64).reshape(-1, d))
         return obj
+
+    def _restore_reference(self, state: dict[str, Any], scores: NDArray[np.float64],
+                           features: NDArray[np.float64]) -> None:
+        pending_x = np.asarray(state["pending_x"], np.float64).reshape(-1, self._d)
+        joined = len(state["pending_scores"])
+        n = self._n = scores.size - joined
+        self._allocate(scores.size)
+        self._scores[:n], self._columns[:, :n] = scores[:n], features[:n].T
+        order = np.asarray(state["order"], np.int64).reshape(-1)
+        self._order[: order.size] = order
+        self._ref[0, : order.size] = scores[order]
+        cum = np.asarray(state["cum"], np.float64).reshape(-1)
+        self._ref[1, : cum.size] = cum
+        k = self._n_pend = pending_x.shape[0]
+        self._pend = np.zeros((max(k, self._pend.shape[0]), 2 + self._d), np.float64)
+        self._pend[:k, 2:] = pending_x
+        self._pend[:joined, 0] = np.asarray(state["pending_scores"], np.float64)
+        self._pend[:joined, 1] = np.asarray(state["pending_weights"], np.float64)

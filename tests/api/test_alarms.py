@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from monitor.api import queries
+from monitor.db import repositories as repo
 from monitor.records import Alarm
 from tests.api.factories import READ, T0, WRITE, alarm, store
 
@@ -207,3 +209,36 @@ def test_count_is_exact_up_to_the_limit_then_a_lower_bound(
         "/alarms", params={"stream": "bikes", "kind": "concept_shift"}, headers=READ
     ).json()
     assert (body["count"], body["count_exact"]) == (15, True)
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"stream": "bikes"},
+        {"stream": "taxis", "kind": "concept_shift"},
+        {"detector": "ood", "acknowledged": False},
+        {"since": T0 + timedelta(seconds=20), "until": T0 + timedelta(seconds=70)},
+    ],
+    ids=["none", "stream", "stream-kind", "detector-open", "range"],
+)
+def test_core_page_matches_the_repository_page(
+    session: Session, alarms: list[Alarm], filters: dict[str, Any]
+) -> None:
+    """The API's Core-row page gives the repository's rows and cursors (interchangeable), page
+    after page, from the statement built once per combination of filters."""
+    full = cast(queries.AlarmFilters, dict.fromkeys(queries.AlarmFilters.__annotations__) | filters)
+    cursor, pages = None, 0
+    with session.connection() as connection:
+        while True:
+            ours = queries.alarm_page(connection, full, 7, cursor)
+            theirs = repo.list_alarms(session, **filters, limit=7, cursor=cursor)
+            assert [r["id"] for r in ours.items] == [r.id for r in theirs.items]
+            assert ours.next_cursor == theirs.next_cursor
+            assert queries.alarm_count(connection, full) == queries.bounded_count(
+                session, repo.alarms_query(**filters)
+            )
+            pages, cursor = pages + 1, ours.next_cursor
+            if cursor is None:
+                break
+    assert pages >= 2 or not alarms

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import pickle
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -24,9 +27,9 @@ def online(scores: np.ndarray, reference: np.ndarray, seed: int, **kw: int) -> n
 @pytest.mark.parametrize(
     ("n", "m", "levels"),
     [(0, 0, 0), (1, 0, 0), (40, 0, 3), (300, 25, 0), (500, 100, 5), (1000, 7, 2),
-     (4000, 2500, 0), (4000, 2500, 3)],
+     (4000, 2500, 0), (4000, 2500, 3), (20_000, 0, 0), (20_000, 3000, 7)],
     ids=["empty", "single", "ties-no-ref", "continuous", "ties-with-ref", "heavy-ties",
-         "block-splits", "ties-across-blocks"],
+         "block-splits", "ties-across-blocks", "merges-and-grows", "ties-through-merges"],
 )
 def test_online_equals_batch_exactly(n: int, m: int, levels: int) -> None:
     rng = np.random.default_rng(n + m)
@@ -117,3 +120,44 @@ def test_reset_rebaselines_and_keeps_the_uniform_stream() -> None:
     cp.update(100.0)
     u2 = np.random.default_rng(4).random(2)[1]
     assert cp.p_value == u2 / 4
+
+
+def test_pickle_mid_buffer_continues_exactly() -> None:
+    rng = np.random.default_rng(12)
+    scores, reference = rng.normal(size=3000), rng.normal(size=100)
+    cp = ConformalPValue(reference, seed=5)
+    for s in scores[:1234]:  # the insert buffer is part full, the large array has grown
+        cp.update(float(s))
+    clone = pickle.loads(pickle.dumps(cp))
+    expected = conformal_p_values(scores, reference, seed=5)[1234:]
+    np.testing.assert_array_equal(online_continue(clone, scores[1234:]), expected)
+    np.testing.assert_array_equal(online_continue(cp, scores[1234:]), expected)
+
+
+def online_continue(cp: ConformalPValue, scores: np.ndarray) -> np.ndarray:
+    out = []
+    for s in scores:
+        cp.update(float(s))
+        out.append(cp.p_value)
+    return np.array(out)
+
+
+def test_state_written_by_the_sorted_list_version_loads() -> None:
+    """JSON state of ConformalPValue([0.3, -1.2, 2.5], seed=8) after updates 0.1 and 3.0, as
+    the previous (SortedList) implementation wrote it; the layout is unchanged."""
+    state = json.loads(json.dumps({
+        "class": "ConformalPValue", "version": 1, "seed": 8, "max_reference": None,
+        "rng": {"bit_generator": "PCG64", "state": "213288717995992578374435127885630895835",
+                "inc": "60804517828637344299932890193562703917", "has_uint32": 0,
+                "uinteger": 0},
+        "uniforms": np.random.default_rng(8).random(256)[2:].tolist(),
+        "p_value": 0.19745536866758512,
+        "reference": {"scores": [-1.2, 0.1, 0.3, 2.5, 3.0]},
+    }))
+    scores = np.concatenate([[0.1, 3.0], np.random.default_rng(1).normal(size=600)])
+    restored = ConformalPValue.from_state(state)
+    assert restored.n_reference == 5 and restored.p_value == 0.19745536866758512
+    np.testing.assert_array_equal(
+        online_continue(restored, scores[2:]),
+        conformal_p_values(scores, [0.3, -1.2, 2.5], seed=8)[2:],
+    )

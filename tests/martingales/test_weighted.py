@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from river import linear_model
+from river import linear_model, preprocessing
 
 from monitor.martingales import (
     CompositeJumper,
@@ -135,15 +135,28 @@ def trained_ratio(seed: int = 0, shift: float = 1.0) -> OnlineDensityRatio:
     return ratio
 
 
+def river_pipeline(ratio: OnlineDensityRatio) -> tuple[preprocessing.StandardScaler,
+                                                     linear_model.LogisticRegression]:
+    """river's StandardScaler and LogisticRegression holding ``ratio``'s stored model."""
+    state = ratio.state_dict()
+    scaler = preprocessing.StandardScaler()
+    scaler.means.update({int(k): v for k, v in state["scaler"]["means"].items()})
+    scaler.vars.update({int(k): v for k, v in state["scaler"]["vars"].items()})
+    model = linear_model.LogisticRegression()
+    for k, v in state["model"]["weights"].items():
+        model._weights[int(k)] = v
+    model.intercept = state["model"]["intercept"]
+    return scaler, model
+
+
 def test_vectorised_weights_equal_single_weights_and_river() -> None:
     ratio = trained_ratio()
     X = np.random.default_rng(9).normal(size=(500, 3)) * 3
     w = ratio.weights(X)
     assert [ratio.weight(row) for row in X] == w.tolist()
+    scaler, model = river_pipeline(ratio)
     for row, wi in zip(X[:50], w[:50], strict=True):
-        feats = dict(enumerate(row.tolist()))
-        model: linear_model.LogisticRegression = ratio._model
-        prob = model.predict_proba_one(ratio._scaler.transform_one(feats))[True]
+        prob = model.predict_proba_one(scaler.transform_one(dict(enumerate(row.tolist()))))[True]
         expected = min(max(prob / (1 - prob), 1e-3), 1e3)
         assert wi == pytest.approx(expected, rel=1e-9)
 

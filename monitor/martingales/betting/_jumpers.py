@@ -15,12 +15,14 @@ redistributes only its own capital, so the average is a martingale (E f_k = 1 â‡
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Any, Self
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.martingales._jit import jit
+from monitor.martingales._jit import compiled_entry, jit
 from monitor.martingales._state import check_state, new_state
 from monitor.martingales.betting.base import BettingFunction, check_p, check_ps
 
@@ -31,35 +33,45 @@ def check_jump(jump: float) -> float:
     return float(jump)
 
 
+#: Layout of a mixture's state array, K values per block, then log S: one array is one
+#: argument of the compiled step (each argument costs ~100 ns of unboxing per call).
+_KEEP, _SHARE, _DOWN, _UP, _WEIGHT, _FACTOR, _BLOCKS = range(7)
+
+
 @jit
-def _jumpers_path(
-    ps: NDArray[np.float64],
-    keep: NDArray[np.float64],
-    share: NDArray[np.float64],
-    down: NDArray[np.float64],
-    up: NDArray[np.float64],
-    weight: NDArray[np.float64],
-    log_s: float,
-) -> NDArray[np.float64]:
-    """The log-capital path; ``down``, ``up``, ``weight`` are updated in place."""
-    n_jumpers = keep.size
-    factor = np.empty(n_jumpers, np.float64)
+def _jumpers_step(state: NDArray[np.float64], p: float) -> float:
+    """One step of every jumper in ``state`` (updated in place); returns the new log S."""
+    n = (state.size - 1) // _BLOCKS
+    keep, share, down, up = _KEEP * n, _SHARE * n, _DOWN * n, _UP * n
+    weight, factor = _WEIGHT * n, _FACTOR * n
+    d = p - 0.5
+    total = 0.0
+    for k in range(n):
+        state[down + k] = state[keep + k] * state[down + k] + state[share + k]
+        state[up + k] = state[keep + k] * state[up + k] + state[share + k]
+        state[factor + k] = 1.0 + d * (state[up + k] - state[down + k])
+        total += state[weight + k] * state[factor + k]
+    for k in range(n):
+        state[weight + k] = state[weight + k] * state[factor + k] / total
+        state[down + k] = state[down + k] * (1.0 - d) / state[factor + k]
+        state[up + k] = state[up + k] * (1.0 + d) / state[factor + k]
+    state[-1] += math.log(total)
+    return state[-1]
+
+
+@jit
+def _jumpers_path(ps: NDArray[np.float64], state: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The log-capital path of :func:`_jumpers_step` over ``ps``."""
     out = np.empty(ps.size, np.float64)
     for t in range(ps.size):
-        d = ps[t] - 0.5
-        total = 0.0
-        for k in range(n_jumpers):
-            down[k] = keep[k] * down[k] + share[k]
-            up[k] = keep[k] * up[k] + share[k]
-            factor[k] = 1.0 + d * (up[k] - down[k])
-            total += weight[k] * factor[k]
-        for k in range(n_jumpers):
-            weight[k] = weight[k] * factor[k] / total
-            down[k] = down[k] * (1.0 - d) / factor[k]
-            up[k] = up[k] * (1.0 + d) / factor[k]
-        log_s += math.log(total)
-        out[t] = log_s
+        out[t] = _jumpers_step(state, ps[t])
     return out
+
+
+@cache
+def _jumpers_step_entry() -> Callable[[NDArray[np.float64], float], float]:
+    """:func:`_jumpers_step` compiled once, called without numba's per-call type dispatch."""
+    return compiled_entry(_jumpers_step, np.zeros(_BLOCKS + 1, np.float64), 0.0)
 
 
 class JumperMixture(BettingFunction):
@@ -74,57 +86,54 @@ class JumperMixture(BettingFunction):
 
     def reset(self) -> None:
         k = len(self._keep)
-        self._down = [1.0 / 3.0] * k
-        self._up = [1.0 / 3.0] * k
-        self._weight = [1.0 / k] * k
-        self._factor = [1.0] * k  # scratch space of update()
-        self._log_s = 0.0
+        third, even = [1.0 / 3.0] * k, [1.0 / k] * k
+        self._load(third, third, even, 0.0)
+
+    def _load(self, down: list[float], up: list[float], weight: list[float], log_s: float) -> None:
+        factor = [1.0] * len(self._keep)  # scratch space of the step
+        values = [*self._keep, *self._share, *down, *up, *weight, *factor, log_s]
+        self._state = np.array(values, np.float64)
+        self._log_s = log_s
+        self._step = partial(_jumpers_step_entry(), self._state)
+
+    def _block(self, block: int) -> list[float]:
+        n = len(self._keep)
+        return self._state[block * n : (block + 1) * n].tolist()
 
     def update(self, p: float) -> None:
-        # Same operations in the same order as _jumpers_path (bit-identical paths).
-        d = check_p(p) - 0.5
-        keep, share, down, up, weight = self._keep, self._share, self._down, self._up, self._weight
-        factor = self._factor
-        total = 0.0
-        for k in range(len(keep)):
-            down[k] = keep[k] * down[k] + share[k]
-            up[k] = keep[k] * up[k] + share[k]
-            factor[k] = 1.0 + d * (up[k] - down[k])
-            total += weight[k] * factor[k]
-        for k in range(len(keep)):
-            weight[k] = weight[k] * factor[k] / total
-            down[k] = down[k] * (1.0 - d) / factor[k]
-            up[k] = up[k] * (1.0 + d) / factor[k]
-        self._log_s += math.log(total)
+        if not 0.0 <= p <= 1.0:  # NaN fails too
+            check_p(p)
+        self._log_s = self._step(p)
 
     def log_factor(self, p: float) -> float:
         d = check_p(p) - 0.5
         total = 0.0
         for kp, sh, c_down, c_up, w in zip(
-            self._keep, self._share, self._down, self._up, self._weight, strict=True
+            self._keep, self._share, self._block(_DOWN), self._block(_UP), self._block(_WEIGHT),
+            strict=True,
         ):
             total += w * (1.0 + d * ((kp * c_up + sh) - (kp * c_down + sh)))
         return math.log(total)
 
     def update_many(self, ps: ArrayLike) -> NDArray[np.float64]:
-        arr = check_ps(ps)
-        down, up, weight = (np.array(v, np.float64) for v in (self._down, self._up, self._weight))
-        keep, share = np.array(self._keep), np.array(self._share)
-        out = _jumpers_path(arr, keep, share, down, up, weight, self._log_s)
-        self._down, self._up, self._weight = down.tolist(), up.tolist(), weight.tolist()
-        if out.size:
-            self._log_s = float(out[-1])
+        out = _jumpers_path(check_ps(ps), self._state)
+        self._log_s = float(self._state[-1])
         return out
 
     def _jumper_state(self) -> dict[str, Any]:
-        return {"down": list(self._down), "up": list(self._up), "weight": list(self._weight),
-                "log_s": self._log_s}
+        return {"down": self._block(_DOWN), "up": self._block(_UP),
+                "weight": self._block(_WEIGHT), "log_s": self._log_s}
 
     def _load_jumper_state(self, state: dict[str, Any]) -> None:
-        self._down = [float(v) for v in state["down"]]
-        self._up = [float(v) for v in state["up"]]
-        self._weight = [float(v) for v in state["weight"]]
-        self._log_s = float(state["log_s"])
+        self._load([float(v) for v in state["down"]], [float(v) for v in state["up"]],
+                   [float(v) for v in state["weight"]], float(state["log_s"]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_step"}  # does not pickle
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._step = partial(_jumpers_step_entry(), self._state)
 
     def state_dict(self) -> dict[str, Any]:
         return new_state(self, params=self._params(), **self._jumper_state())
