@@ -18,7 +18,8 @@ Usage::
     .venv/bin/python bench/bench_kafka.py --events 20000 --producer kafka-python --json
 
 ``raw_consume_rate(bootstrap, topic, n)`` is importable, to measure the raw ceiling beside the
-worker's end-to-end rate on the same broker in the same run.
+worker's end-to-end rate on the same broker in the same run (``raw_consume_rates`` also gives
+records per CPU second of the process, a figure less sensitive to other load on the machine).
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ class SteadyRate:
         self.count = 0
         self.first_batch = 0
         self.start = 0.0
+        self.start_cpu = 0.0
 
     def add(self, batch_size: int) -> None:
         if time.monotonic() > self.deadline:
             raise TimeoutError(f"only {self.count} of {self.n} records arrived")
         if batch_size and not self.count:
             self.start, self.first_batch = time.perf_counter(), batch_size
+            self.start_cpu = time.process_time()
         self.count += batch_size
 
     @property
@@ -70,6 +73,10 @@ class SteadyRate:
 
     def rate(self) -> float:
         return (self.count - self.first_batch) / (time.perf_counter() - self.start)
+
+    def cpu_rate(self) -> float:
+        """Records per CPU second of this process (less sensitive to other processes' load)."""
+        return (self.count - self.first_batch) / (time.process_time() - self.start_cpu)
 
 
 def raw_consume_rate(
@@ -80,6 +87,13 @@ def raw_consume_rate(
     Reads ``topic`` from the beginning of every partition (``assign``, no group) until ``n``
     records arrived, with the same consumer defaults as ``KafkaSource``.
     """
+    return raw_consume_rates(bootstrap, topic, n, timeout_s, **consumer_options)[0]
+
+
+def raw_consume_rates(
+    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, **consumer_options: Any
+) -> tuple[float, float]:
+    """:func:`raw_consume_rate` and the same records per CPU second of this process."""
     options = {**DEFAULT_CONSUMER_OPTIONS, **consumer_options}
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, **options)
     try:
@@ -93,7 +107,7 @@ def raw_consume_rate(
                 for record in batch:
                     json.loads(record.value)
                 meter.add(len(batch))
-        return meter.rate()
+        return meter.rate(), meter.cpu_rate()
     finally:
         consumer.close(autocommit=False)
 

@@ -14,6 +14,8 @@ mock broker does not count; one process, on a shared machine):
 ``raw_consume_per_s``        a bare kafka-python consumer that ``json.loads`` every value, on the
                              same topic of the same broker in the same run (``bench_kafka``);
 ``kafka_over_raw``           their ratio (goal 0.8: see ``profile`` for why it is far lower);
+``*_cpu_per_s``, ``kafka_over_raw_cpu``  the same per CPU second of the process (steady state):
+                             steadier than wall-clock rates on a shared machine;
 ``file_to_*_per_s``          the same events from a JSONL file into nothing, SQLite, PostgreSQL;
 ``postgres_over_none``       file → PostgreSQL over file → nothing (goal 0.8);
 ``profile``                  share of the worker's time per stage (cProfile, Kafka → PostgreSQL);
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import os
 import platform
 import pstats
@@ -55,7 +58,7 @@ for _path in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, _path)
 
 from bench_db import fresh_database  # noqa: E402
-from bench_kafka import raw_consume_rate  # noqa: E402
+from bench_kafka import raw_consume_rates  # noqa: E402
 
 from connectors import FileSource, KafkaSource  # noqa: E402
 from monitor.datasets import load_shuttle_regression  # noqa: E402
@@ -158,12 +161,14 @@ class Meter:
     def __init__(self, total: int) -> None:
         self.total = total
         self.marks: list[tuple[float, int]] = []
+        self.cpu_marks: list[float] = []
         self.stop = StopFlag()
 
     def batch(self, worker: Worker) -> Callable[[BatchOutput], None]:
         def on_batch(_: BatchOutput) -> None:
             done = worker.summary.events + worker.summary.dead_letters
             self.marks.append((time.perf_counter(), done))
+            self.cpu_marks.append(time.process_time())
             if done >= self.total:
                 self.stop.set()
         return on_batch
@@ -175,10 +180,19 @@ class Meter:
             t0, n0 = start, 0
         return (n1 - n0) / (t1 - t0)
 
+    def cpu_rate(self) -> float:
+        """Events per CPU second of this process over the same steady state (the database
+        server's CPU is not included); nan with fewer than 3 batches."""
+        if len(self.marks) < 3:
+            return math.nan
+        return (self.marks[-1][1] - self.marks[0][1]) / (self.cpu_marks[-1] - self.cpu_marks[0])
+
 
 def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: int,
-               profile: cProfile.Profile | None = None, batch: int = BATCH) -> float:
-    """Events/s of one worker over ``total`` records (the source is closed afterwards)."""
+               profile: cProfile.Profile | None = None, batch: int = BATCH,
+               cpu: list[float] | None = None) -> float:
+    """Events/s of one worker over ``total`` records (the source is closed afterwards); the
+    events per CPU second are appended to ``cpu`` when given."""
     pipeline = Pipeline(build_monitors(read_configs(configs)), source.name)
     worker = Worker(source, pipeline, sink, kind, batch_size=batch)
     meter = Meter(total)
@@ -194,6 +208,8 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
             profile.disable()
         source.close()
     assert meter.marks[-1][1] == total, f"processed {meter.marks[-1][1]} of {total}"
+    if cpu is not None:
+        cpu.append(meter.cpu_rate())
     return meter.rate(start)
 
 
@@ -239,23 +255,28 @@ def kafka_rates(work: Workload) -> dict[str, Any]:
         produce_confluent(bootstrap, "events", work.values, work.keys,
                           config={"partitioner": "murmur2_random"})  # one stream per partition
 
-        def kafka_run(group: str, profile: cProfile.Profile | None = None) -> float:
+        def kafka_run(group: str, profile: cProfile.Profile | None = None,
+                      cpu: list[float] | None = None) -> float:
             source = KafkaSource(bootstrap, "events", group, **MOCK_CONSUMER_OPTIONS)
             with sink_for("postgresql") as sink:
-                return run_worker(source, work.configs, sink, "kafka", len(work.values), profile)
+                return run_worker(source, work.configs, sink, "kafka", len(work.values), profile,
+                                  cpu=cpu)
 
-        worker_rate = kafka_run("bench")
-        raw = raw_consume_rate(bootstrap, "events", len(work.values))
+        worker_cpu: list[float] = []
+        worker_rate = kafka_run("bench", cpu=worker_cpu)
+        raw, raw_cpu = raw_consume_rates(bootstrap, "events", len(work.values))
         profile = cProfile.Profile()
         kafka_run("bench-profiled", profile)
-    return {"worker": worker_rate, "raw": raw, "profile": stage_shares(profile)}
+    return {"worker": worker_rate, "raw": raw, "worker_cpu": worker_cpu[0], "raw_cpu": raw_cpu,
+            "profile": stage_shares(profile)}
 
 
 #: Stages of the worker's time: (label, file suffix, function) whose cumulative time is taken.
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("poll (kafka-python fetch + Record)", "connectors/kafka.py", "poll"),
     ("decode + validate (json, pydantic)", "monitor/events.py", "decode_event"),
-    ("covariate monitor (kNN score, CTM)", "monitor/diagnosis.py", "update_covariate"),
+    ("covariate kNN scores of a batch", "monitor/pipeline.py", "_prepare"),
+    ("covariate monitor (CTM)", "monitor/diagnosis.py", "update_covariate"),
     ("conditional monitor (weighted CTM)", "monitor/diagnosis.py", "update_conditional"),
     ("OOD scorers + decision rule", "monitor/decisions/decider.py", "add"),
     ("detector state_dict", "monitor/stream.py", "state_dict"),
@@ -342,6 +363,11 @@ def run(sizes: Sizes) -> dict[str, Any]:
         "kafka_to_postgres_per_s": round(kafka["worker"]),
         "raw_consume_per_s": round(kafka["raw"]),
         "kafka_over_raw": round(kafka["worker"] / kafka["raw"], 4),
+        # Per CPU second of the process: less sensitive to other load on a shared machine (the
+        # PostgreSQL server's CPU is not counted, the BLAS threads' and the client's are).
+        "kafka_to_postgres_cpu_per_s": round(kafka["worker_cpu"]),
+        "raw_consume_cpu_per_s": round(kafka["raw_cpu"]),
+        "kafka_over_raw_cpu": round(kafka["worker_cpu"] / kafka["raw_cpu"], 4),
         **{f"file_to_{name}_per_s": round(rate) for name, rate in files.items()},
         "postgres_over_none": round(files["postgres"] / files["none"], 3),
         "sqlite_over_none": round(files["sqlite"] / files["none"], 3),
@@ -359,6 +385,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"Kafka → worker → PostgreSQL  : {r['kafka_to_postgres_per_s']:>9,} events/s")
     print(f"raw kafka-python + json.loads: {r['raw_consume_per_s']:>9,} events/s"
           f"   (worker / raw = {r['kafka_over_raw']:.3f})")
+    print(f"  per CPU second of the process: worker {r['kafka_to_postgres_cpu_per_s']:,}, raw "
+          f"{r['raw_consume_cpu_per_s']:,} events (worker / raw = {r['kafka_over_raw_cpu']:.3f})")
     print(f"file → no storage            : {r['file_to_none_per_s']:>9,} events/s")
     print(f"file → SQLite                : {r['file_to_sqlite_per_s']:>9,} events/s"
           f"   ({r['sqlite_over_none']:.2f} × no storage)")

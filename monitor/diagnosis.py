@@ -304,6 +304,11 @@ class StreamDetectors:
             self.update_conditional(x, score, event_index)
             self._new = raised + self._new
 
+    def prepare(self, X: ArrayLike) -> None:
+        """Score the inputs of prediction events about to arrive in one batch (a poll batch);
+        no state change, identical results (:meth:`CovariateMonitor.prepare`)."""
+        self.covariate.prepare(X)
+
     def update_covariate(self, x: ArrayLike, event_index: int | None = None) -> None:
         """Step the covariate monitor with the inputs of one prediction event."""
         self._new = ()

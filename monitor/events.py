@@ -111,7 +111,7 @@ def decode_event(
     try:
         # Decode strictly as UTF-8 first: json.loads would guess UTF-16/32 from a BOM.
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _loads(text)
     except UnicodeDecodeError as exc:
         raise InvalidEvent(f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
@@ -127,6 +127,17 @@ def decode_event(
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed: numbers must be finite")
+
+
+#: One decoder for every event: ``json.loads`` with a keyword argument builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text, parse_constant=_reject_constant)``, with its errors."""
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
 
 
 def _validate(data: dict[str, Any]) -> Event:

@@ -10,9 +10,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from monitor.events import InvalidEvent, decode_event
+from monitor.events import Event, InvalidEvent, decode_event
 from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
 from monitor.stream import StreamMonitor
 
@@ -70,8 +70,11 @@ class Pipeline:
     def process(self, records: Iterable[Any]) -> BatchOutput:
         """Process records in order; bad records become dead letters, never exceptions."""
         out = BatchOutput()
-        for record in records:
-            self._process_one(record, out)
+        decoded = [self._decode(record) for record in records]
+        self._prepare(decoded)
+        for item in decoded:
+            self._observe(item, out)
+            record = item.record
             key = (record.topic, record.partition)
             out.offsets[key] = max(out.offsets.get(key, 0), record.offset + 1)
         for name in out.touched:
@@ -87,11 +90,34 @@ class Pipeline:
                 monitor.drain_into(out)
         return out
 
-    def _process_one(self, record: Any, out: BatchOutput) -> None:
+    def _decode(self, record: Any) -> _Decoded:
         ts = _record_time(record)
+        try:
+            return _Decoded(record, ts, decode_event(record.value, self.max_event_bytes))
+        except Exception as exc:  # InvalidEvent, or an internal error reported in _observe
+            return _Decoded(record, ts, exc)
+
+    def _prepare(self, decoded: list[_Decoded]) -> None:
+        """Let each stream score its share of the batch at once (identical results, faster)."""
+        by_stream: dict[str, list[Event]] = {}
+        for item in decoded:
+            if not isinstance(item.event, Exception):
+                by_stream.setdefault(item.event.stream, []).append(item.event)
+        for name, events in by_stream.items():
+            monitor = self.streams.get(name)
+            if monitor is None:
+                continue
+            try:
+                monitor.prepare(events)
+            except Exception:  # only a shortcut: the events are then scored one by one
+                log.exception("preparing a batch of stream %r failed", name)
+
+    def _observe(self, item: _Decoded, out: BatchOutput) -> None:
+        record, ts, event = item
         stream = None  # known once the event decodes: stored with its dead letter, if any
         try:
-            event = decode_event(record.value, self.max_event_bytes)
+            if isinstance(event, Exception):
+                raise event
             monitor = self.streams.get(event.stream)
             if monitor is None:
                 raise InvalidEvent(f"unknown stream {event.stream!r}")
@@ -109,6 +135,14 @@ class Pipeline:
             return
         out.events += 1
         out.touched.add(event.stream)
+
+
+class _Decoded(NamedTuple):
+    """A record with its fallback time and its decoded event (or why it did not decode)."""
+
+    record: Any
+    ts: datetime
+    event: Event | Exception
 
 
 def _record_time(record: Any) -> datetime:

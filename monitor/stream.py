@@ -7,6 +7,7 @@ points, OOD windows). It holds no I/O; its whole state round-trips through :meth
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,21 @@ class StreamMonitor:
         return self.config.name
 
     # -- events -------------------------------------------------------------------------------
+
+    def prepare(self, events: Sequence[Event]) -> None:
+        """Score the inputs of a batch's prediction events at once, before they are observed
+        one by one (one matrix product per batch instead of one per event). No state changes
+        and the results are identical; events that do not fit the stream are left to
+        :meth:`observe` to reject."""
+        rows = []
+        for event in events:
+            if isinstance(event, PredictionEvent):
+                try:
+                    rows.append(self._features(event))
+                except InvalidEvent:
+                    continue
+        if rows:
+            self.detectors.prepare(np.vstack(rows))
 
     def observe(self, event: Event, fallback_ts: datetime) -> None:
         """Validate ``event`` against this stream, then update the monitors.

@@ -46,7 +46,10 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
 
 def conditional_score(config: StreamConfig, prediction: Any, label: Any) -> float:
     """Nonconformity score of one joined (prediction, label) pair."""
-    score = make_conditional_score(config.conditional_score)
-    if config.task == "classification":
-        return float(np.ravel(score(np.asarray(prediction, dtype=float), int(label)))[0])
-    return float(np.ravel(score(float(prediction), float(label)))[0])
+    if config.task == "regression":
+        # The residuals of monitor.scores on one pair, in Python floats: the same IEEE
+        # subtraction without building arrays for every labelled event.
+        residual = float(label) - float(prediction)
+        return abs(residual) if config.conditional_score == "abs_residual" else residual
+    score = make_conditional_score(config.conditional_score)  # classification
+    return float(np.ravel(score(np.asarray(prediction, dtype=float), int(label)))[0])

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
+from threadpoolctl import threadpool_limits
 
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, DeadLetter, SourceOffset
@@ -331,11 +332,18 @@ class Worker:
         """
         self._stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
         start = time.perf_counter()
+        # One BLAS thread: the detectors' matrix products are small (a poll batch against a
+        # calibration bank), and on a busy machine a multi-threaded BLAS spins its threads
+        # against the worker itself (the kNN scores of a batch took 4-5 times longer on 2
+        # shared cores). Scale with partitions and workers instead (docs/streaming.md).
         try:
-            while not self._stop and (max_batches is None or self.summary.batches < max_batches):
-                if not self._step():
-                    break
-            self._commit({})  # on a clean stop, retry a commit the source refused earlier
+            with threadpool_limits(limits=1, user_api="blas"):
+                while not self._stop and (
+                    max_batches is None or self.summary.batches < max_batches
+                ):
+                    if not self._step():
+                        break
+                self._commit({})  # on a clean stop, retry a commit the source refused earlier
         finally:
             self.summary.seconds += time.perf_counter() - start
         return self.summary

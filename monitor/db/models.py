@@ -120,6 +120,11 @@ class AlarmRow(Base):
         Index("ix_alarms_stream_ts_id", "stream", "ts", "id"),
         Index("ix_alarms_ts_id", "ts", "id"),
         Index("ix_alarms_kind_ts_id", "kind", "ts", "id"),
+        Index("ix_alarms_stream_kind_ts_id", "stream", "kind", "ts", "id"),
+        Index(
+            "ix_alarms_stream_detector_ts_id", "stream", "detector", "ts", "id",
+            postgresql_include=["acknowledged_at"],
+        ),
     )
 
     id: Mapped[str] = mapped_column(SHORT, primary_key=True)

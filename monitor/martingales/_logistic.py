@@ -20,45 +20,45 @@ Per point x with label y, river does (features in index order):
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.martingales._jit import jit
+from monitor.martingales._jit import HAVE_NUMBA, jit
 
 CLIP_GRADIENT = 1e12  # river's LogisticRegression default
 
 
-def _libm_pow() -> Callable[[float, float], float] | None:
-    """The C library's ``pow``, which Python's ``float ** float`` calls.
+def _libm_pow(x: float, y: float) -> float:
+    """libm's ``pow``: Python's ``float ** float`` calls it; compiled, the overload below does.
 
     river scales by ``v ** 0.5``; libm's pow is not always correctly rounded (≈ 1 in 1 000
     variances differs from ``sqrt`` by an ulp), and numba would compile ``v ** 0.5`` to
-    ``sqrt``. Called through ctypes, numba cannot substitute it.
+    ``sqrt``. Declared as an external symbol, the compiled call links to the same libm ``pow``
+    (and, unlike a ctypes pointer, keeps the kernels cacheable on disk).
     """
-    name = ctypes.util.find_library("m")
-    if name is None:  # pragma: no cover - platforms without a separate libm
-        return None
-    func = ctypes.CDLL(name).pow
-    func.restype, func.argtypes = ctypes.c_double, (ctypes.c_double, ctypes.c_double)
-    return func
+    return float(x**y)
 
 
-_POW = _libm_pow()
-if _POW is None:  # pragma: no cover
-    @jit
-    def _sqrt_as_river(v: float) -> float:
-        return float(v**0.5)
-else:
-    _c_pow = _POW
+if HAVE_NUMBA:
+    from numba import types
+    from numba.extending import overload
 
-    @jit
-    def _sqrt_as_river(v: float) -> float:
-        return _c_pow(v, 0.5)
+    _C_POW = types.ExternalFunction("pow", types.float64(types.float64, types.float64))
+
+    @overload(_libm_pow)
+    def _libm_pow_compiled(x: Any, y: Any) -> Any:
+        def impl(x: Any, y: Any) -> Any:  # annotations must equal the typing function's
+            return _C_POW(x, y)
+
+        return impl
+
+
+@jit
+def _sqrt_as_river(v: float) -> float:
+    return _libm_pow(v, 0.5)
 
 
 @jit
