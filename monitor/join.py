@@ -3,15 +3,25 @@
 Both waiting rooms are bounded by count and by event time. An entry pushed out by either bound is
 *expired*: it is counted (``expired_predictions`` / ``expired_labels``), never silently dropped.
 The whole store is part of the stream's checkpointed state.
+
+The join's clock is event time, made robust to a single wrong timestamp: it is the median of
+the last :data:`CLOCK_WINDOW` events' times (the lower median while fewer have been seen), and it
+never goes back. One event stamped far in the future (a producer's clock bug) therefore cannot
+expire every waiting prediction; a real jump in time moves the clock once most of the window has
+jumped, i.e. after ⌈CLOCK_WINDOW/2⌉ events. Deterministic, so a replay expires exactly the same
+entries.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
 Label = int | float | str
+
+#: Event times the join's clock is the median of (see the module docstring).
+CLOCK_WINDOW = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +52,8 @@ class LabelJoin:
         Most predictions (and, separately, most early labels) held at once; the oldest is expired
         when a new one would exceed it.
     max_delay_seconds
-        Entries older than this (event time of the newest event minus the entry's time) expire.
+        Entries older than this (the join's clock minus the entry's time) expire; the clock is
+        the median of the last few events' times, never going back (module docstring).
 
     Examples
     --------
@@ -66,6 +77,8 @@ class LabelJoin:
         self._predictions: OrderedDict[str, Pending] = OrderedDict()
         self._labels: OrderedDict[str, tuple[Label, float]] = OrderedDict()
         self._ready: list[Joined] = []
+        self._recent: deque[float] = deque(maxlen=CLOCK_WINDOW)
+        self._clock = float("-inf")
         self.expired_predictions = 0
         self.expired_labels = 0
         self.joined = 0
@@ -108,24 +121,34 @@ class LabelJoin:
         self._ready.append(Joined(pending, label))
         self.joined += 1
 
-    def _expire(self, now: float) -> None:
-        horizon = now - self.max_delay_seconds
+    @property
+    def clock(self) -> float:
+        """The join's event-time clock (-inf before the first event)."""
+        return self._clock
+
+    def _expire(self, ts: float) -> None:
+        self._recent.append(ts)
+        recent = sorted(self._recent)
+        self._clock = max(self._clock, recent[(len(recent) - 1) // 2])
+        horizon = self._clock - self.max_delay_seconds
         self.expired_predictions += _evict(self._predictions, self.max_pending, horizon, _pts)
         self.expired_labels += _evict(self._labels, self.max_pending, horizon, _lts)
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            "version": 2,
             "predictions": [
                 [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
                 for p in self._predictions.values()
             ],
             "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
             "counts": [self.expired_predictions, self.expired_labels, self.joined],
+            "recent": list(self._recent),
+            "clock": self._clock if self._clock != float("-inf") else None,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("version") != 1:
+        if state.get("version") not in (1, 2):
             raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
         self._predictions = OrderedDict(
             (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4])))
@@ -133,6 +156,10 @@ class LabelJoin:
         )
         self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
         self.expired_predictions, self.expired_labels, self.joined = state["counts"]
+        # version 1 kept no clock: start it afresh (it only delays expiry by a few events)
+        self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)
+        clock = state.get("clock")
+        self._clock = float("-inf") if clock is None else float(clock)
         self._ready = []
 
 

@@ -33,8 +33,40 @@ def test_time_bound_expires_old_entries() -> None:
     join.add_prediction(pending(0, ts=0.0))
     join.add_label("zz", 0.0, ts=1.0)
     join.add_prediction(pending(1, ts=20.0))
+    join.add_prediction(pending(2, ts=21.0))
+    assert join.expired_predictions == 0  # the clock is the median of [0, 1, 20, 21] → 1
+    join.add_prediction(pending(3, ts=22.0))  # median of [0, 1, 20, 21, 22] → 20
+    assert join.clock == 20.0
     assert join.expired_predictions == 1 and join.expired_labels == 1
-    assert join.pending_predictions == 1
+    assert join.pending_predictions == 3
+
+
+def test_one_far_future_timestamp_does_not_expire_everything() -> None:
+    # A producer stamping one event years ahead must not flush every waiting prediction.
+    join = LabelJoin(max_pending=100, max_delay_seconds=3600)
+    for i in range(10):
+        join.add_prediction(pending(i, ts=60.0 * i))
+    join.add_label("late", 1.0, ts=1e12)
+    join.add_prediction(pending(10, ts=600.0))
+    assert join.expired_predictions == 0 and join.pending_predictions == 11
+    assert join.clock == 540.0  # median of [420, 480, 540, 1e12, 600]
+
+
+def test_the_clock_never_goes_back() -> None:
+    join = LabelJoin(max_pending=100, max_delay_seconds=10)
+    for i, ts in enumerate([100.0, 101.0, 102.0, 0.0, 0.0, 0.0]):
+        join.add_prediction(pending(i, ts=ts))
+    assert join.clock == 101.0  # the median of the last five fell to 0.0; the clock stays
+
+
+def test_a_version_1_state_loads() -> None:
+    old = {"version": 1, "predictions": [["e0", 0, 5.0, [1.0], 2.0]], "labels": [],
+           "counts": [0, 0, 0]}
+    join = LabelJoin(max_pending=5, max_delay_seconds=50)
+    join.load_state(old)
+    assert join.pending_predictions == 1 and join.clock == float("-inf")
+    join.add_label("e0", 1.0, ts=6.0)
+    assert [j.pending.event_id for j in join.drain()] == ["e0"]
 
 
 def test_state_round_trip_resumes_exactly() -> None:
