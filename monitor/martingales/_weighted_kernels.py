@@ -24,32 +24,9 @@ from numpy.typing import NDArray
 
 from monitor.martingales._jit import compiled_entry, jit
 from monitor.martingales._logistic import _clipped_exp, logits_of_columns, ratio_of_row
+from monitor.martingales.pvalues import _bisect
 
 NAN4 = (math.nan, math.nan, math.nan, math.nan)
-
-
-@jit
-def _bisect_right(a: NDArray[np.float64], hi: int, x: float) -> int:
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < a[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-@jit
-def _bisect_left(a: NDArray[np.float64], hi: int, x: float) -> int:
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @jit
@@ -65,8 +42,8 @@ def weighted_step(
     w = ratio_of_row(x, lin)
     if w != w:
         return NAN4
-    hi = _bisect_right(ref[0], n_ref, score)
-    lo = _bisect_left(ref[0], hi, score)
+    hi = _bisect(ref[0], n_ref, score, True)
+    lo = _bisect(ref[0], hi, score, False)
     top = ref[1, n_ref]
     above, tied, pending = top - ref[1, hi], ref[1, hi] - ref[1, lo], 0.0
     if grow:
