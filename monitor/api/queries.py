@@ -89,14 +89,13 @@ def alarm_page(
     page_query, _ = _alarm_statements(*_shape(filters), keyed=cursor is not None)
     values: dict[str, Any] = _values(filters) | {"page_size": limit + 1}
     if cursor is not None:
-        values["after_ts"], values["after_id"] = _alarm_cursor_key(cursor)
+        values["after_ts"], values["after_id"] = repo.alarm_cursor_key(cursor, "desc")
     fetched = connection.execute(page_query, values).all()
     rows = [dict(zip(_ALARM_KEYS, row, strict=True)) for row in fetched]
     if len(rows) <= limit:
         return repo.Page(rows, None)
     last = rows[limit - 1]
-    key = {"k": "alarms", "o": "desc", "ts": last["ts"].isoformat(), "id": last["id"]}
-    return repo.Page(rows[:limit], repo.encode_cursor(key))
+    return repo.Page(rows[:limit], repo.alarm_cursor(last["ts"], last["id"], "desc"))
 
 
 def alarm_count(connection: Connection, filters: AlarmFilters) -> tuple[int, bool]:
@@ -136,14 +135,6 @@ def _alarm_statements(
         page = page.where(tuple_(AlarmRow.ts, AlarmRow.id) < after)
     count = _bounded_count_query(base, bindparam("count_rows", type_=Integer))
     return page.limit(bindparam("page_size", type_=Integer)), count
-
-
-def _alarm_cursor_key(cursor: str) -> tuple[datetime, str]:
-    key = repo.decode_cursor(cursor, "alarms", "desc")
-    try:
-        return datetime.fromisoformat(key["ts"]), str(key["id"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
 
 
 def downsampled_trace(

@@ -60,6 +60,8 @@ __all__ = [
     "CALIBRATION_FIELDS",
     "Page",
     "acknowledge_alarm",
+    "alarm_cursor",
+    "alarm_cursor_key",
     "alarms_query",
     "calibration_event",
     "calibration_query",
@@ -230,18 +232,27 @@ def list_alarms(
         order=order,
     )
     if cursor is not None:
-        key = decode_cursor(cursor, "alarms", order)
-        try:
-            after = (datetime.fromisoformat(key["ts"]), str(key["id"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+        after = alarm_cursor_key(cursor, order)
         query = query.where(_after((AlarmRow.ts, AlarmRow.id), after, order))
     rows = list(session.scalars(query.limit(limit + 1)))
     if len(rows) <= limit:
         return Page(rows, None)
     last = rows[limit - 1]
-    token = encode_cursor({"k": "alarms", "o": order, "ts": last.ts.isoformat(), "id": last.id})
-    return Page(rows[:limit], token)
+    return Page(rows[:limit], alarm_cursor(last.ts, last.id, order))
+
+
+def alarm_cursor(ts: datetime, alarm_id: str, order: Order) -> str:
+    """The cursor of a page of alarms whose last row has this ``(ts, id)`` sort key."""
+    return encode_cursor({"k": "alarms", "o": order, "ts": ts.isoformat(), "id": alarm_id})
+
+
+def alarm_cursor_key(cursor: str, order: Order) -> tuple[datetime, str]:
+    """The ``(ts, id)`` sort key of an :func:`alarm_cursor`."""
+    key = decode_cursor(cursor, "alarms", order)
+    try:
+        return datetime.fromisoformat(key["ts"]), str(key["id"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
 
 
 def get_alarm(session: Session, alarm_id: str) -> AlarmRow | None:
