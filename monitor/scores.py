@@ -97,6 +97,14 @@ CONDITIONAL_SCORES: dict[str, ConditionalScoreFn] = {
 }
 
 
+#: The regression scores of one ``(ŷ, y)`` pair on Python floats: the same IEEE operation as
+#: the vectorised functions above, without building arrays for every labelled event.
+PAIR_RESIDUALS: dict[str, Callable[[float, float], float]] = {
+    "abs_residual": lambda prediction, label: abs(label - prediction),
+    "signed_residual": lambda prediction, label: label - prediction,
+}
+
+
 def make_conditional_score(name: str) -> ConditionalScoreFn:
     """The conditional score called ``name`` as a function ``(prediction, label) -> scores``.
 

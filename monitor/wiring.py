@@ -11,7 +11,7 @@ from monitor.config import StreamConfig
 from monitor.decisions import OODDecider
 from monitor.diagnosis import StreamDetectors
 from monitor.ood import make_scorer
-from monitor.scores import make_conditional_score
+from monitor.scores import PAIR_RESIDUALS, make_conditional_score
 
 
 def calibration_scores(config: StreamConfig, calibration: Calibration) -> np.ndarray:
@@ -46,10 +46,8 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
 
 def conditional_score(config: StreamConfig, prediction: Any, label: Any) -> float:
     """Nonconformity score of one joined (prediction, label) pair."""
-    if config.task == "regression":
-        # The residuals of monitor.scores on one pair, in Python floats: the same IEEE
-        # subtraction without building arrays for every labelled event.
-        residual = float(label) - float(prediction)
-        return abs(residual) if config.conditional_score == "abs_residual" else residual
+    residual = PAIR_RESIDUALS.get(config.conditional_score)
+    if residual is not None:  # regression
+        return residual(float(prediction), float(label))
     score = make_conditional_score(config.conditional_score)  # classification
     return float(np.ravel(score(np.asarray(prediction, dtype=float), int(label)))[0])

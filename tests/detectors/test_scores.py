@@ -7,6 +7,7 @@ import pytest
 
 from monitor.scores import (
     CONDITIONAL_SCORES,
+    PAIR_RESIDUALS,
     abs_residual,
     make_conditional_score,
     one_minus_prob,
@@ -58,3 +59,13 @@ def test_make_conditional_score_has_uniform_signature() -> None:
 def test_make_conditional_score_names_valid_values() -> None:
     with pytest.raises(ValueError, match="abs_residual"):
         make_conditional_score("rmse")
+
+
+def test_pair_residuals_equal_the_vectorised_scores() -> None:
+    # The worker's one-pair fast path must give the very floats of the vectorised scores.
+    rng = np.random.default_rng(7)
+    yhat, y = rng.normal(size=500) * 1e3, rng.normal(size=500) * 1e3
+    assert set(PAIR_RESIDUALS) == set(CONDITIONAL_SCORES) - {"one_minus_prob"}
+    for name, pair in PAIR_RESIDUALS.items():
+        vectorised = make_conditional_score(name)(yhat, y).tolist()
+        assert [pair(p, t) for p, t in zip(yhat.tolist(), y.tolist(), strict=True)] == vectorised
