@@ -35,6 +35,18 @@ def workload_reference(workload: Example, postgres_admin: Engine) -> Snapshot:
 
 
 @pytest.fixture
+def example(workload: Example) -> Example:
+    """The shared workload under the name the integration helpers use (a module may override)."""
+    return workload
+
+
+@pytest.fixture
+def reference(workload_reference: Snapshot) -> Snapshot:
+    """The workload's uninterrupted results under the integration helpers' name."""
+    return workload_reference
+
+
+@pytest.fixture
 def pg_url(postgres_admin: Engine) -> Iterator[str]:
     """A fresh, empty PostgreSQL database on the shared server."""
     with postgres_database(postgres_admin) as url:

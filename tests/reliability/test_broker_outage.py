@@ -38,16 +38,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 TOPIC, GROUP = "events", "broker-trouble"
 
 
-@pytest.fixture
-def example(workload: Example) -> Example:
-    return workload
-
-
-@pytest.fixture
-def reference(workload_reference: Snapshot) -> Snapshot:
-    return workload_reference
-
-
 def start_worker(folder: Path, name: str, db: str, bootstrap: str, example: Example,
                  options: str = MOCK_URL_OPTIONS) -> WorkerProcess:
     source = f"kafka://{bootstrap}/{TOPIC}?{options}"

@@ -42,16 +42,6 @@ TOPIC, GROUP = "events", "outage"
 RETRY_LINE = re.compile(r"persisting a batch failed \(attempt (\d+): .*\); retrying in ([\d.]+) s")
 
 
-@pytest.fixture
-def example(workload: Example) -> Example:
-    return workload
-
-
-@pytest.fixture
-def reference(workload_reference: Snapshot) -> Snapshot:
-    return workload_reference
-
-
 def halves(example: Example) -> tuple[slice, slice]:
     n = len(example.values) // 2
     return slice(0, n), slice(n, None)
