@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from monitor.api import queries
 from monitor.db import repositories as repo
+from monitor.db.models import AlarmRow
 from monitor.records import Alarm
 from tests.api.factories import READ, T0, WRITE, alarm, store
 
@@ -242,3 +246,79 @@ def test_core_page_matches_the_repository_page(
             if cursor is None:
                 break
     assert pages >= 2 or not alarms
+
+
+@pytest.fixture
+def varied_alarms(session: Session) -> list[Alarm]:
+    """Alarms with every shape of value a JSON body can carry: whole and fractional seconds,
+    missing changepoints, nested and non-ASCII evidence, tiny and huge numbers, NaN statistics,
+    acknowledgements by non-ASCII names."""
+    evidences: list[dict[str, Any]] = [
+        {"covariate_statistic": 3.1, "penalised_fraction": 0.0, "weights_ess": 812.4},
+        {"note": "état «extrême» ☃", "nested": {"a": [1, 2.5, None, True]}, "tiny": 1e-7},
+        {"huge": 1.5e300, "int": 12345678901234, "neg": -0.25, "empty": {}},
+    ]
+    records = [
+        replace(
+            alarm("bikes" if i % 2 else "taxis", i),
+            ts=T0 + timedelta(seconds=i, microseconds=(0 if i % 3 == 0 else 10 * i + 1)),
+            changepoint=None if i % 4 == 0 else max(0, i - 5),
+            statistic=[1e4 + i, 1e-9 * (i + 1), 123456789.125][i % 3],
+            evidence=evidences[i % 3],
+        )
+        for i in range(40)
+    ]
+    store(session, alarms=records)
+    for i, record in enumerate(records[:12]):
+        at = T0 + timedelta(hours=1, microseconds=0 if i % 2 else 500_000)
+        repo.acknowledge_alarm(session, record.id, by=["ops", "José ☃"][i % 2], at=at)
+    session.execute(
+        update(AlarmRow).where(AlarmRow.id == records[5].id).values(statistic=float("nan"))
+    )
+    session.commit()
+    return records
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"stream": "bikes"}, {"detector": "ood", "acknowledged": True}, {"stream": "none"}],
+    ids=["none", "stream", "detector-acked", "no-match"],
+)
+def test_body_written_by_postgresql_equals_pydantic_body(
+    session: Session, varied_alarms: list[Alarm], filters: dict[str, Any]
+) -> None:
+    """PostgreSQL's JSON text of every page (rows, count, cursor) decodes to the same values as
+    the pydantic-serialised body, page after page, and past the last page."""
+    full = cast(queries.AlarmFilters, dict.fromkeys(queries.AlarmFilters.__annotations__) | filters)
+    cursor, pages, seen = None, 0, 0
+    with session.connection() as connection:
+        while True:
+            ours = json.loads(queries.alarms_body_sql(connection, full, 6, cursor))
+            theirs = json.loads(queries.alarms_body_python(connection, full, 6, cursor))
+            assert ours == theirs
+            assert list(ours) == list(theirs)
+            assert [list(row) for row in ours["data"]] == [list(row) for row in theirs["data"]]
+            pages, seen, cursor = pages + 1, seen + len(ours["data"]), ours["next_cursor"]
+            if cursor is None:
+                break
+    assert seen == ours["count"]
+    assert pages == max(1, -(-seen // 6))
+
+
+def test_body_written_by_postgresql_past_the_last_page_and_special_values(
+    session: Session, varied_alarms: list[Alarm]
+) -> None:
+    full = dict.fromkeys(queries.AlarmFilters.__annotations__)
+    filters = cast(queries.AlarmFilters, full)
+    oldest = min(varied_alarms, key=lambda a: (a.ts, a.id))
+    past = repo.alarm_cursor(oldest.ts, oldest.id, "desc")
+    with session.connection() as connection:
+        body = json.loads(queries.alarms_body_sql(connection, filters, 10, past))
+        assert body == {"data": [], "count": 40, "count_exact": True, "next_cursor": None}
+        rows = json.loads(queries.alarms_body_sql(connection, filters, 100, None))["data"]
+    by_id = {row["id"]: row for row in rows}
+    assert by_id[varied_alarms[5].id]["statistic"] is None  # NaN, as pydantic writes it
+    assert by_id[varied_alarms[0].id]["ts"] == "2026-11-30T12:00:00Z"
+    assert by_id[varied_alarms[1].id]["ts"] == "2026-11-30T12:00:01.000011Z"
+    assert by_id[varied_alarms[1].id]["acknowledged_by"] == "José ☃"
+    assert by_id[varied_alarms[0].id]["acknowledged_at"].endswith(":00.500000Z")

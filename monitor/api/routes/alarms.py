@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query, Response, Security
-from pydantic import TypeAdapter
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
@@ -32,9 +31,6 @@ AlarmId = Annotated[
         examples=["0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77"],
     ),
 ]
-
-
-_PAGE = TypeAdapter(AlarmsPublic)
 
 
 def to_public(row: AlarmRow) -> AlarmPublic:
@@ -82,15 +78,7 @@ def _alarms_json(
     engine: Engine, filters: queries.AlarmFilters, limit: int, cursor: str | None
 ) -> bytes:
     with engine.connect() as connection:
-        page = queries.alarm_page(connection, filters, limit, cursor)
-        total, exact = queries.alarm_count(connection, filters)
-    body = {
-        "data": page.items,
-        "count": total,
-        "count_exact": exact,
-        "next_cursor": page.next_cursor,
-    }
-    return _PAGE.dump_json(_PAGE.validate_python(body))
+        return queries.alarms_body(connection, filters, limit, cursor)
 
 
 @router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
