@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     Select,
     Text,
+    TextClause,
     bindparam,
     case,
     cast,
@@ -26,11 +27,13 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     tuple_,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from monitor.api.schemas import AlarmPublic, AlarmsPublic
+from monitor.api.schemas import AlarmPublic, AlarmsPublic, TracePointPublic
 from monitor.db import repositories as repo
 from monitor.db.errors import InvalidCursorError
 from monitor.db.models import AlarmRow, OODWindowRow, TracePointRow
@@ -48,6 +51,7 @@ __all__ = [
     "bounded_count",
     "downsampled_trace",
     "ood_page",
+    "trace_body_sql",
 ]
 
 #: Lists count matching rows exactly up to this many; beyond it the count is this lower bound.
@@ -280,6 +284,87 @@ def downsampled_trace(
         points += session.scalars(query)
     points.sort(key=lambda p: (p.event_index, p.detector))
     return points, sum(n for _, n, _, _ in spans)
+
+
+#: The columns of a trace point in ``GET /streams/{name}/trace``, ordered as the response's.
+TRACE_COLUMNS = tuple(getattr(TracePointRow, name) for name in TracePointPublic.model_fields)
+
+
+def trace_body_sql(
+    connection: Connection,
+    stream: str,
+    detector: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    max_points: int,
+) -> bytes:
+    """PostgreSQL: the JSON body of ``GET /streams/{name}/trace`` (:class:`TracePublic`) for the
+    points :func:`downsampled_trace` keeps, in one statement, each point's JSON written by the
+    server.
+
+    The bucket peaks are ranked on two narrow columns and only the kept points are read whole:
+    ranking whole rows (the ORM path) sorted every stored row of the range with all its columns,
+    about 40 ms per 25 000 points, and building objects for the kept ones cost as much again.
+    """
+    values = {"stream": stream, "detector": detector, "since": since, "until": until}
+    present = {k: v for k, v in values.items() if v is not None}
+    rows = connection.execute(
+        _trace_statement(frozenset(present)), present | {"max_points": max_points}
+    ).all()
+    stored = int(rows[0][1]) if rows else 0
+    return (
+        f'{{"stream":{json.dumps(stream)},"data":[{",".join(row[0] for row in rows)}],'
+        f'"count":{len(rows)},"stored":{stored},"downsampled":{json.dumps(len(rows) < stored)}}}'
+    ).encode()
+
+
+@functools.cache
+def _trace_statement(present: frozenset[str]) -> TextClause:
+    """The statement of :func:`trace_body_sql` for one combination of filters: rows of
+    ``(point JSON, points stored in the range)``, by event index then detector.
+
+    Per detector (``spans``): buckets of ``width`` consecutive event indexes, one per
+    ``max_points - 1`` slots (the latest point is always kept too), or every point when there
+    are at most ``max_points``. Each detector's peaks are ranked on their own (a sort of the
+    detector's narrow rows; sorting both detectors' rows at once on the text column cost five
+    times more) and the kept points are then read by primary key. ``kept`` is MATERIALIZED:
+    inlined into the join, PostgreSQL may rank the peaks again for every joined row.
+    """
+    conditions = " AND ".join(
+        ["t.stream = :stream"] + [_TRACE_FILTERS[name] for name in sorted(present - {"stream"})]
+    )
+    point = json_object(TRACE_COLUMNS).compile(dialect=postgresql.dialect(paramstyle="named"))
+    return text(f"""
+        WITH spans AS (
+            SELECT t.detector, count(*) AS n, min(t.event_index) AS first,
+                   CASE WHEN count(*) > :max_points
+                        THEN (max(t.event_index) - min(t.event_index) + :max_points - 1)
+                             / (:max_points - 1)
+                        ELSE 1 END AS width,
+                   max(t.event_index) AS last
+            FROM trace_points t WHERE {conditions} GROUP BY t.detector
+        ), kept AS MATERIALIZED (
+            SELECT s.detector, array(
+                SELECT DISTINCT ON ((t.event_index - s.first) / s.width) t.event_index
+                FROM trace_points t WHERE {conditions} AND t.detector = s.detector
+                ORDER BY (t.event_index - s.first) / s.width,
+                         t.log_statistic DESC NULLS LAST, t.event_index DESC
+            ) || s.last AS indexes
+            FROM spans s
+        )
+        SELECT {point}, (SELECT sum(n) FROM spans)
+        FROM kept k JOIN trace_points
+          ON trace_points.stream = :stream AND trace_points.detector = k.detector
+             AND trace_points.event_index = ANY(k.indexes)
+        ORDER BY trace_points.event_index, trace_points.detector
+    """)
+
+
+_TRACE_FILTERS = {
+    "detector": "t.detector = :detector",
+    "since": "t.ts >= :since",
+    "until": "t.ts < :until",
+}
 
 
 def _bucket_peaks(query: Any, first: int, last: int, max_points: int) -> Any:

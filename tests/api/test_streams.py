@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from monitor.api import queries
+from monitor.api.schemas import TracePointPublic
 from monitor.db.models import CalibrationEventRow, StreamRow
 from tests.api.factories import (
     READ,
+    T0,
     WRITE,
     alarm,
     calibration_rows,
@@ -184,6 +189,52 @@ def test_trace_time_range(client: TestClient, session: Session) -> None:
         params={"since": "2026-11-30T12:00:10Z", "until": "2026-11-30T12:00:20Z"},
     )
     assert [p["event_index"] for p in body.json()["data"]] == list(range(10, 20))
+
+
+@pytest.mark.parametrize(
+    ("detector", "since", "until", "max_points"),
+    [
+        (None, None, None, 50),
+        (None, None, None, 2),
+        ("conditional", None, None, 37),
+        (None, T0 + timedelta(seconds=100), T0 + timedelta(seconds=900), 40),
+        (None, None, None, 5000),
+        ("ood", None, None, 10),
+    ],
+    ids=["both", "two-points", "one-detector", "range", "all-points", "none-stored"],
+)
+def test_trace_written_by_postgresql_equals_the_orm_downsampling(
+    session: Session,
+    detector: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    max_points: int,
+) -> None:
+    """The one-statement PostgreSQL trace keeps exactly the points of the ORM downsampling (ties
+    between peaks, NULL statistics, whole buckets of NULLs, uneven spans) with the same JSON
+    values as pydantic writes for them."""
+    register(session, "bikes")
+    rng = np.random.default_rng(7)
+    levels = rng.integers(0, 4, size=1200).astype(float)  # many ties inside a bucket
+    levels[rng.random(1200) < 0.15] = np.nan  # NULLs, ranked last
+    levels[600:640] = np.nan  # buckets holding only NULLs
+    points = trace("bikes", "covariate", range(1200), lambda i: float(levels[i])) + trace(
+        "bikes", "conditional", range(3, 1203, 3), lambda i: float(levels[i % 1200]) * 2.5
+    )
+    store(session, trace_points=points)
+    rows, stored = queries.downsampled_trace(session, "bikes", detector, since, until, max_points)
+    theirs = [
+        TracePointPublic.model_validate(r, from_attributes=True).model_dump(mode="json")
+        for r in rows
+    ]
+    ours = json.loads(
+        queries.trace_body_sql(session.connection(), "bikes", detector, since, until, max_points)
+    )
+    assert ours["data"] == theirs
+    assert [list(p) for p in ours["data"]] == [list(p) for p in theirs]
+    assert (ours["count"], ours["stored"]) == (len(theirs), stored)
+    assert ours["downsampled"] == (len(theirs) < stored)
+    assert ours["stream"] == "bikes"
 
 
 @pytest.mark.parametrize(
