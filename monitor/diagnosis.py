@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.detectors._base import window_mean
+from monitor.detectors._base import as_row, window_mean
 from monitor.martingales._state import check_state, new_state
 
 if TYPE_CHECKING:
@@ -322,11 +322,11 @@ class StreamDetectors:
         self, x: ArrayLike, score: float, event_index: int | None = None
     ) -> None:
         """Step the conditional monitor with a labelled event's features and score."""
+        row = as_row(x, self.covariate.n_features)  # checked once, for both monitors
         self._new = ()
         self._cond_events.add(event_index)
-        row = np.asarray(x, np.float64).reshape(1, -1)
-        self._cond_outside.append(bool(self.covariate.is_outside(row)[0]))
-        self.conditional.update(x, score)
+        self._cond_outside.append(self.covariate._is_outside_row(row))
+        self.conditional._update_row(row, score)
         self._cond_penalised.append(self.conditional.penalised)
         for event in self.conditional.last_alarms:
             self._new = (*self._new, self._conditional_alarm(event))

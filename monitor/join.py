@@ -131,8 +131,12 @@ class LabelJoin:
         recent = sorted(self._recent)
         self._clock = max(self._clock, recent[(len(recent) - 1) // 2])
         horizon = self._clock - self.max_delay_seconds
-        self.expired_predictions += _evict(self._predictions, self.max_pending, horizon, _pts)
-        self.expired_labels += _evict(self._labels, self.max_pending, horizon, _lts)
+        # Most events expire nothing: look at the oldest entries before calling _evict.
+        predictions, labels, cap = self._predictions, self._labels, self.max_pending
+        if predictions and (len(predictions) > cap or _pts(_oldest(predictions)) < horizon):
+            self.expired_predictions += _evict(predictions, cap, horizon, _pts)
+        if labels and (len(labels) > cap or _lts(_oldest(labels)) < horizon):
+            self.expired_labels += _evict(labels, cap, horizon, _lts)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +165,10 @@ class LabelJoin:
         clock = state.get("clock")
         self._clock = float("-inf") if clock is None else float(clock)
         self._ready = []
+
+
+def _oldest(store: OrderedDict[str, Any]) -> Any:
+    return next(iter(store.values()))
 
 
 def _pts(entry: Pending) -> float:

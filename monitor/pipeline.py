@@ -91,11 +91,10 @@ class Pipeline:
         return out
 
     def _decode(self, record: Any) -> _Decoded:
-        ts = _record_time(record)
         try:
-            return _Decoded(record, ts, decode_event(record.value, self.max_event_bytes))
+            return _Decoded(record, decode_event(record.value, self.max_event_bytes))
         except Exception as exc:  # InvalidEvent, or an internal error reported in _observe
-            return _Decoded(record, ts, exc)
+            return _Decoded(record, exc)
 
     def _prepare(self, decoded: list[_Decoded]) -> None:
         """Let each stream score its share of the batch at once (identical results, faster)."""
@@ -113,7 +112,7 @@ class Pipeline:
                 log.exception("preparing a batch of stream %r failed", name)
 
     def _observe(self, item: _Decoded, out: BatchOutput) -> None:
-        record, ts, event = item
+        record, event = item
         stream = None  # known once the event decodes: stored with its dead letter, if any
         try:
             if isinstance(event, Exception):
@@ -122,8 +121,10 @@ class Pipeline:
             if monitor is None:
                 raise InvalidEvent(f"unknown stream {event.stream!r}")
             stream = event.stream
-            monitor.observe(event, ts)
+            # The record's time is only the fallback of an event without ``ts``.
+            monitor.observe(event, _record_time(record) if event.ts is None else event.ts)
         except InvalidEvent as exc:
+            ts = _record_time(record)
             out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts, stream))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
@@ -131,6 +132,7 @@ class Pipeline:
                 "internal error on %s:%s@%s", record.topic, record.partition, record.offset
             )
             reason = f"internal error: {type(exc).__name__}: {exc}"
+            ts = _record_time(record)
             out.dead_letters.append(_dead_letter(self.source, record, reason, ts, stream))
             return
         out.events += 1
@@ -138,10 +140,9 @@ class Pipeline:
 
 
 class _Decoded(NamedTuple):
-    """A record with its fallback time and its decoded event (or why it did not decode)."""
+    """A record with its decoded event (or why it did not decode)."""
 
     record: Any
-    ts: datetime
     event: Event | Exception
 
 

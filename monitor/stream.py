@@ -51,6 +51,9 @@ class StreamMonitor:
         self._alarms: list[Alarm] = []
         self._traces: list[TracePoint] = []
         self._windows: list[OODWindow] = []
+        # The checked features of the last prepared batch's events, by id(event); the event is
+        # kept beside them so that its id cannot be reused while the entry lives.
+        self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
 
     @property
     def name(self) -> str:
@@ -64,12 +67,15 @@ class StreamMonitor:
         and the results are identical; events that do not fit the stream are left to
         :meth:`observe` to reject."""
         rows = []
+        self._prepared = prepared = {}
         for event in events:
             if isinstance(event, PredictionEvent):
                 try:
-                    rows.append(self._features(event))
+                    x = self._features(event)
                 except InvalidEvent:
                     continue
+                prepared[id(event)] = (event, x)
+                rows.append(x)
         if rows:
             self.detectors.prepare(np.vstack(rows))
 
@@ -90,7 +96,8 @@ class StreamMonitor:
             self._observe_joined(joined, ts)
 
     def _observe_prediction(self, event: PredictionEvent, ts: datetime) -> None:
-        x = self._features(event)
+        found = self._prepared.pop(id(event), None)
+        x = found[1] if found is not None and found[0] is event else self._features(event)
         prediction = self._prediction(event)
         inputs = self._ood_inputs(event, x)
         if event.label is not None:
@@ -107,10 +114,10 @@ class StreamMonitor:
         if self.ood is not None:
             self.ood.add(event.id, inputs)
             self._collect_windows(ts)
-        pending = Pending(event.id, index, ts.timestamp(), tuple(x.tolist()), prediction)
-        self.join.add_prediction(pending)
+        seconds = ts.timestamp()
+        self.join.add_prediction(Pending(event.id, index, seconds, tuple(x.tolist()), prediction))
         if event.label is not None:
-            self.join.add_label(event.id, event.label, ts.timestamp())
+            self.join.add_label(event.id, event.label, seconds)
 
     def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
         self._check_label(event.label)

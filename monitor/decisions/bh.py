@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import false_discovery_control
 
-from monitor.decisions.base import BatchDecision, as_p_values, check_alpha
+from monitor.decisions.base import BatchDecision, FloatArray, as_p_values, check_alpha
 
 #: p-values of conformal tests (j/(m+1)) and e-values of BH runs (n/(alpha·R)) often sit exactly
 #: on a BH bar alpha·k/n; the adjusted p-value p·n/k then carries a rounding error of a few ulps.
@@ -20,8 +19,8 @@ def benjamini_hochberg(p: ArrayLike, alpha: float) -> BatchDecision:
     Benjamini & Hochberg (1995), Sec. 3. With conformal p-values against one calibration set
     (PRDS, Bates et al. 2023) it controls FDR <= alpha·n0/n (Benjamini & Yekutieli 2001,
     Theorem 1.2); Ma, Zou & Liu (2024) call this g-BH for OOD detection. Uses the BH adjusted
-    p-values of ``scipy.stats.false_discovery_control``; the returned ``threshold`` is
-    alpha·R/n (0 when R = 0).
+    p-values (:func:`bh_adjusted`, those of ``scipy.stats.false_discovery_control``); the
+    returned ``threshold`` is alpha·R/n (0 when R = 0).
 
     Examples
     --------
@@ -33,9 +32,31 @@ def benjamini_hochberg(p: ArrayLike, alpha: float) -> BatchDecision:
     p_arr = as_p_values(p)
     if p_arr.size == 0:
         return BatchDecision(np.zeros(0, dtype=bool), 0.0)
-    adjusted = false_discovery_control(p_arr, method="bh")
+    adjusted = bh_adjusted(p_arr)
     rejected = np.asarray(adjusted <= alpha * (1.0 + _TIE_RTOL))
     return BatchDecision(rejected, alpha * int(rejected.sum()) / p_arr.size)
+
+
+def bh_adjusted(p: FloatArray) -> FloatArray:
+    """BH adjusted p-values min_{j >= k} p_(j)·n/j (Benjamini & Hochberg 1995; Yekutieli &
+    Benjamini 1999), clipped to [0, 1]: the arithmetic of
+    ``scipy.stats.false_discovery_control(p, method="bh")`` on a checked vector, bit for bit,
+    without its input handling (~0.4 ms per call, and eg-BH makes K + 1 calls per window).
+
+    Examples
+    --------
+    >>> bh_adjusted(np.array([0.01, 0.04, 0.03, 0.5])).round(4).tolist()
+    [0.04, 0.0533, 0.0533, 0.5]
+    """
+    n = p.size
+    if n <= 1:
+        return p
+    order = np.argsort(p)
+    adjusted = p[order] * (n / np.arange(1, n + 1, dtype=np.float64))
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.clip(out, 0.0, 1.0)
 
 
 class BenjaminiHochberg:

@@ -153,6 +153,7 @@ class OODDecider:
         self._templates: list[Scorer] = []
         self._widths: dict[str, int] = {}
         self._runs: list[_Run] = []
+        self._kinds: tuple[str, ...] = ()  # the runs' input kinds, in first-run order
         self._next_index = 0
         self._reset_window()
         self._finished: list[WindowDecision] = []
@@ -178,6 +179,7 @@ class OODDecider:
             n_runs = self.splits if self.rule == "eg_bh" and _splittable(scorer) else 1
             for _ in range(n_runs):
                 self._runs.append(self._fit_run(scorer, data, labels, m, rng))
+        self._kinds = _input_kinds(self._runs)
         return self
 
     def _fit_run(
@@ -214,8 +216,8 @@ class OODDecider:
         if self.rule == "lond":
             self._lond_step(row)
         else:
-            for kind in {run.scorer.input for run in self._runs}:
-                self._pending.setdefault(kind, []).append(row[kind][0])
+            for kind, vector in row.items():
+                self._pending.setdefault(kind, []).append(vector[0])
         if len(self._ids) == self.window:
             self._finished.append(self._close())
 
@@ -224,16 +226,20 @@ class OODDecider:
     ) -> dict[str, FloatArray]:
         """The inputs the runs read, as (1, d) rows checked against the calibration widths.
 
-        Checked here, at arrival, so that a bad event cannot break a whole window later.
+        Checked here, at arrival, so that a bad event cannot break a whole window later. Once
+        per input kind, not per run; the messages are built only for a bad event.
         """
+        if not all(kind in inputs for kind in self._kinds):
+            for run in self._runs:
+                _require_input(run.scorer, inputs, f"event {event_id!r}")
         row: dict[str, FloatArray] = {}
-        for run in self._runs:
-            _require_input(run.scorer, inputs, f"event {event_id!r}")
-            kind = run.scorer.input
-            if kind not in row:
-                vector = as_matrix(np.reshape(inputs[kind], (1, -1)), f"{kind} of {event_id!r}")
-                check_width(vector, self._widths[kind], f"{kind} of {event_id!r}")
-                row[kind] = vector
+        for kind in self._kinds:
+            vector = np.asarray(inputs[kind], dtype=np.float64).reshape(1, -1)
+            width = self._widths[kind]
+            if vector.shape[1] != width or not np.isfinite(vector).all():
+                as_matrix(vector, f"{kind} of {event_id!r}")
+                check_width(vector, width, f"{kind} of {event_id!r}")
+            row[kind] = vector
         return row
 
     def windows(self) -> list[WindowDecision]:
@@ -259,7 +265,7 @@ class OODDecider:
         if self.rule == "lond":
             flags, threshold = np.array(self._flags, dtype=bool), self._lond.level
         else:
-            batch = {kind: np.vstack(rows) for kind, rows in self._pending.items()}
+            batch = {kind: np.array(rows) for kind, rows in self._pending.items()}
             rule = make_rule(self.rule, self.alpha)
             assert not isinstance(rule, LOND)
             decision = rule.decide(self.p_values(batch))
@@ -303,7 +309,7 @@ class OODDecider:
             ],
             "next_index": self._next_index,
             "pending_ids": list(self._ids),
-            "pending_inputs": {k: np.vstack(v) for k, v in self._pending.items()},
+            "pending_inputs": {k: np.array(v) for k, v in self._pending.items()},
             "pending_flags": list(self._flags),
             "lond": self._lond.state_dict(),
             "finished": [w.to_json() for w in self._finished],
@@ -320,6 +326,7 @@ class OODDecider:
             _Run(scorer_from_state(r["scorer"]), np.asarray(r["calibration"], dtype=np.float64))
             for r in state["runs"]
         ]
+        decider._kinds = _input_kinds(decider._runs)
         decider._next_index = int(state["next_index"])
         decider._ids = list(state["pending_ids"])
         decider._pending = {k: list(np.asarray(v)) for k, v in state["pending_inputs"].items()}
@@ -331,6 +338,10 @@ class OODDecider:
 
 def _window_from_json(data: Mapping[str, Any]) -> WindowDecision:
     return WindowDecision(**{**data, "flagged_ids": tuple(data["flagged_ids"])})
+
+
+def _input_kinds(runs: Sequence[_Run]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(run.scorer.input for run in runs))
 
 
 def _splittable(scorer: Scorer) -> bool:

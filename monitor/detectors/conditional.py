@@ -70,11 +70,11 @@ class QuantileNormalizer:
         # streaming case) costs a few microseconds instead of 2d numpy calls. Integer counts
         # and one float division each, so the values are bit-identical.
         m = self.sorted.shape[0]
-        lo, hi = 0.5 / m, 1.0 - 0.5 / m
-        ranks = [
-            min(max((bisect_left(col, v) + bisect_right(col, v)) / (2.0 * m), lo), hi)
-            for col, v in zip(self._columns, x.tolist(), strict=True)
-        ]
+        lo, hi, two_m = 0.5 / m, 1.0 - 0.5 / m, 2.0 * m
+        ranks = []
+        for col, v in zip(self._columns, x.tolist(), strict=True):
+            rank = (bisect_left(col, v) + bisect_right(col, v)) / two_m
+            ranks.append(lo if rank < lo else hi if rank > hi else rank)  # min(max(.)): slower
         return ndtri(np.array([ranks], np.float64))
 
     def state(self) -> dict[str, Any]:
@@ -302,10 +302,17 @@ class ConditionalMonitor(MartingaleMonitor):
 
     def update(self, x: ArrayLike | None, score: float) -> None:
         """One labelled event: features ``x`` and its conditional nonconformity ``score``."""
-        score = float(score)
-        if math.isnan(score):
-            raise ValueError("score is NaN; a nonconformity score must be a number")
-        row = self._row(x)
+        score = _check_score(score)
+        self._update_row(self._row(x), score)
+
+    def _update_row(self, row: FloatArray | None, score: float) -> None:
+        """:meth:`update` with features already checked by ``as_row`` (the caller's job; a
+        stream checks each event once), ignored when not weighted."""
+        score = _check_score(score)
+        if not self.weighted:
+            row = None
+        elif row is None:
+            raise ValueError("the weighted monitor needs the features x of every event")
         self._start_update()
         index = self._n_seen
         self._n_seen += 1
@@ -409,6 +416,13 @@ class ConditionalMonitor(MartingaleMonitor):
 
         obj._load_monitor_state(state["monitor"])
         return obj
+
+
+def _check_score(score: float) -> float:
+    score = float(score)
+    if math.isnan(score):
+        raise ValueError("score is NaN; a nonconformity score must be a number")
+    return score
 
 
 def _calibration(

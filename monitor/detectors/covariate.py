@@ -194,6 +194,11 @@ class CovariateMonitor(MartingaleMonitor):
         return bool(self._support[-1]) if self._support else False
 
     @property
+    def n_features(self) -> int:
+        """Width of the inputs (that of the calibration inputs)."""
+        return self._n_features
+
+    @property
     def support_threshold(self) -> float:
         """Nonconformity above which an input is outside the calibration support."""
         return self._support_threshold
@@ -204,6 +209,10 @@ class CovariateMonitor(MartingaleMonitor):
         if arr.shape[0] == 1:
             return np.array([self._score_row(arr)[1]])
         return self._outside(arr, self._nonconformity(arr))
+
+    def _is_outside_row(self, row: FloatArray) -> bool:
+        """:meth:`is_outside` of one row already checked by ``as_row`` (the caller's job)."""
+        return self._score_row(row)[1]
 
     def _outside(self, X: FloatArray, scores: FloatArray) -> np.ndarray:
         beyond = np.any(np.abs(X - self._center) > self._limits, axis=1)

@@ -8,6 +8,7 @@ in :meth:`Scorer.fit`; the others return ``self`` from ``fit`` unchanged.
 from __future__ import annotations
 
 import abc
+import functools
 import inspect
 from collections.abc import Collection
 from typing import Any, ClassVar, Literal, Self, get_args
@@ -52,8 +53,7 @@ class Scorer(abc.ABC):
 
     def get_params(self) -> dict[str, Any]:
         """Constructor arguments, as stored on the instance."""
-        names = inspect.signature(type(self).__init__).parameters
-        return {p: getattr(self, p) for p in names if p != "self"}
+        return {p: getattr(self, p) for p in _init_params(type(self))}
 
     def clone(self) -> Self:
         """A new, unfitted scorer with the same constructor arguments."""
@@ -84,6 +84,13 @@ class Scorer(abc.ABC):
     def _require_fitted(self) -> None:
         if not self.is_fitted:
             raise NotFittedError(f"{type(self).__name__} must be fitted before score(); call fit()")
+
+
+@functools.cache
+def _init_params(cls: type) -> tuple[str, ...]:
+    """Constructor argument names of a scorer class (every checkpoint asks for them)."""
+    names = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
+    return tuple(p for p in names if p != "self")
 
 
 def _short(value: Any) -> str:

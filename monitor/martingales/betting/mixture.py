@@ -12,7 +12,7 @@ from scipy.special import gammainc, gammaln
 from monitor.martingales._state import check_state, new_state
 from monitor.martingales.betting.base import P_FLOOR, BettingFunction, check_p, check_ps
 
-__all__ = ["SimpleMixture"]
+__all__ = ["SimpleMixture", "log_mixture", "log_mixture_one"]
 
 #: Below this the regularised incomplete gamma is too close to underflow to take its log.
 _GAMMAINC_FLOOR = 1e-280
@@ -48,6 +48,16 @@ def log_mixture(n: NDArray[np.float64], lam: NDArray[np.float64]) -> NDArray[np.
     return out
 
 
+def log_mixture_one(n: float, lam: float) -> float:
+    """:func:`log_mixture` of one step, bit for bit: the same scipy and numpy ufuncs on scalars
+    (a streaming update pays ~5 µs instead of ~35 µs of 1-element array calls)."""
+    if lam > 0.0:
+        g = gammainc(n + 1.0, lam)
+        if g >= _GAMMAINC_FLOOR:
+            return float(lam + gammaln(n + 1.0) + np.log(g) - (n + 1.0) * np.log(lam))
+    return _series(n, lam)
+
+
 class SimpleMixture(BettingFunction):
     """S_n = ∫_0^1 ∏_{i≤n} ε p_i^(ε-1) dε, a mixture of power martingales over ε ~ Unif(0, 1).
 
@@ -78,7 +88,7 @@ class SimpleMixture(BettingFunction):
         self._log_s = 0.0
 
     def _log_s_at(self, n: int, lam: float) -> float:
-        return float(log_mixture(np.array([float(n)]), np.array([lam]))[0])
+        return log_mixture_one(float(n), lam)
 
     def log_factor(self, p: float) -> float:
         lam = self._lam - math.log(max(check_p(p), P_FLOOR))

@@ -1,0 +1,149 @@
+"""The checkpoint blob: one buffer of raw array bytes, exact round trips, and blobs written in
+the earlier npz layout still load and continue exactly.
+
+``data/checkpoint_npz_v1.{json,npz}`` is a stream checkpoint written by the code before the
+single-buffer layout (npz blob): the state of the example below after its first 150 records.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitor.datasets import build_example
+from monitor.pipeline import BatchOutput, Pipeline, RawRecord
+from monitor.runner import build_monitors, read_configs
+from monitor.state import BLOB_MAGIC, StateFormatError, decode_state, encode_state
+from tests.db.test_state_format import assert_identical
+from tests.integration.streams import canonical
+
+DATA = Path(__file__).parent / "data"
+SPLIT = 150  # records folded into the fixture's state
+
+
+def _arrays() -> dict[str, Any]:
+    base = np.arange(24.0).reshape(4, 6)
+    return {
+        "f8": np.linspace(-1.0, 1.0, 7),
+        "zero_d": np.array(3.5),
+        "zero_d_int": np.array(-7, np.int16),
+        "empty": np.empty(0),
+        "empty_2d": np.empty((0, 3), np.float32),
+        "empty_cols": np.empty((2, 0), np.int64),
+        "fortran": np.asfortranarray(base),
+        "strided": base[::2, 1::3],  # neither C nor Fortran contiguous
+        "big_endian": np.arange(5, dtype=">i4"),
+        "bool": np.array([True, False, True]),
+        "uint8": np.arange(250, 256, dtype=np.uint8),
+        "float16": np.array([0.1, -2.0, np.inf], np.float16),
+        "complex": np.array([1 + 2j, np.nan - 1j]),
+        "nan_bits": np.frombuffer(struct.pack("<Q", 0x7FF8_0000_DEAD_BEEF), np.float64),
+        "datetime": np.array(["2026-01-01T00:00:00", "NaT"], "datetime64[ns]"),
+        "text": np.array(["a", "bcd"]),
+        "cube": np.arange(24, dtype=np.int32).reshape(2, 3, 4),
+    }
+
+
+def test_round_trip_is_exact_in_one_buffer() -> None:
+    state = {"arrays": _arrays(), "scalar": np.float32(0.25), "nested": [{"x": np.ones(2)}]}
+    text, blob = encode_state(state)
+    assert blob is not None and blob.startswith(BLOB_MAGIC)
+    back = decode_state(text, blob)
+    assert_identical(back, state)
+    assert back["arrays"]["fortran"].flags.f_contiguous
+    assert back["arrays"]["strided"].flags.c_contiguous  # written in C order, like .npy
+    for array in back["arrays"].values():
+        assert array.flags.writeable and array.flags.aligned and array.flags.owndata
+
+
+def test_structured_dtypes_fall_back_to_npz() -> None:
+    record = np.zeros(2, dtype=[("a", "<f8"), ("b", "<i4")])
+    record["a"] = [1.5, -2.0]
+    state = {"r": record, "x": np.arange(3)}
+    text, blob = encode_state(state)
+    assert blob is not None and blob[:2] == b"PK"
+    assert_identical(decode_state(text, blob), state)
+
+
+def test_old_npz_blobs_decode_to_the_same_state() -> None:
+    state = {"arrays": _arrays(), "scalar": np.complex64(1j)}
+    text, blob = encode_state(state)
+    arrays = _blob_arrays(blob)
+    buffer = io.BytesIO()
+    np.savez(buffer, allow_pickle=False, **arrays)  # what the writer produced before
+    old = buffer.getvalue()
+    assert old[:2] == b"PK"
+    assert_identical(decode_state(text, old), decode_state(text, blob))
+
+
+def _blob_arrays(blob: bytes | None) -> dict[str, np.ndarray]:
+    from monitor.state import _load_arrays
+
+    return _load_arrays(blob)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b[:-1],  # truncated
+        lambda b: b + b"\x00",  # trailing bytes
+        lambda b: b.replace(b"[2,3]", b"[-1]"),  # a bad shape
+        lambda b: BLOB_MAGIC + b"\xff\xff",  # a header cut short
+        lambda b: b"garbage",
+    ],
+    ids=["truncated", "trailing", "bad-shape", "short-header", "garbage"],
+)
+def test_corrupt_blobs_are_refused(mutate: Any) -> None:
+    text, blob = encode_state({"w": np.ones((2, 3)), "v": np.arange(4)})
+    assert blob is not None
+    with pytest.raises(StateFormatError):
+        decode_state(text, mutate(blob))
+
+
+# -- a real checkpoint written in the npz layout ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[RawRecord]]:
+    folder = tmp_path_factory.mktemp("example")
+    paths = build_example(folder, seed=5, phases=[("stable", 120), ("concept", 120)],
+                          n_calibration=60, label_delay=7,
+                          alarm={"rule": "shiryaev_roberts", "threshold": 50})
+    lines = paths["events"].read_bytes().splitlines()
+    records = [RawRecord("t", 0, i, v, 1_700_000_000_000 + i) for i, v in enumerate(lines)]
+    return [str(paths["config"])], records
+
+
+def _results(out: BatchOutput) -> list[Any]:
+    return [[r.to_json() for r in rows]
+            for rows in (out.alarms, out.trace_points, out.ood_windows, out.dead_letters)]
+
+
+def test_npz_checkpoint_loads_and_continues_exactly(
+    example: tuple[list[str], list[RawRecord]],
+) -> None:
+    configs, records = example
+    old_text = (DATA / "checkpoint_npz_v1.json").read_text()
+    old_state = decode_state(old_text, (DATA / "checkpoint_npz_v1.npz").read_bytes())["state"]
+
+    uninterrupted = Pipeline(build_monitors(read_configs(configs)), "file:x")
+    uninterrupted.process(records[:SPLIT])
+    (name, monitor), = uninterrupted.streams.items()
+    assert canonical(old_state) == canonical(monitor.state_dict())  # the same content
+    assert encode_state({"state": monitor.state_dict(), "arrays": {}})[0] == old_text
+
+    restored = Pipeline(build_monitors(read_configs(configs)), "file:x")
+    restored.streams[name].load_state(old_state)
+    want, got = uninterrupted.process(records[SPLIT:]), restored.process(records[SPLIT:])
+    assert len(want.trace_points) > 20  # p-values and martingales after the split
+    assert _results(got) == _results(want)
+    final = restored.streams[name].state_dict()
+    assert canonical(final) == canonical(monitor.state_dict())
+    text, blob = encode_state({"state": final, "arrays": {}})  # written back in the new layout
+    assert blob is not None and blob.startswith(BLOB_MAGIC)
+    assert canonical(decode_state(text, blob)["state"]) == canonical(final)
