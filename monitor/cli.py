@@ -97,6 +97,13 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
     p.add_argument("--batch-size", type=int, default=None, help="records per transaction")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="store detector states and offsets every N batches (default: "
+        "MONITOR_CHECKPOINT_EVERY or 1; results are stored every batch)",
+    )
     p.set_defaults(handler=_cmd_run)
 
 
@@ -196,6 +203,7 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         settings=settings,
         store=not args.no_store,
         batch_size=args.batch_size or settings.batch_size,
+        checkpoint_every=args.checkpoint_every or settings.checkpoint_every,
         on_alarm=lambda alarm: print(json.dumps(alarm.to_json()), flush=True),
     )
     if args.json:

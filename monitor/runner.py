@@ -147,11 +147,14 @@ def run_source(
     on_batch: Callable[[BatchOutput], None] | None = None,
     source_options: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    checkpoint_every: int = 1,
 ) -> RunSummary:
     """``monitor run``: process a source to its end (file) or until stopped (Kafka).
 
     ``source_options`` are keyword arguments of the source class (e.g. Kafka consumer options
-    that a URL cannot carry); ``retry`` bounds how long an unavailable database is waited for.
+    that a URL cannot carry); ``retry`` bounds how long an unavailable database is waited for;
+    ``checkpoint_every`` stores detector states and offsets every this many batches (the
+    batches in between store their results only; see ``Worker``).
     A source that never ends keeps only the last 10 000 alarms and OOD flags in the summary.
     """
     from connectors import open_source
@@ -172,6 +175,7 @@ def run_source(
         on_batch=on_batch,
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
+        checkpoint_every=checkpoint_every,
     )
     stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
     try:

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     #: Records per processing batch (one database transaction each). Each transaction rewrites
     #: the touched streams' checkpoints, so larger batches amortise that (docs/streaming.md).
     batch_size: int = 2000
+    #: Batches per checkpoint of ``monitor run``: the detector states and source offsets are
+    #: stored (and offsets committed) every this many batches, the results of every batch at
+    #: once. 1 stores everything each batch; larger values replay up to that many batches after
+    #: a crash and deliver their alarms again (docs/streaming.md, "Delivery semantics").
+    checkpoint_every: int = Field(default=1, ge=1)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
     #: Logging level of the service.

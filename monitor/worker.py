@@ -22,6 +22,16 @@ Failure handling, step by step:
   restart would fail on it forever) is processed again one record per transaction, and the
   record whose results cannot be stored becomes a dead letter; the stream goes on without it.
 
+Interval checkpoints (``checkpoint_every=N > 1``): every batch still stores its results, but only
+every Nth batch (and at a clean stop, the end-of-source flush, a poll that returns nothing and
+before partitions are revoked) stores the detector states and offsets of everything processed
+since the previous checkpoint, and commits those offsets to the source. Results are idempotent, so
+replaying the batches after the last checkpoint (after a crash or a resynchronisation) stores
+nothing twice. Every resynchronisation rewinds to the last checkpoint; alarms already passed to
+``on_alarm`` in this process are not passed again, but after a crash the alarms of the batches
+after the last checkpoint are delivered again (at-least-once for them; the alarm id is the
+idempotency key).
+
 Exceptions::
 
     WorkerError                    base class of the worker's own errors
@@ -178,6 +188,17 @@ class RunSummary:
             self.ood_flagged_count += len(window.flagged_ids)
         self._trim()
 
+    def merge(self, other: RunSummary) -> None:
+        """Add the counts and records of ``other`` (a summary of later batches)."""
+        self.events += other.events
+        self.alarms += other.alarms
+        self.alarm_count += other.alarm_count
+        self.dead_letters += other.dead_letters
+        self.ood_flagged += other.ood_flagged
+        self.ood_flagged_count += other.ood_flagged_count
+        self.batches += other.batches
+        self._trim()
+
     def _trim(self) -> None:
         # Trim only at twice the limit, so that keeping the tail costs O(1) amortised per item.
         if self.limit is None:
@@ -264,9 +285,17 @@ class Worker:
         How long to retry an unavailable database before giving up (default: 60 s).
     summary_limit
         Most recent alarms and OOD-flagged ids kept in :attr:`summary` (``None``: all).
+    checkpoint_every
+        Store detector states and offsets (and commit to the source) every this many batches,
+        and whenever a poll returns nothing; the batches in between store their results only.
+        1: every batch (the default).
 
     Notes
     -----
+    With ``checkpoint_every > 1`` :attr:`summary` counts a batch once it is covered by a
+    checkpoint, so batches replayed after a resynchronisation are counted once; ``on_batch`` is
+    called for every batch processed, replays included.
+
     After :class:`DatabaseUnavailableError` the worker's in-memory state is ahead of the database:
     build a new worker (which restores from the database) rather than calling ``run`` again.
 
@@ -283,6 +312,12 @@ class Worker:
     >>> summary = Worker(source, pipeline, NullSink(), source_kind="file", batch_size=40).run()
     >>> summary.events, summary.batches, source.committed == {(source.topic, 0): 100}
     (100, 4, True)
+    >>> source = FileSource(paths["events"])
+    >>> pipeline = Pipeline(build_monitors(read_configs([str(paths["config"])])), source.name)
+    >>> worker = Worker(source, pipeline, NullSink(), source_kind="file", batch_size=10,
+    ...                 checkpoint_every=4)
+    >>> worker.run(max_batches=6).batches, source.committed == {(source.topic, 0): 60}
+    (6, True)
     """
 
     def __init__(
@@ -297,9 +332,12 @@ class Worker:
         on_batch: Callable[[BatchOutput], None] | None = None,
         retry: RetryPolicy | None = None,
         summary_limit: int | None = None,
+        checkpoint_every: int = 1,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         if summary_limit is not None and summary_limit < 1:
             raise ValueError(f"summary_limit must be None or >= 1, got {summary_limit}")
         self.source = source
@@ -312,10 +350,19 @@ class Worker:
         self.on_batch = on_batch
         self.retry = retry or RetryPolicy()
         self.summary_limit = summary_limit
+        self.checkpoint_every = checkpoint_every
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
-        self._isolating = 0  # records still to process one at a time (see _unstorable)
+        # Records are processed one at a time, each its own checkpoint, until every partition
+        # here has been read up to this (next) offset (see _unstorable).
+        self._isolate_until: dict[TopicPartition, int] = {}
         self._refused: dict[TopicPartition, int] = {}  # offsets whose source commit was refused
+        self._pending = _Pending()  # progress since the last checkpoint
+        # Alarm ids passed to on_alarm that a resync could replay, and what decides when they
+        # cannot be replayed any more: the furthest (next) offset read, and the checkpointed one.
+        self._delivered: set[str] = set()
+        self._read_to: dict[TopicPartition, int] = {}
+        self._stored: dict[TopicPartition, int] = {}
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
@@ -339,51 +386,98 @@ class Worker:
         try:
             with threadpool_limits(limits=1, user_api="blas"):
                 while not self._stop and (
-                    max_batches is None or self.summary.batches < max_batches
+                    max_batches is None
+                    or self.summary.batches + self._pending.summary.batches < max_batches
                 ):
                     if not self._step():
                         break
+                self._checkpoint()  # a clean stop stores the progress since the last one
                 self._commit({})  # on a clean stop, retry a commit the source refused earlier
+        except BaseException:
+            # The in-memory state may be ahead of what was stored: never checkpoint it (the
+            # source's close() revokes partitions, which would); a restart replays instead.
+            self._pending = _Pending()
+            raise
         finally:
             self.summary.seconds += time.perf_counter() - start
         return self.summary
 
     def _step(self) -> bool:
         """One poll and its batch; False once a finite source is exhausted (and flushed)."""
-        size = 1 if self._isolating else self.batch_size
+        size = 1 if self._isolate_until else self.batch_size
         records = self.source.poll(size, self.poll_timeout_s)
         if records:
-            self._isolating = max(0, self._isolating - len(records))
             self._handle(self.pipeline.process(records), records)
         elif self.source.exhausted:
             self._handle(self.pipeline.flush(), [])
             return False
+        else:
+            self._checkpoint()  # caught up (an empty poll): store the progress since the last one
         return True
 
     # -- one batch ------------------------------------------------------------------------------
 
     def _handle(self, out: BatchOutput, records: Sequence[Any]) -> None:
-        if not self._persist(out, records):
+        checkpoint = (
+            self._pending.summary.batches + 1 >= self.checkpoint_every
+            or not records  # the end-of-source flush
+            or bool(self._isolate_until)
+        )
+        for tp, offset in out.offsets.items():
+            self._read_to[tp] = max(offset, self._read_to.get(tp, offset))
+        if not self._persist(out, records, checkpoint):
             return
-        self._commit(out.offsets)
-        self.summary.add(out)
-        self.summary.batches += 1
+        self._pending.add(out, records)
+        self._isolated(records)
+        # A resync replays the batches since the last checkpoint: deliver their alarms once.
+        fresh = [alarm for alarm in out.alarms if alarm.id not in self._delivered]
+        self._delivered.update(alarm.id for alarm in fresh)
+        if checkpoint:
+            self._checkpointed()
         if self.on_alarm is not None:
-            for alarm in out.alarms:
+            for alarm in fresh:
                 self.on_alarm(alarm)
         if self.on_batch is not None:
             self.on_batch(out)
 
-    def _persist(self, out: BatchOutput, records: Sequence[Any]) -> bool:
-        """Store the batch with its offsets; False if it was not stored (and the worker has
-        resynchronised with the database)."""
+    def _checkpoint(self) -> None:
+        """Store the states and offsets of the batches since the last checkpoint, and commit."""
+        if self._pending.summary.batches and self._persist(BatchOutput(), [], checkpoint=True):
+            self._checkpointed()
+
+    def _checkpointed(self) -> None:
+        """The pending progress is stored: commit it to the source and count it."""
+        offsets = self._pending.offsets
+        self._stored.update(offsets)
+        self._commit(offsets)
+        self.summary.merge(self._pending.summary)
+        self._pending = _Pending()
+        if all(self._stored.get(tp, -1) >= offset for tp, offset in self._read_to.items()):
+            self._delivered.clear()  # everything read is checkpointed: nothing can replay
+
+    def _isolated(self, records: Sequence[Any]) -> None:
+        """Stop isolating the partitions read past the batch that could not be stored."""
+        for record in records:
+            tp = (record.topic, record.partition)
+            if record.offset + 1 >= self._isolate_until.get(tp, record.offset + 2):
+                del self._isolate_until[tp]
+
+    def _persist(self, out: BatchOutput, records: Sequence[Any], checkpoint: bool) -> bool:
+        """Store the batch (with, at a checkpoint, the states and offsets of every batch since
+        the last one); False if it was not stored (and the worker has resynchronised)."""
         from monitor.db.errors import InvalidRecordError, OffsetRegressionError
 
-        offsets = [
-            SourceOffset(self.offset_key(topic), partition, offset)
-            for (topic, partition), offset in sorted(out.offsets.items())
-        ]
-        states = {name: self.pipeline.streams[name].state_dict() for name in sorted(out.touched)}
+        offsets: list[SourceOffset] = []
+        states: dict[str, dict[str, Any]] = {}
+        if checkpoint:
+            offsets = [
+                SourceOffset(self.offset_key(topic), partition, offset)
+                for (topic, partition), offset in sorted(
+                    {**self._pending.offsets, **out.offsets}.items()
+                )
+            ]
+            touched = sorted(self._pending.touched | out.touched)
+            states = {name: self.pipeline.streams[name].state_dict() for name in touched}
         try:
             self._durably(lambda: self.sink.persist(out, offsets, states), "persisting a batch")
         except OffsetRegressionError as exc:
@@ -401,15 +495,19 @@ class Worker:
         """A batch the database refuses for its content (not its availability).
 
         The error is deterministic, so retrying cannot help and restarting would fail on the
-        same batch forever. The worker resynchronises, then processes the batch's records one
-        per transaction; the record whose results cannot be stored becomes a dead letter, its
-        effect on the detectors is discarded, and the stream goes on.
+        same batch forever. The worker resynchronises (back to the last checkpoint), then
+        processes records one per transaction, each a checkpoint, until past this batch; the
+        record whose results cannot be stored becomes a dead letter, its effect on the
+        detectors is discarded, and the stream goes on.
         """
+        since_checkpoint = bool(self._pending.summary.batches)
         self._resync(records, touched)
-        if len(records) > 1:
-            log.error("a record of this batch cannot be stored (%s): processing its %d records "
-                      "one at a time", _short(exc), len(records))
-            self._isolating = len(records)
+        if len(records) > 1 or since_checkpoint:
+            log.error("a record of this batch cannot be stored (%s): processing records one at "
+                      "a time up to its %d", _short(exc), len(records))
+            for record in records:
+                tp = (record.topic, record.partition)
+                self._isolate_until[tp] = max(record.offset + 1, self._isolate_until.get(tp, 0))
             return
         record = records[0]
         reason = f"results cannot be stored: {_short(exc)}"
@@ -421,8 +519,10 @@ class Worker:
                                 record.offset + 1)]
         self._durably(lambda: self.sink.persist(out, offsets, {}), "persisting a dead letter")
         self.source.seek(out.offsets)
+        self._stored.update(out.offsets)
         self._commit(out.offsets)
         self.summary.add(out)
+        self._isolated(records)
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         from connectors.errors import OffsetCommitError
@@ -469,6 +569,7 @@ class Worker:
 
     def _on_assign(self, partitions: set[TopicPartition]) -> None:
         """Restore every stream from the database and seek to the stored offsets."""
+        self._checkpoint()  # (nothing is pending unless partitions arrive without a revoke)
         self._restore_streams(reset=set())
         stored = self._durably(
             lambda: self.sink.load_offsets(partitions, self.offset_key), "loading offsets"
@@ -478,15 +579,23 @@ class Worker:
         log.info("assigned %s; resuming at %s", sorted(partitions), stored or "committed offsets")
 
     def _on_revoke(self, partitions: set[TopicPartition]) -> None:
-        # Callbacks run inside poll(), and every batch is persisted and committed before the
-        # next poll: nothing is in flight when partitions go, so there is nothing to save here.
+        # Callbacks run inside poll(), and every batch is persisted before the next poll; with
+        # interval checkpoints the progress since the last one is stored now, while the
+        # partitions are still ours, so that their next owner resumes from it.
+        self._checkpoint()
+        for tp in partitions:
+            for progress in (self._read_to, self._stored, self._isolate_until):
+                progress.pop(tp, None)
         log.info("revoked %s", sorted(partitions))
 
     def _resync(self, records: Sequence[Any], touched: set[str]) -> None:
-        """Forget a batch the database refused: reload state, seek back to the stored offsets."""
-        first: dict[TopicPartition, int] = {}
+        """Forget a batch the database refused and every batch since the last checkpoint:
+        reload state, seek every partition read since then back to the stored offsets."""
+        first = dict(self._pending.first)
         for record in records:
             first.setdefault((record.topic, record.partition), record.offset)
+        touched = touched | self._pending.touched
+        self._pending = _Pending()
         self._restore_streams(reset=touched)
         stored = self._durably(
             lambda: self.sink.load_offsets(set(first), self.offset_key), "loading offsets"
@@ -509,6 +618,24 @@ class Worker:
                 monitor.load_state(state)
             elif name in reset:
                 self.pipeline.streams[name] = StreamMonitor(monitor.config, monitor.calibration)
+
+
+@dataclass
+class _Pending:
+    """Progress since the last checkpoint: results stored, states and offsets not yet."""
+
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to read
+    first: dict[TopicPartition, int] = field(default_factory=dict)  # first offset read
+    touched: set[str] = field(default_factory=set)
+    summary: RunSummary = field(default_factory=RunSummary)  # counted at the checkpoint
+
+    def add(self, out: BatchOutput, records: Sequence[Any]) -> None:
+        self.offsets.update(out.offsets)
+        for record in records:
+            self.first.setdefault((record.topic, record.partition), record.offset)
+        self.touched |= out.touched
+        self.summary.add(out)
+        self.summary.batches += 1
 
 
 def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:

@@ -38,18 +38,23 @@ class WorkerProcess:
 
     @classmethod
     def cli(cls, folder: Path, name: str, db: str, source: str, group: str,
-            configs: Sequence[str], batch_size: int) -> WorkerProcess:
-        """``monitor --db DB run --source SOURCE --group GROUP --config ... --batch-size N``."""
+            configs: Sequence[str], batch_size: int,
+            checkpoint_every: int = 1) -> WorkerProcess:
+        """``monitor --db DB run --source SOURCE --group GROUP --config ... --batch-size N
+        [--checkpoint-every K]``."""
         argv = [sys.executable, "-m", "monitor.cli", "--db", db, "run", "--source", source,
-                "--group", group, *configs, "--batch-size", str(batch_size)]
+                "--group", group, *configs, "--batch-size", str(batch_size),
+                *_every(checkpoint_every)]
         return cls(argv, folder, name)
 
     @classmethod
     def patient(cls, folder: Path, name: str, db: str, source: str, group: str,
-                configs: Sequence[str], batch_size: int) -> WorkerProcess:
+                configs: Sequence[str], batch_size: int,
+                checkpoint_every: int = 1) -> WorkerProcess:
         """``monitor run`` with every mock-broker consumer option (``worker_main``)."""
         argv = [sys.executable, "-m", "tests.integration.worker_main", "--db", db, "--source",
-                source, "--group", group, *configs, "--batch-size", str(batch_size)]
+                source, "--group", group, *configs, "--batch-size", str(batch_size),
+                *_every(checkpoint_every)]
         return cls(argv, folder, name)
 
     @property
@@ -76,6 +81,10 @@ class WorkerProcess:
     def ensure_dead(self) -> None:
         if self.alive:
             self.kill()
+
+
+def _every(checkpoint_every: int) -> list[str]:
+    return [] if checkpoint_every == 1 else ["--checkpoint-every", str(checkpoint_every)]
 
 
 def wait_until(condition: Callable[[], bool], what: str, workers: Sequence[WorkerProcess] = (),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from monitor.db.models import (
     TracePointRow,
 )
 from monitor.pipeline import Pipeline
+from monitor.records import Alarm
 from monitor.runner import DatabaseSink, build_monitors, read_configs
 from monitor.state import Checkpoint
 from monitor.worker import StopFlag, Worker
@@ -129,7 +130,8 @@ def _merge(lines: Sequence[Sequence[bytes]]) -> tuple[list[bytes], list[str]]:
 # -- the reference run -------------------------------------------------------------------------
 
 
-def reference_run(example: Example, url: str, batch_size: int = 50) -> Snapshot:
+def reference_run(example: Example, url: str, batch_size: int = 50, checkpoint_every: int = 1,
+                  on_alarm: Callable[[Alarm], None] | None = None) -> Snapshot:
     """One uninterrupted worker over the events file; stops when the file is read, before the
     end-of-file flush."""
     sink = DatabaseSink(url)
@@ -138,7 +140,8 @@ def reference_run(example: Example, url: str, batch_size: int = 50) -> Snapshot:
     lines = len(example.values)
     stop = StopFlag()
     worker = Worker(source, pipeline, sink, "file", batch_size=batch_size,
-                    on_batch=lambda _: stop.set() if source.position >= lines else None)
+                    on_batch=lambda _: stop.set() if source.position >= lines else None,
+                    checkpoint_every=checkpoint_every, on_alarm=on_alarm)
     try:
         worker.run(stop)
         assert source.position == lines

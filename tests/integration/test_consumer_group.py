@@ -8,7 +8,8 @@ offsets B stored. The results equal one uninterrupted run.
 
 Both workers start with ``--config`` at the same moment, so both register the streams at once
 (the registration race must not stop either). Migrations run once beforehand, as an operator
-runs ``monitor db upgrade`` before starting a group.
+runs ``monitor db upgrade`` before starting a group. With interval checkpoints, B stores its
+progress since its last checkpoint when its partitions are revoked, and A resumes from there.
 """
 
 from __future__ import annotations
@@ -52,14 +53,17 @@ def owned(worker: WorkerProcess) -> set[int]:
     return latest[-1][0] if latest else set()
 
 
+@pytest.mark.parametrize("checkpoint_every", [1, 3], ids=["every-batch", "checkpoint-every-3"])
 def test_two_workers_share_partitions_and_one_stops_midway(
-    kafka_broker_module: str, pg_url: str, example: Example, reference: Snapshot, tmp_path: Path
+    checkpoint_every: int, kafka_broker_module: str, pg_url: str, example: Example,
+    reference: Snapshot, tmp_path: Path
 ) -> None:
-    topic, group = "group", "g-group"
+    topic, group = f"group-{checkpoint_every}", f"g-group-{checkpoint_every}"
     upgrade(pg_url)
     source = f"kafka://{kafka_broker_module}/{topic}"
     a, b = (WorkerProcess.patient(tmp_path, name, pg_url, source, group, example.config_args,
-                                  batch_size=20) for name in ("a", "b"))
+                                  batch_size=20, checkpoint_every=checkpoint_every)
+            for name in ("a", "b"))
     stored = OffsetWatch(pg_url, f"kafka:{topic}")
     try:
         wait_until(lambda: len(owned(a)) == 2 and len(owned(b)) == 2, "a 2 + 2 split", [a, b])

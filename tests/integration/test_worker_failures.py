@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -91,6 +92,16 @@ class WorkerThread:
         assert not self.thread.is_alive()
 
 
+def refuse_alarm(url: str, refused: dict[str, Any]) -> None:
+    """Make the database refuse one alarm of the reference run (a CHECK constraint)."""
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.begin() as conn:  # the database refuses this one alarm, whatever the reason
+        conn.exec_driver_sql("ALTER TABLE alarms ADD CONSTRAINT refuse_one "
+                             f"CHECK (event_id <> '{refused['event_id']}')")
+    engine.dispose()
+
+
 def thirds(values: Sequence[bytes]) -> list[slice]:
     n = len(values) // 3
     return [slice(0, n), slice(n, 2 * n), slice(2 * n, None)]
@@ -150,14 +161,16 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
     assert committed() == end
 
 
+@pytest.mark.parametrize("checkpoint_every", [1, 4])
 def test_a_zombie_batch_is_dropped_and_the_worker_resyncs_from_the_database(
-    pg_url: str, example: Example, caplog: pytest.LogCaptureFixture
+    checkpoint_every: int, pg_url: str, example: Example, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker that lost its partition to a faster one must not overwrite newer results."""
     def worker(sink: DatabaseSink) -> tuple[Worker, MemorySource]:
         source = MemorySource(example.values, partitions=1, topic="zombie")
         pipeline = Pipeline(build_monitors(read_configs(map(str, example.configs))), source.name)
-        return Worker(source, pipeline, sink, "memory", batch_size=100), source
+        return Worker(source, pipeline, sink, "memory", batch_size=100,
+                      checkpoint_every=checkpoint_every), source
 
     sink = DatabaseSink(pg_url)
     try:
@@ -187,20 +200,20 @@ def test_a_long_running_summary_keeps_only_the_latest_records() -> None:
     assert summary.alarms[-1].event_index == 9
 
 
+@pytest.mark.parametrize("checkpoint_every", [1, 4])
 def test_a_record_whose_results_the_database_refuses_is_dead_lettered_and_the_rest_goes_on(
-    pg_url: str, example: Example, reference: Snapshot
+    checkpoint_every: int, pg_url: str, example: Example, reference: Snapshot
 ) -> None:
-    """A deterministic storage error must not stop the worker forever (a poison pill)."""
+    """A deterministic storage error must not stop the worker forever (a poison pill).
+
+    With interval checkpoints the worker rewinds to the last checkpoint, further than the
+    refused batch, and isolates records one at a time from there: the same record is found.
+    """
     # taxis carries its labels inline: the prediction record raises each of its alarms.
     refused = next((a for a in reference.alarms if a["stream"] == "taxis"), None)
     assert refused is not None, "the example's taxis stream raises no alarm any more"
-    upgrade(pg_url)
-    engine = make_engine(pg_url)
-    with engine.begin() as conn:  # the database refuses this one alarm, whatever the reason
-        conn.exec_driver_sql("ALTER TABLE alarms ADD CONSTRAINT refuse_one "
-                             f"CHECK (event_id <> '{refused['event_id']}')")
-    engine.dispose()
-    got = reference_run(example, pg_url, batch_size=50)
+    refuse_alarm(pg_url, refused)
+    got = reference_run(example, pg_url, batch_size=50, checkpoint_every=checkpoint_every)
     assert got.offsets == reference.offsets  # read to the end
     culprit = next(v for v in example.values if f'"id":"{refused["event_id"]}"'.encode() in v)
     unstorable = [d for d in got.dead_letters if d[1].startswith("results cannot be stored")]

@@ -6,7 +6,7 @@ needs :class:`tests.kafka_harness.PatientRangeAssignor` (see that module). A rea
 none of this: use ``monitor run``.
 
     python -m tests.integration.worker_main --db URL --source kafka://... --group G \\
-        --config STREAM.yaml [--config ...] [--batch-size N]
+        --config STREAM.yaml [--config ...] [--batch-size N] [--checkpoint-every K]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--group", required=True)
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--checkpoint-every", type=int, default=1)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -34,7 +35,8 @@ def main() -> int:
     # starting several workers.
     settings = Settings(database_url=args.db, auto_migrate=False)
     summary = run_source(args.source, args.config, args.group, settings,
-                         batch_size=args.batch_size, source_options=MOCK_CONSUMER_OPTIONS)
+                         batch_size=args.batch_size, source_options=MOCK_CONSUMER_OPTIONS,
+                         checkpoint_every=args.checkpoint_every)
     summary.print_human(sys.stderr)
     return 0
 

@@ -46,3 +46,47 @@ def test_results_do_not_depend_on_batch_boundaries(example: dict[str, Path]) -> 
     assert whole["alarms"], "the example's shift should raise an alarm"
     for batch_size in (1, 37):
         assert run(example, batch_size) == whole, f"batches of {batch_size}"
+
+
+def test_checkpoint_every_comes_from_the_flag_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``monitor run --checkpoint-every N`` over ``MONITOR_CHECKPOINT_EVERY`` over 1, as for
+    ``--batch-size``; each run ends with the same summary."""
+    import monitor.runner
+    from monitor.cli import main
+
+    given: list[int] = []
+
+    class Recording(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            given.append(kwargs["checkpoint_every"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(monitor.runner, "Worker", Recording)
+    paths = build_example(tmp_path, seed=1, n_calibration=100, phases=[("stable", 120)])
+
+    def argv(run: int) -> list[str]:
+        return ["--db", f"sqlite:///{tmp_path / f'{run}.db'}", "run", "--source",
+                f"file:{paths['events']}", "--config", str(paths["config"]), "--batch-size",
+                "10", "--json"]
+
+    assert main(argv(1)) == 0
+    monkeypatch.setenv("MONITOR_CHECKPOINT_EVERY", "7")
+    assert main(argv(2)) == 0
+    assert main([*argv(3), "--checkpoint-every", "3"]) == 0
+    assert given == [1, 7, 3]
+    summaries = [line for line in capsys.readouterr().out.splitlines() if '"events"' in line]
+    assert len(summaries) == 3 and len(set(summaries)) == 1
+
+
+def test_checkpoint_every_must_be_positive() -> None:
+    from pydantic import ValidationError
+
+    from monitor.settings import Settings
+
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        Settings(checkpoint_every=0)
+    with pytest.raises(ValueError, match="checkpoint_every must be >= 1, got 0"):
+        Worker(FileSource(Path(__file__)), Pipeline({}, "x"), NullSink(), "file",
+               checkpoint_every=0)
