@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -303,16 +303,15 @@ class ConditionalMonitor(MartingaleMonitor):
     def update(self, x: ArrayLike | None, score: float) -> None:
         """One labelled event: features ``x`` and its conditional nonconformity ``score``."""
         score = _check_score(score)
-        self._update_row(self._row(x), score)
+        self._step(self._row(x), score)
 
     def _update_row(self, row: FloatArray | None, score: float) -> None:
         """:meth:`update` with features already checked by ``as_row`` (the caller's job; a
         stream checks each event once), ignored when not weighted."""
         score = _check_score(score)
-        if not self.weighted:
-            row = None
-        elif row is None:
-            raise ValueError("the weighted monitor needs the features x of every event")
+        self._step(self._row(row, checked=True), score)
+
+    def _step(self, row: FloatArray | None, score: float) -> None:
         self._start_update()
         index = self._n_seen
         self._n_seen += 1
@@ -322,12 +321,13 @@ class ConditionalMonitor(MartingaleMonitor):
         elif self._phase == WARMING_UP:
             self._collect(score, row)
 
-    def _row(self, x: ArrayLike | None) -> FloatArray | None:
+    def _row(self, x: ArrayLike | None, checked: bool = False) -> FloatArray | None:
+        """The event's features as a checked (1, d) row; ``None`` when not weighted."""
         if not self.weighted:
             return None
         if x is None:
             raise ValueError("the weighted monitor needs the features x of every event")
-        return as_row(x, self._n_features)
+        return cast(FloatArray, x) if checked else as_row(x, self._n_features)
 
     def _bet(self, index: int, score: float, row: FloatArray | None) -> None:
         if isinstance(self._pv, WeightedConformalPValue):
