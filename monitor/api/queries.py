@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from monitor.api.schemas import AlarmPublic, AlarmsPublic, TracePointPublic
+from monitor.api.schemas import AlarmPublic, AlarmsPublic, TracePointPublic, TracePublic
 from monitor.db import repositories as repo
 from monitor.db.errors import InvalidCursorError
 from monitor.db.models import AlarmRow, OODWindowRow, TracePointRow
@@ -51,6 +51,7 @@ __all__ = [
     "bounded_count",
     "downsampled_trace",
     "ood_page",
+    "trace_body",
     "trace_body_sql",
 ]
 
@@ -70,8 +71,7 @@ def bounded_count(
     """``(n, exact)``: the rows ``query`` matches if at most ``limit`` (default
     :data:`COUNT_LIMIT`), else ``(limit, False)``."""
     limit = COUNT_LIMIT if limit is None else limit
-    n: int = session.execute(_bounded_count_query(query, limit + 1)).scalar_one()
-    return min(n, limit), n <= limit
+    return _bounded(session.execute(_bounded_count_query(query, limit + 1)).scalar_one(), limit)
 
 
 def _bounded_count_query(query: Select[Any], rows: int | BindParameter[int]) -> Select[Any]:
@@ -130,20 +130,15 @@ def alarms_body_sql(
     statement, _ = _alarm_statements(*_shape(filters), keyed=cursor is not None, as_json=True)
     values = _page_values(filters, limit, cursor) | {"count_rows": COUNT_LIMIT + 1}
     rows = connection.execute(statement, values).all()
-    if rows:
-        n = rows[0][3]
-    else:  # no page, no count column: count on its own (zero unless past the last page)
-        n = connection.execute(
-            _alarm_statements(*_shape(filters), keyed=False)[1],
-            _values(filters) | {"count_rows": COUNT_LIMIT + 1},
-        ).scalar_one()
+    # No page, no count column: count on its own (zero unless past the last page).
+    total, exact = _bounded(rows[0][3]) if rows else alarm_count(connection, filters)
     next_cursor = None
     if len(rows) > limit:
         _, ts, alarm_id, _ = rows[limit - 1]
         next_cursor = repo.alarm_cursor(ts, alarm_id, "desc")
     return (
         f'{{"data":[{",".join(row[0] for row in rows[:limit])}],'
-        f'"count":{min(n, COUNT_LIMIT)},"count_exact":{json.dumps(n <= COUNT_LIMIT)},'
+        f'"count":{total},"count_exact":{json.dumps(exact)},'
         f'"next_cursor":{json.dumps(next_cursor)}}}'
     ).encode()
 
@@ -171,8 +166,12 @@ def alarm_count(connection: Connection, filters: AlarmFilters) -> tuple[int, boo
     """The :func:`bounded_count` of the alarms matching ``filters``."""
     _, count_query = _alarm_statements(*_shape(filters), keyed=False)
     values = _values(filters) | {"count_rows": COUNT_LIMIT + 1}
-    n: int = connection.execute(count_query, values).scalar_one()
-    return min(n, COUNT_LIMIT), n <= COUNT_LIMIT
+    return _bounded(connection.execute(count_query, values).scalar_one())
+
+
+def _bounded(n: int, limit: int = COUNT_LIMIT) -> tuple[int, bool]:
+    """``(count, exact)`` of a count taken over at most ``limit + 1`` rows."""
+    return min(n, limit), n <= limit
 
 
 def _page_values(filters: AlarmFilters, limit: int, cursor: str | None) -> dict[str, Any]:
@@ -288,6 +287,28 @@ def downsampled_trace(
 
 #: The columns of a trace point in ``GET /streams/{name}/trace``, ordered as the response's.
 TRACE_COLUMNS = tuple(getattr(TracePointRow, name) for name in TracePointPublic.model_fields)
+
+
+def trace_body(
+    session: Session,
+    stream: str,
+    detector: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    max_points: int,
+) -> bytes:
+    """The JSON body of ``GET /streams/{name}/trace`` (:class:`TracePublic`): written by
+    PostgreSQL (:func:`trace_body_sql`), or else built in Python from
+    :func:`downsampled_trace`."""
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        return trace_body_sql(connection, stream, detector, since, until, max_points)
+    rows, stored = downsampled_trace(session, stream, detector, since, until, max_points)
+    data = [TracePointPublic.model_validate(r, from_attributes=True) for r in rows]
+    trace = TracePublic(
+        stream=stream, data=data, count=len(data), stored=stored, downsampled=len(data) < stored
+    )
+    return trace.model_dump_json().encode()
 
 
 def trace_body_sql(

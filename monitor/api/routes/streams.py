@@ -19,7 +19,6 @@ from monitor.api.schemas import (
     StreamCreate,
     StreamPublic,
     StreamsPublic,
-    TracePointPublic,
     TracePublic,
 )
 from monitor.api.timeutil import Since, Until, check_range
@@ -98,16 +97,8 @@ def get_trace(
     """
     start, end = check_range(since, until)
     _get_row(session, name)
-    connection = session.connection()
-    if connection.dialect.name == "postgresql":
-        body = queries.trace_body_sql(connection, name, detector, start, end, max_points)
-        return Response(body, media_type="application/json")
-    rows, stored = queries.downsampled_trace(session, name, detector, start, end, max_points)
-    data = [TracePointPublic.model_validate(r, from_attributes=True) for r in rows]
-    trace = TracePublic(
-        stream=name, data=data, count=len(data), stored=stored, downsampled=len(data) < stored
-    )
-    return Response(trace.model_dump_json(), media_type="application/json")
+    body = queries.trace_body(session, name, detector, start, end, max_points)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/{name}/ood", summary="OOD decisions by window", responses=responses(404))
