@@ -169,8 +169,10 @@ def alarm_count(connection: Connection, filters: AlarmFilters) -> tuple[int, boo
     return _bounded(connection.execute(count_query, values).scalar_one())
 
 
-def _bounded(n: int, limit: int = COUNT_LIMIT) -> tuple[int, bool]:
-    """``(count, exact)`` of a count taken over at most ``limit + 1`` rows."""
+def _bounded(n: int, limit: int | None = None) -> tuple[int, bool]:
+    """``(count, exact)`` of a count taken over at most ``limit + 1`` rows (default
+    :data:`COUNT_LIMIT`, read at each call)."""
+    limit = COUNT_LIMIT if limit is None else limit
     return min(n, limit), n <= limit
 
 
