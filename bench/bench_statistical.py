@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.datasets import ScriptedStream, load_shuttle_regression, make_stream
 from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.diagnosis import DetectorAlarm, StreamDetectors
+from monitor.detectors.pair import DetectorAlarm, StreamDetectors
 
 N_CALIBRATION = 1000
 N_BEFORE = 500

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -195,3 +196,16 @@ def _is_type_tag(part: object) -> bool:
     """pydantic puts the union member tried ('list[constrained-float]', 'int') into error
     locations; users need the field path only."""
     return isinstance(part, str) and bool(_TYPE_TAG.match(part))
+
+
+def decode_batch(
+    values: Sequence[bytes | bytearray | memoryview | str], max_bytes: int = 256 * 1024
+) -> list[Event | InvalidEvent]:
+    """:func:`decode_event` of each value; a value that does not decode gives its error."""
+    out: list[Event | InvalidEvent] = []
+    for value in values:
+        try:
+            out.append(decode_event(value, max_bytes))
+        except InvalidEvent as exc:
+            out.append(exc)
+    return out

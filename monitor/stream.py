@@ -7,7 +7,8 @@ points, OOD windows). It holds no I/O; its whole state round-trips through :meth
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
+from monitor.detectors.pair import DetectorAlarm
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
 from monitor.records import Alarm, OODWindow, TracePoint
@@ -131,6 +133,127 @@ class StreamMonitor:
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         self._trace("conditional", pending.event_index, ts)
 
+    # -- batches ------------------------------------------------------------------------------
+
+    def step(
+        self, events: Sequence[Event], fallback_ts: Callable[[int], datetime]
+    ) -> list[tuple[int, str]]:
+        """The batch path: the same results as :meth:`observe` of each event in order.
+
+        One pass in Python validates the events, keeps the label store and lays out the
+        batch's work as arrays (the predictions' inputs, the joined labels' scores, where each
+        label joined among the predictions); then each monitor advances over the whole batch in
+        one call (:meth:`StreamDetectors.update_batch`, :meth:`OODDecider.add_many`) and only
+        what is stored becomes a record: alarms, every ``trace_every``-th trace point, OOD
+        windows. ``fallback_ts(k)`` is the time of event k when it has no ``ts``. Returns the
+        events that do not fit the stream as ``(k, reason)``; they change nothing.
+        """
+        batch = _Batch()
+        rejected: list[tuple[int, str]] = []
+        ood_kinds = () if self.ood is None else self.ood._kinds
+        for k, event in enumerate(events):
+            ts = event.ts or fallback_ts(k)
+            if ts.tzinfo is None:
+                ts = ts.replace(tzinfo=UTC)
+            try:
+                if isinstance(event, PredictionEvent):
+                    self._batch_prediction(event, ts, ood_kinds, batch)
+                else:
+                    self._check_label(event.label)
+                    self.join.add_label(event.id, event.label, ts.timestamp())
+            except InvalidEvent as exc:
+                rejected.append((k, str(exc)))
+                continue
+            self.last_ts = ts
+            for joined in self.join.drain():
+                batch.add_joined(joined, self.config, ts)
+        if batch.cov_index or batch.cond_index:
+            self._advance(batch)
+        return rejected
+
+    def _batch_prediction(
+        self, event: PredictionEvent, ts: datetime, ood_kinds: tuple[str, ...], batch: _Batch
+    ) -> None:
+        features = self._feature_list(event)
+        prediction = self._prediction(event)
+        inputs = self._ood_lists(event, ood_kinds)
+        if event.label is not None:
+            self._check_label(event.label)
+        if self.join.has_prediction(event.id):
+            raise InvalidEvent(
+                f"duplicate prediction id {event.id!r} (still waiting for its label)"
+            )
+        index = self.event_index
+        self.event_index += 1
+        batch.add_prediction(event.id, index, ts, features, inputs)
+        seconds = ts.timestamp()
+        self.join.add_prediction(Pending(event.id, index, seconds, tuple(features), prediction))
+        if event.label is not None:
+            self.join.add_label(event.id, event.label, seconds)
+
+    def _advance(self, batch: _Batch) -> None:
+        """Both monitors and the OOD rule over the batch laid out by :meth:`step`."""
+        d = self.calibration.n_features
+        X_cov = np.array(batch.cov_rows, np.float64).reshape(len(batch.cov_rows), d)
+        X_cond = np.array(batch.cond_rows, np.float64).reshape(len(batch.cond_rows), d)
+        result = self.detectors.update_batch(
+            X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
+            batch.cond_index, np.array(batch.cond_before, np.int64),
+        )
+        traces: list[tuple[int, int, TracePoint]] = []
+        alarms: list[tuple[int, Alarm]] = []
+        every = self.config.trace_every
+        cov, cond = result.cov_trace, result.cond_trace
+        for i in range(every - 1 - batch.cov_index[0] % every, len(batch.cov_index), every) \
+                if batch.cov_index else ():
+            point = self._traced("covariate", cov, i, batch.cov_index[i], batch.cov_ts[i])
+            traces.append((batch.cov_seq[i], 1, point))
+        labeled0 = self.labeled
+        self.labeled += len(batch.cond_index)
+        for j in range(every - 1 - labeled0 % every, len(batch.cond_index), every):
+            point = self._traced("conditional", cond, j, batch.cond_index[j], batch.cond_ts[j])
+            traces.append((batch.cond_seq[j], 1, point))
+        for detector, i, raised in result.alarms:
+            if detector == "covariate":
+                seq, event_id = batch.cov_seq[i], batch.cov_ids[i]
+                index, ts, trace = batch.cov_index[i], batch.cov_ts[i], cov
+            else:
+                seq, event_id = batch.cond_seq[i], batch.cond_ids[i]
+                index, ts, trace = batch.cond_index[i], batch.cond_ts[i], cond
+            alarms.append((seq, self._alarm_record(raised, event_id, index, ts)))
+            traces.append((seq, 0, self._traced(detector, trace, i, index, ts)))
+        alarms.sort(key=lambda item: item[0])
+        traces.sort(key=lambda item: item[:2])
+        self._alarms += [alarm for _, alarm in alarms]
+        self._traces += [point for _, _, point in traces]
+        if self.ood is not None and batch.cov_index:
+            first = batch.cov_index[0]
+            inputs = {"features": X_cov}
+            for kind, rows in batch.ood_rows.items():
+                inputs[kind] = np.array(rows, np.float64)
+            _add_many(self.ood, batch.cov_ids, inputs)
+            for decision in self.ood.windows():
+                ts = batch.cov_ts[decision.end_index - first]
+                self._windows.append(self._window_record(decision, ts))
+
+    def _traced(self, detector: str, trace: Any, i: int, index: int, ts: datetime) -> TracePoint:
+        """The trace point of a detector's update i of a batch (its values from the trace)."""
+        ess = None if detector == "covariate" else _finite(float(trace.weights_ess[i]))
+        monitor = (
+            self.detectors.covariate if detector == "covariate" else self.detectors.conditional
+        )
+        return TracePoint(
+            stream=self.name,
+            detector=detector,
+            event_index=index,
+            ts=ts,
+            log_martingale=_finite(float(trace.log_martingale[i])),
+            p_value=_finite(float(trace.p_value[i])),
+            log_statistic=_finite(float(trace.log_statistic[i])),
+            log_threshold=_finite(math.log(monitor.threshold)),
+            weights_ess=ess,
+        )
+
     def flush(self) -> bool:
         """Close a partial OOD window; True if anything new is ready to drain."""
         if self.ood is None:
@@ -151,22 +274,25 @@ class StreamMonitor:
 
     def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
         for raised in self.detectors.new_alarms:
-            self._alarms.append(
-                Alarm(
-                    stream=self.name,
-                    detector=raised.detector,
-                    kind=raised.kind,
-                    event_id=event_id,
-                    event_index=index,
-                    ts=ts,
-                    changepoint=raised.changepoint,
-                    statistic=raised.statistic,
-                    threshold=self._threshold(raised.detector),
-                    rule=raised.rule,
-                    evidence=_json_safe(raised.evidence),
-                )
-            )
+            self._alarms.append(self._alarm_record(raised, event_id, index, ts))
             self._traces.append(self._trace_point(raised.detector, index, ts))
+
+    def _alarm_record(
+        self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
+    ) -> Alarm:
+        return Alarm(
+            stream=self.name,
+            detector=raised.detector,
+            kind=raised.kind,
+            event_id=event_id,
+            event_index=index,
+            ts=ts,
+            changepoint=raised.changepoint,
+            statistic=raised.statistic,
+            threshold=self._threshold(raised.detector),
+            rule=raised.rule,
+            evidence=_json_safe(raised.evidence),
+        )
 
     def _threshold(self, detector: str) -> float:
         """The configured threshold, exactly (the detectors work with its logarithm)."""
@@ -230,6 +356,48 @@ class StreamMonitor:
             )
         return x
 
+    def _feature_list(self, event: PredictionEvent) -> list[float]:
+        """:meth:`_features` as a list (the batch path builds one matrix per batch)."""
+        features = event.features
+        names = self.calibration.feature_names
+        if isinstance(features, dict):
+            if names is None:
+                values = list(features.values())
+            else:
+                if len(features) != len(names) or any(n not in features for n in names):
+                    raise InvalidEvent(
+                        f"feature names {sorted(features)} differ from the stream's "
+                        f"{list(names)}"
+                    )
+                values = [features[n] for n in names]
+        else:
+            values = features
+        if len(values) != self.calibration.n_features:
+            raise InvalidEvent(
+                f"wrong feature dimension: got {len(values)}, "
+                f"stream {self.name!r} expects {self.calibration.n_features}"
+            )
+        return values
+
+    def _ood_lists(
+        self, event: PredictionEvent, kinds: tuple[str, ...]
+    ) -> dict[str, list[float]]:
+        """The event's logits / embedding the OOD rule reads, checked (:meth:`_ood_inputs`)."""
+        inputs: dict[str, list[float]] = {}
+        for kind in ("logits", "embedding"):
+            value = getattr(event, kind)
+            expected = getattr(self.calibration, kind)
+            if value is None:
+                if kind in kinds:
+                    raise InvalidEvent(f"'{kind}' is missing; the stream's OOD scorers read it")
+                continue
+            if expected is None or len(value) != expected.shape[1]:
+                width = None if expected is None else expected.shape[1]
+                raise InvalidEvent(f"'{kind}' has length {len(value)}, stream expects {width}")
+            if kind in kinds:
+                inputs[kind] = value
+        return inputs
+
     def _prediction(self, event: PredictionEvent) -> float | tuple[float, ...]:
         n_classes = self.calibration.n_classes
         if n_classes is None:
@@ -252,15 +420,9 @@ class StreamMonitor:
             raise InvalidEvent(f"'label' must be a class index in [0, {n_classes})")
 
     def _ood_inputs(self, event: PredictionEvent, x: np.ndarray) -> dict[str, np.ndarray]:
+        kinds = () if self.ood is None else self.ood._kinds
         inputs = {"features": x}
-        for kind in ("logits", "embedding"):
-            value = getattr(event, kind)
-            expected = getattr(self.calibration, kind)
-            if value is None:
-                continue
-            if expected is None or len(value) != expected.shape[1]:
-                width = None if expected is None else expected.shape[1]
-                raise InvalidEvent(f"'{kind}' has length {len(value)}, stream expects {width}")
+        for kind, value in self._ood_lists(event, kinds).items():
             inputs[kind] = np.asarray(value, dtype=float)
         return inputs
 
@@ -292,6 +454,58 @@ class StreamMonitor:
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
         self.join.load_state(state["join"])
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A stream's share of a poll batch laid out for the batch calls: the valid predictions
+    (``cov_*``, in arrival order) and the labelled events (``cond_*``, in the order their labels
+    joined; ``cond_before[j]``: predictions of the batch that came before). ``*_seq`` numbers
+    both kinds of update in arrival order, to keep the records in the per-event order."""
+
+    cov_rows: list[list[float]] = field(default_factory=list)
+    cov_index: list[int] = field(default_factory=list)
+    cov_ts: list[datetime] = field(default_factory=list)
+    cov_ids: list[str] = field(default_factory=list)
+    cov_seq: list[int] = field(default_factory=list)
+    ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
+    cond_rows: list[tuple[float, ...]] = field(default_factory=list)
+    cond_scores: list[float] = field(default_factory=list)
+    cond_index: list[int] = field(default_factory=list)
+    cond_ts: list[datetime] = field(default_factory=list)
+    cond_ids: list[str] = field(default_factory=list)
+    cond_seq: list[int] = field(default_factory=list)
+    cond_before: list[int] = field(default_factory=list)
+    seq: int = 0
+
+    def add_prediction(
+        self, event_id: str, index: int, ts: datetime, features: list[float],
+        inputs: dict[str, list[float]],
+    ) -> None:
+        self.cov_rows.append(features)
+        self.cov_index.append(index)
+        self.cov_ts.append(ts)
+        self.cov_ids.append(event_id)
+        self.cov_seq.append(self.seq)
+        self.seq += 1
+        for kind, value in inputs.items():
+            self.ood_rows.setdefault(kind, []).append(value)
+
+    def add_joined(self, joined: Joined, config: StreamConfig, ts: datetime) -> None:
+        pending = joined.pending
+        self.cond_rows.append(pending.features)
+        self.cond_scores.append(conditional_score(config, pending.prediction, joined.label))
+        self.cond_index.append(pending.event_index)
+        self.cond_ts.append(ts)
+        self.cond_ids.append(pending.event_id)
+        self.cond_seq.append(self.seq)
+        self.cond_before.append(len(self.cov_index))
+        self.seq += 1
+
+
+def _add_many(decider: Any, ids: list[str], inputs: dict[str, np.ndarray]) -> None:
+    for i, event_id in enumerate(ids):
+        decider.add(event_id, {kind: rows[i] for kind, rows in inputs.items()})
 
 
 def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:

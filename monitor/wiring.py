@@ -9,7 +9,7 @@ import numpy as np
 from monitor.calibration import Calibration
 from monitor.config import StreamConfig
 from monitor.decisions import OODDecider
-from monitor.diagnosis import StreamDetectors
+from monitor.detectors.pair import StreamDetectors
 from monitor.ood import make_scorer
 from monitor.scores import PAIR_RESIDUALS, make_conditional_score
 

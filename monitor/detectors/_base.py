@@ -350,3 +350,31 @@ class MartingaleMonitor:
         self._p_value = float(state["p_value"])
         self._last_alarms = tuple(AlarmEvent(**a) for a in state["last_alarms"])
         self._frozen = None if state["frozen"] is None else AlarmEvent(**state["frozen"])
+
+
+@dataclass(slots=True)
+class BatchTrace:
+    """Values after each update of a batch, exactly as the monitor's properties read then."""
+
+    p_value: np.ndarray
+    log_martingale: np.ndarray
+    log_statistic: np.ndarray
+    weights_ess: np.ndarray | None = None
+    penalised: np.ndarray | None = None
+
+
+def reference_batch(monitor: Any, step: Any, n: int, conditional: bool,
+                    on_alarm: Any) -> BatchTrace:
+    """The per-event loop behind ``update_batch`` (``step(i)`` updates with row i)."""
+    p, lm, ls = np.empty(n), np.empty(n), np.empty(n)
+    ess, pen = (np.empty(n), np.zeros(n, bool)) if conditional else (None, None)
+    for i in range(n):
+        step(i)
+        p[i], lm[i], ls[i] = monitor.p_value, monitor.log_martingale, monitor.log_statistic
+        if conditional:
+            assert ess is not None and pen is not None
+            ess[i], pen[i] = monitor.weights_ess, monitor.penalised
+        if on_alarm is not None:
+            for event in monitor.last_alarms:
+                on_alarm(i, event)
+    return BatchTrace(p, lm, ls, ess, pen)

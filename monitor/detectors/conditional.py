@@ -13,6 +13,7 @@ from scipy.special import ndtri
 from monitor.detectors._base import (
     MONITORING,
     WARMING_UP,
+    BatchTrace,
     FloatArray,
     MartingaleMonitor,
     as_matrix,
@@ -22,6 +23,7 @@ from monitor.detectors._base import (
     check_lifecycle,
     check_test_params,
     derive_seed,
+    reference_batch,
 )
 from monitor.martingales import ConformalPValue
 from monitor.martingales._state import check_state, new_state
@@ -304,6 +306,13 @@ class ConditionalMonitor(MartingaleMonitor):
         """One labelled event: features ``x`` and its conditional nonconformity ``score``."""
         score = _check_score(score)
         self._step(self._row(x), score)
+
+    def update_batch(self, X: FloatArray | None, scores: FloatArray, on_alarm: Any = None
+                     ) -> BatchTrace:
+        """Repeated :meth:`_update_row` with a trace (see ``BatchTrace``)."""
+        def step(i: int) -> None:
+            self._update_row(None if X is None else X[i : i + 1], float(scores[i]))
+        return reference_batch(self, step, scores.shape[0], True, on_alarm)
 
     def _update_row(self, row: FloatArray | None, score: float) -> None:
         """:meth:`update` with features already checked by ``as_row`` (the caller's job; a

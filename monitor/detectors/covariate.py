@@ -13,6 +13,7 @@ from monitor.detectors._base import (
     MONITORING,
     STOPPED,
     WARMING_UP,
+    BatchTrace,
     FloatArray,
     MartingaleMonitor,
     as_matrix,
@@ -21,6 +22,7 @@ from monitor.detectors._base import (
     check_lifecycle,
     check_test_params,
     derive_seed,
+    reference_batch,
     window_mean,
 )
 from monitor.martingales import ConformalPValue
@@ -282,6 +284,10 @@ class CovariateMonitor(MartingaleMonitor):
                 self._raise(self._test.alarm_event(index))
         elif self._phase == WARMING_UP:
             self._collect([score])
+
+    def update_batch(self, X: FloatArray, on_alarm: Any = None) -> BatchTrace:
+        """Repeated :meth:`update` with a trace (see ``BatchTrace``)."""
+        return reference_batch(self, lambda i: self.update(X[i]), X.shape[0], False, on_alarm)
 
     def update_many(self, X: ArrayLike) -> None:
         """Update with every row of ``X`` in order; the same results as repeated :meth:`update`

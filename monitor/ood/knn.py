@@ -7,6 +7,7 @@ from typing import Literal, Self
 import numpy as np
 from numpy.typing import ArrayLike
 
+from monitor.ood._distances import kth_partial_sq_distance
 from monitor.ood.base import (
     FloatArray,
     InputKind,
@@ -112,14 +113,20 @@ class KNN(Scorer):
         return -out
 
     def _kth_distance(self, block: FloatArray) -> FloatArray:
-        # ‖q − r‖² = ‖q‖² − 2 q·r + ‖r‖²: one matrix product per block instead of a loop; ‖q‖²
-        # is constant along a row, so it is added after the partition (in place, no temporaries).
-        sq = block @ self.bank_.T
-        sq *= -2.0
-        sq += self.sq_norms_[None, :]
-        kth = np.partition(sq, self.k - 1, axis=1)[:, self.k - 1]
+        # ‖q − r‖² = ‖q‖² − 2 q·r + ‖r‖²; ‖q‖² is constant along a row, so it is added after
+        # the selection. Summed in a fixed order per row (``_distances``): a row's score is the
+        # same whatever rows are scored with it, so batch and per-event scoring agree bit for bit.
+        kth = kth_partial_sq_distance(block, self._bank_t(), self.sq_norms_, self.k)
         kth += np.einsum("ij,ij->i", block, block)
         return np.sqrt(np.maximum(kth, 0.0))
+
+    def _bank_t(self) -> FloatArray:
+        """The reference points transposed, contiguous (cached; rebuilt after a refit)."""
+        cached = getattr(self, "_bank_t_cache", None)
+        if cached is None or cached[0] is not self.bank_:
+            cached = (self.bank_, np.ascontiguousarray(self.bank_.T))
+            self._bank_t_cache = cached
+        return cached[1]
 
     def _transform(self, X: FloatArray) -> FloatArray:
         Z = (X - self.mean_) / self.scale_

@@ -11,7 +11,7 @@ from river import drift
 
 from monitor.datasets import load_shuttle_regression
 from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.diagnosis import StreamDetectors
+from monitor.detectors.pair import StreamDetectors
 
 SETTINGS = [("ville", 0.05), ("cusum", 20.0), ("shiryaev_roberts", 50.0)]
 

@@ -120,13 +120,19 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[R
 
 
 def _results(out: BatchOutput) -> list[Any]:
-    return [[r.to_json() for r in rows]
+    return [[repr(r.to_json()) for r in rows]  # repr: nan == nan
             for rows in (out.alarms, out.trace_points, out.ood_windows, out.dead_letters)]
 
 
 def test_npz_checkpoint_loads_and_continues_exactly(
     example: tuple[list[str], list[RawRecord]],
 ) -> None:
+    """A checkpoint written in the npz layout by an earlier version loads, has the layout of
+    today's states, and continues exactly as the same state written in today's layout.
+
+    (Its values are no longer today's to the last bit: kNN distances are now summed in a fixed
+    order per row, ``monitor/ood/_distances.py``, which moved the calibration scores by an ulp.)
+    """
     configs, records = example
     old_text = (DATA / "checkpoint_npz_v1.json").read_text()
     old_state = decode_state(old_text, (DATA / "checkpoint_npz_v1.npz").read_bytes())["state"]
@@ -134,16 +140,29 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     uninterrupted = Pipeline(build_monitors(read_configs(configs)), "file:x")
     uninterrupted.process(records[:SPLIT])
     (name, monitor), = uninterrupted.streams.items()
-    assert canonical(old_state) == canonical(monitor.state_dict())  # the same content
-    assert encode_state({"state": monitor.state_dict(), "arrays": {}})[0] == old_text
+    assert _layout(old_state) == _layout(monitor.state_dict())
 
     restored = Pipeline(build_monitors(read_configs(configs)), "file:x")
     restored.streams[name].load_state(old_state)
-    want, got = uninterrupted.process(records[SPLIT:]), restored.process(records[SPLIT:])
-    assert len(want.trace_points) > 20  # p-values and martingales after the split
-    assert _results(got) == _results(want)
-    final = restored.streams[name].state_dict()
-    assert canonical(final) == canonical(monitor.state_dict())
-    text, blob = encode_state({"state": final, "arrays": {}})  # written back in the new layout
+    text, blob = encode_state({"state": old_state, "arrays": {}})  # written in the new layout
     assert blob is not None and blob.startswith(BLOB_MAGIC)
-    assert canonical(decode_state(text, blob)["state"]) == canonical(final)
+    rewritten = Pipeline(build_monitors(read_configs(configs)), "file:x")
+    rewritten.streams[name].load_state(decode_state(text, blob)["state"])
+    want = uninterrupted.process(records[SPLIT:])
+    got, again = restored.process(records[SPLIT:]), rewritten.process(records[SPLIT:])
+    assert len(got.trace_points) > 20  # p-values and martingales after the split
+    assert _results(again) == _results(got)
+    assert [a.event_index for a in got.alarms] == [a.event_index for a in want.alarms]
+    final = restored.streams[name].state_dict()
+    assert canonical(rewritten.streams[name].state_dict()) == canonical(final)
+
+
+def _layout(value: Any) -> Any:
+    """Keys, types and array shapes of a state, not its values."""
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape)
+    if isinstance(value, dict):
+        return {k: _layout(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_layout(v) for v in value]
+    return type(value).__name__

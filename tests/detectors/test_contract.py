@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.diagnosis import StreamDetectors
+from monitor.detectors.pair import StreamDetectors
 from monitor.state import decode_state, encode_state
 from tests.detectors.conftest import Toy, make_toy
 

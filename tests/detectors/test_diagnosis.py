@@ -7,14 +7,8 @@ import pytest
 
 from monitor.config import StreamConfig
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.diagnosis import (
-    ALARM_KINDS,
-    DetectorAlarm,
-    StreamDetectors,
-    _evidence_share,
-    diagnose_conditional,
-    diagnose_covariate,
-)
+from monitor.detectors.pair import DetectorAlarm, StreamDetectors, _evidence_share
+from monitor.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
 from monitor.records import ALARM_KINDS as RECORD_KINDS
 from tests.detectors.conftest import Toy, make_toy
 

@@ -10,7 +10,7 @@ import pytest
 
 from monitor.datasets import DEMO_PHASES, load_shuttle_regression, make_stream
 from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.diagnosis import StreamDetectors
+from monitor.detectors.pair import StreamDetectors
 
 Alarm = tuple[str, str, int, int | None]
 

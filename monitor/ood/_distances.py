@@ -1,0 +1,111 @@
+"""Squared distances whose value for a row does not depend on the rows scored with it.
+
+A matrix product (BLAS) picks its kernel and blocking by the shape of the whole batch, so the last
+bits of ``q·r`` can differ between a row scored alone and the same row scored among 500 others.
+The worker scores a poll batch at once and must give the per-event results bit for bit, whatever
+the batch (issue #13), so the cross products are summed here in one fixed order per (row,
+reference point) pair: over the features, in order. The inner loop runs over the reference points,
+which compilers vectorise without reordering any sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from monitor.martingales._jit import jit
+
+
+@jit
+def _kth_half_distances(
+    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
+    k: int, out: NDArray[np.floating],
+) -> None:
+    """out[i] = the k-th smallest (1-based) of row i of :func:`_half_distances` (the same
+    order statistic as ``np.partition``), without storing the row's m values for long."""
+    n, d = block.shape
+    m = bank_t.shape[1]
+    row = np.empty(m, out.dtype)
+    best = np.empty(k, out.dtype)
+    for i in range(n):
+        for j in range(m):
+            row[j] = 0.0
+        for c in range(d):
+            q = block[i, c]
+            ref = bank_t[c]
+            for j in range(m):
+                row[j] += q * ref[j]
+        filled = 0
+        for j in range(m):
+            v = row[j] * -2.0 + sq_norms[j]
+            if filled < k:
+                p = filled
+                filled += 1
+            elif v < best[k - 1]:
+                p = k - 1
+            else:
+                continue
+            while p > 0 and best[p - 1] > v:  # insertion into the k smallest, kept sorted
+                best[p] = best[p - 1]
+                p -= 1
+            best[p] = v
+        out[i] = best[k - 1]
+
+
+@jit
+def _half_distances(
+    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
+    out: NDArray[np.floating],
+) -> None:
+    n, d = block.shape
+    m = bank_t.shape[1]
+    for i in range(n):
+        row = out[i]
+        for j in range(m):
+            row[j] = 0.0
+        for k in range(d):
+            q = block[i, k]
+            ref = bank_t[k]
+            for j in range(m):
+                row[j] += q * ref[j]
+        for j in range(m):
+            row[j] = row[j] * -2.0 + sq_norms[j]
+
+
+def partial_sq_distances(
+    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating]
+) -> NDArray[np.floating]:
+    """``‖r_j‖² − 2 q_i·r_j`` for every row ``q_i`` of ``block`` and column ``r_j`` of ``bank_t``
+    (the reference points, transposed: shape (d, m)); add ``‖q_i‖²`` for squared distances.
+
+    Examples
+    --------
+    >>> bank = np.array([[0.0, 0.0], [3.0, 4.0]])
+    >>> q = np.array([[3.0, 0.0]])
+    >>> partial_sq_distances(q, np.ascontiguousarray(bank.T), (bank**2).sum(1)) + 9.0
+    array([[ 9., 16.]])
+    """
+    block = np.ascontiguousarray(block)
+    out = np.empty((block.shape[0], bank_t.shape[1]), dtype=np.result_type(block, bank_t))
+    _half_distances(block, bank_t, sq_norms.astype(out.dtype, copy=False), out)
+    return out
+
+
+def kth_partial_sq_distance(
+    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
+    k: int,
+) -> NDArray[np.floating]:
+    """For each row of ``block``, the k-th smallest of :func:`partial_sq_distances` (1-based
+    ``k`` ≤ the number of reference points): one pass, no (n, m) matrix.
+
+    Examples
+    --------
+    >>> bank = np.array([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]])
+    >>> q = np.array([[3.0, 0.0], [0.0, 0.0]])
+    >>> kth_partial_sq_distance(q, np.ascontiguousarray(bank.T), (bank**2).sum(1), 2) + [9.0, 0.0]
+    array([9., 1.])
+    """
+    block = np.ascontiguousarray(block)
+    out = np.empty(block.shape[0], dtype=np.result_type(block, bank_t))
+    _kth_half_distances(block, bank_t, sq_norms.astype(out.dtype, copy=False), int(k), out)
+    return out
