@@ -40,8 +40,26 @@ class BatchOutput:
     touched: set[str] = field(default_factory=set)
     events: int = 0
 
+    def add_records(
+        self, alarms: list[Alarm], trace_points: list[TracePoint], ood_windows: list[OODWindow]
+    ) -> None:
+        self.alarms += alarms
+        self.trace_points += trace_points
+        self.ood_windows += ood_windows
+
 
 log = logging.getLogger(__name__)
+
+
+class BatchStepError(Exception):
+    """A stream's batch step failed on something other than the data (a bug): its state may be
+    half-advanced. The worker reloads the streams from the last checkpoint and processes the
+    records one at a time, where the failing record becomes an ``internal error`` dead letter
+    and the others go on, as on the per-event path."""
+
+    def __init__(self, stream: str, cause: Exception) -> None:
+        super().__init__(f"stream {stream!r}: {type(cause).__name__}: {cause}")
+        self.stream = stream
 
 
 class Pipeline:
@@ -99,7 +117,17 @@ class Pipeline:
             def fallback(i: int, positions: list[int] = positions) -> datetime:
                 return _record_time(records[positions[i]])
 
-            rejected = monitor.step(events, fallback)
+            # A poll of one record (the worker isolating records after a failed step, or a
+            # trickle of events) keeps the stream's state to undo a failed step.
+            before = monitor.state_dict() if len(records) == 1 else None
+            try:
+                rejected = monitor.step(events, fallback)
+            except Exception as exc:  # a bug, not the data: the worker isolates the records
+                if before is None:
+                    raise BatchStepError(name, exc) from exc
+                log.exception("internal error on %s", _where(records[positions[0]]))
+                monitor.load_state(before)
+                rejected = [(0, f"internal error: {type(exc).__name__}: {exc}")]
             for i, reason in rejected:
                 record = records[positions[i]]
                 dead.append((positions[i], _dead_letter(
@@ -108,7 +136,7 @@ class Pipeline:
             if len(rejected) < len(events):
                 out.events += len(events) - len(rejected)
                 out.touched.add(name)
-                monitor.drain_into(out)
+                out.add_records(*monitor.drain())
         dead.sort(key=lambda item: item[0])
         out.dead_letters = [letter for _, letter in dead]
         for record in records:
@@ -126,7 +154,7 @@ class Pipeline:
             key = (record.topic, record.partition)
             out.offsets[key] = max(out.offsets.get(key, 0), record.offset + 1)
         for name in out.touched:
-            self.streams[name].drain_into(out)
+            out.add_records(*self.streams[name].drain())
         return out
 
     def flush(self) -> BatchOutput:
@@ -135,7 +163,7 @@ class Pipeline:
         for name, monitor in self.streams.items():
             if monitor.flush():
                 out.touched.add(name)
-                monitor.drain_into(out)
+                out.add_records(*monitor.drain())
         return out
 
     def _decode(self, record: Any) -> _Decoded:
@@ -176,9 +204,7 @@ class Pipeline:
             out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts, stream))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
-            log.exception(
-                "internal error on %s:%s@%s", record.topic, record.partition, record.offset
-            )
+            log.exception("internal error on %s", _where(record))
             reason = f"internal error: {type(exc).__name__}: {exc}"
             ts = _record_time(record)
             out.dead_letters.append(_dead_letter(self.source, record, reason, ts, stream))
@@ -192,6 +218,10 @@ class _Decoded(NamedTuple):
 
     record: Any
     event: Event | Exception
+
+
+def _where(record: Any) -> str:
+    return f"{record.topic}:{record.partition}@{record.offset}"
 
 
 def _record_time(record: Any) -> datetime:

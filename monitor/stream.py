@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +21,6 @@ from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
 from monitor.records import Alarm, OODWindow, TracePoint
 from monitor.wiring import build_detectors, build_ood, conditional_score
-
-if TYPE_CHECKING:
-    from monitor.pipeline import BatchOutput
 
 STATE_VERSION = 1
 
@@ -263,12 +260,11 @@ class StreamMonitor:
             self._windows.append(self._window_record(decision, self.last_ts or datetime.now(UTC)))
         return bool(self._windows or self._alarms or self._traces)
 
-    def drain_into(self, out: BatchOutput) -> None:
-        """Move the records produced since the last drain into ``out``."""
-        out.alarms += self._alarms
-        out.trace_points += self._traces
-        out.ood_windows += self._windows
+    def drain(self) -> tuple[list[Alarm], list[TracePoint], list[OODWindow]]:
+        """The records produced since the last drain: alarms, trace points, OOD windows."""
+        drained = self._alarms, self._traces, self._windows
         self._alarms, self._traces, self._windows = [], [], []
+        return drained
 
     # -- records ------------------------------------------------------------------------------
 

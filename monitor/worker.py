@@ -54,7 +54,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
 
-from monitor.pipeline import BatchOutput, Pipeline
+from monitor.pipeline import BatchOutput, BatchStepError, Pipeline
 from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import StreamMonitor
 
@@ -407,7 +407,13 @@ class Worker:
         size = 1 if self._isolate_until else self.batch_size
         records = self.source.poll(size, self.poll_timeout_s)
         if records:
-            self._handle(self.pipeline.process(records), records)
+            try:
+                out = self.pipeline.process(records)
+            except BatchStepError as exc:
+                log.exception("a stream's batch step failed (%s)", exc)
+                self._isolate(records, {exc.stream})
+                return True
+            self._handle(out, records)
         elif self.source.exhausted:
             self._handle(self.pipeline.flush(), [])
             return False
@@ -501,14 +507,12 @@ class Worker:
         detectors is discarded, and the stream goes on.
         """
         since_checkpoint = bool(self._pending.summary.batches)
-        self._resync(records, touched)
         if len(records) > 1 or since_checkpoint:
             log.error("a record of this batch cannot be stored (%s): processing records one at "
                       "a time up to its %d", _short(exc), len(records))
-            for record in records:
-                tp = (record.topic, record.partition)
-                self._isolate_until[tp] = max(record.offset + 1, self._isolate_until.get(tp, 0))
+            self._isolate(records, touched)
             return
+        self._resync(records, touched)
         record = records[0]
         reason = f"results cannot be stored: {_short(exc)}"
         log.error("%s[%d]@%d: %s; dead-lettered", record.topic, record.partition, record.offset,
@@ -523,6 +527,14 @@ class Worker:
         self._commit(out.offsets)
         self.summary.add(out)
         self._isolated(records)
+
+    def _isolate(self, records: Sequence[Any], touched: set[str]) -> None:
+        """Resynchronise (back to the last checkpoint), then process one record per
+        transaction, each a checkpoint, until past ``records``."""
+        self._resync(records, touched)
+        for record in records:
+            tp = (record.topic, record.partition)
+            self._isolate_until[tp] = max(record.offset + 1, self._isolate_until.get(tp, 0))
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         from connectors.errors import OffsetCommitError

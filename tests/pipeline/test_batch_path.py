@@ -121,3 +121,45 @@ def test_duplicates_and_early_labels_in_one_batch(tmp_path: Path) -> None:
     assert any("duplicate prediction id" in d for d in reference["dead"])
     for batch in (1, 7, 5000):
         assert_same(run([paths["config"]], values, batch, per_event=False), reference)
+
+
+def test_a_failing_batch_step_costs_one_record(tmp_path: Path, monkeypatch: Any) -> None:
+    """A stream's batch step that fails on something other than the data (a bug) does not stop
+    the worker: it reloads the last checkpoint and processes the records one at a time, where
+    the failing record becomes an ``internal error`` dead letter and every other one is
+    processed, with the results of a run that never saw it."""
+    from connectors import FileSource
+    from monitor.runner import DatabaseSink
+    from monitor.stream import StreamMonitor
+    from monitor.worker import Worker
+
+    paths = build_example(tmp_path, seed=2, n_calibration=150, phases=[("stable", 200)])
+    lines = paths["events"].read_bytes().splitlines()
+    poisoned = 77
+    original = StreamMonitor._advance
+
+    def failing(self: StreamMonitor, batch: Any) -> None:
+        if f"e-{poisoned:06d}" in batch.cov_ids:
+            raise RuntimeError("boom")
+        original(self, batch)
+
+    def run_file(path: Path, db: str) -> tuple[Any, Any]:
+        source = FileSource(path)
+        sink = DatabaseSink(f"sqlite:///{tmp_path / db}")
+        pipeline = Pipeline(build_monitors(read_configs([str(paths["config"])])), source.name)
+        worker = Worker(source, pipeline, sink, "file", batch_size=50)
+        try:
+            return worker.run(), pipeline.streams["shuttle"].state_dict()
+        finally:
+            source.close()
+            sink.close()
+
+    monkeypatch.setattr(StreamMonitor, "_advance", failing)
+    summary, state = run_file(paths["events"], "failing.db")
+    assert summary.events == len(lines) - 1
+    assert summary.dead_letters == 1
+    monkeypatch.setattr(StreamMonitor, "_advance", original)
+    skipped = tmp_path / "skipped.jsonl"
+    skipped.write_bytes(b"".join(v + b"\n" for i, v in enumerate(lines) if i != poisoned))
+    _, want = run_file(skipped, "skipped.db")
+    assert canonical(state) == canonical(want)
