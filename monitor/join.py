@@ -15,8 +15,7 @@ entries.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 Label = int | float | str
 
@@ -24,9 +23,8 @@ Label = int | float | str
 CLOCK_WINDOW = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """A prediction waiting for its label."""
+class Pending(NamedTuple):
+    """A prediction waiting for its label (a named tuple: built once per event, so cheaply)."""
 
     event_id: str
     event_index: int
@@ -35,8 +33,7 @@ class Pending:
     prediction: float | tuple[float, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Joined:
+class Joined(NamedTuple):
     """A prediction with its label, ready for the conditional monitor."""
 
     pending: Pending
@@ -129,7 +126,9 @@ class LabelJoin:
     def _expire(self, ts: float) -> None:
         self._recent.append(ts)
         recent = sorted(self._recent)
-        self._clock = max(self._clock, recent[(len(recent) - 1) // 2])
+        median = recent[(len(recent) - 1) // 2]
+        if median > self._clock:
+            self._clock = median
         horizon = self._clock - self.max_delay_seconds
         # Most events expire nothing: look at the oldest entries before calling _evict.
         predictions, labels, cap = self._predictions, self._labels, self.max_pending
