@@ -3,6 +3,7 @@ properties read inside ``on_alarm``) and the whole state afterwards, for any bat
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -105,7 +106,7 @@ def _run_both(
     got = make()
     seen: list[tuple[int, AlarmEvent, tuple[Any, ...]]] = []
     traces = []
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    for a, b in itertools.pairwise(bounds):
         def callback(i: int, event: AlarmEvent, a: int = a) -> None:
             seen.append((a + i, event, _inside(got)))
             if on_alarm is not None:
