@@ -342,7 +342,9 @@ class CovariateMonitor(MartingaleMonitor):
         if n == 0:
             return np.empty(0, np.float64), []
         prepared = self._prepared
-        found = [prepared.get(row.tobytes()) for row in arr] if prepared else [None] * n
+        found: list[tuple[float, bool] | None] = (
+            [prepared.get(row.tobytes()) for row in arr] if prepared else [None] * n
+        )
         missing = [j for j, f in enumerate(found) if f is None]
         if missing:
             sub = arr if len(missing) == n else arr[missing]
