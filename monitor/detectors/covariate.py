@@ -342,9 +342,12 @@ class CovariateMonitor(MartingaleMonitor):
         if n == 0:
             return np.empty(0, np.float64), []
         prepared = self._prepared
-        found: list[tuple[float, bool] | None] = (
-            [prepared.get(row.tobytes()) for row in arr] if prepared else [None] * n
-        )
+        found: list[tuple[float, bool] | None] = [None] * n
+        if prepared:
+            # the rows' keys (row.tobytes()) as slices of one buffer: no view per row
+            raw, width = np.ascontiguousarray(arr).tobytes(), arr.shape[1] * 8
+            get = prepared.get
+            found = [get(raw[k : k + width]) for k in range(0, n * width, width)]
         missing = [j for j, f in enumerate(found) if f is None]
         if missing:
             sub = arr if len(missing) == n else arr[missing]
