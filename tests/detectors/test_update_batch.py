@@ -266,3 +266,17 @@ def test_bad_inputs_are_rejected() -> None:
         con.update_batch(None, np.zeros(3))
     with pytest.raises(ValueError, match="NaN"):
         con.update_batch(np.zeros((2, 3)), np.array([0.1, np.nan]))
+
+
+def test_quantile_batch_transform_equals_per_row() -> None:
+    from monitor.detectors.conditional import QuantileNormalizer
+
+    rng = np.random.default_rng(2)
+    cal = np.round(rng.normal(size=(200, 4)), 1)  # ties
+    q = QuantileNormalizer(cal)
+    X = np.vstack([np.round(rng.normal(size=(300, 4)) * 2, 1), cal[:20], [[-0.0] * 4],
+                   [[1e300, -1e300, 0.0, 5.0]]])
+    batch = q(X)
+    one = np.vstack([q._one(row) for row in X])
+    assert batch.tobytes() == one.tobytes()
+    assert QuantileNormalizer.load(q.state())(X).tobytes() == batch.tobytes()
