@@ -460,7 +460,7 @@ class ConditionalMonitor(MartingaleMonitor):
         pv, test = self._pv, self._test
         assert trace.weights_ess is not None and trace.penalised is not None
         ps, ess = trace.p_value, trace.weights_ess
-        if isinstance(pv, WeightedConformalPValue):
+        if isinstance(pv, WeightedConformalPValue) and _batch.supports_betting(test.betting):
             assert rows is not None
             xt = self._ratio_rows(rows, i)
             if pv._adapting:
@@ -470,10 +470,10 @@ class ConditionalMonitor(MartingaleMonitor):
                 self._weighted_commit(pv, trace, i, got, used)
             else:
                 plain = pv._plain
-                got = _batch.exact_span(plain, scores, i, n, ps)
+                got = _batch.pvalue_span(plain, scores, i, n, ps)
                 used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
                                               trace.log_martingale, trace.log_statistic)
-                _batch.exact_commit(plain, got, used, float(ps[i + used - 1]))
+                _batch.pvalue_commit(plain, got, used, float(ps[i + used - 1]))
                 pv._p_value = plain.p_value
                 pv.density_ratio._add_sources(xt[i : i + used])
                 pv._reserve(used)
@@ -483,15 +483,15 @@ class ConditionalMonitor(MartingaleMonitor):
                 pv._n = m + used
                 ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
                 trace.penalised[i : i + used] = pv._penalised
-        elif _batch.is_exact(pv):
-            got = _batch.exact_span(pv, scores, i, n, ps)
+        elif _batch.supports_betting(test.betting):
+            m = pv.n_reference
+            got = _batch.pvalue_span(pv, scores, i, n, ps)
             used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
                                           trace.log_martingale, trace.log_statistic)
-            m = pv.n_reference - got
-            _batch.exact_commit(pv, got, used, float(ps[i + used - 1]))
+            _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
             ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
             trace.penalised[i : i + used] = False
-        else:  # the exact per-event steps (bounded-memory reference)
+        else:  # the exact per-event steps (a betting function without a compiled step)
             index = self._n_seen
             self._n_seen += 1
             self._p_value = math.nan

@@ -363,8 +363,8 @@ class CovariateMonitor(MartingaleMonitor):
         """Monitor events i.. until an alarm or the end of a compiled span; (used, alarm)."""
         pv, test = self._pv, self._test
         assert pv is not None
-        if not (_batch.is_exact(pv) and _batch.supports_betting(test.betting)):
-            # the exact per-event steps (bounded-memory reference)
+        if not _batch.supports_betting(test.betting):
+            # the exact per-event steps (a betting function without a compiled step)
             pv.update(float(scores[i]))
             self._p_value = pv.p_value
             self._n_seen += 1
@@ -375,10 +375,10 @@ class CovariateMonitor(MartingaleMonitor):
             self._trace_now(trace, i)
             return 1, event
         ps = trace.p_value
-        got = _batch.exact_span(pv, scores, i, n, ps)
+        got = _batch.pvalue_span(pv, scores, i, n, ps)
         used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
                                       trace.log_martingale, trace.log_statistic)
-        _batch.exact_commit(pv, got, used, float(ps[i + used - 1]))
+        _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
         self._p_value = pv.p_value
         self._n_seen += used
         if not alarm:

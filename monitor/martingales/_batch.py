@@ -31,9 +31,14 @@ from monitor.martingales.betting._jumpers import JumperMixture, _jumpers_step
 from monitor.martingales.betting.base import P_FLOOR, BettingFunction
 from monitor.martingales.betting.mixture import SimpleMixture, log_mixture
 from monitor.martingales.betting.power import PowerBetting
-from monitor.martingales.pvalues import ConformalPValue, _ExactReference, _rank_insert
+from monitor.martingales.pvalues import (
+    ConformalPValue,
+    _bisect,
+    _QuantizedReference,
+    _rank_insert,
+)
 
-__all__ = ["exact_span", "run_test", "supports_betting", "weighted_span"]
+__all__ = ["pvalue_commit", "pvalue_span", "run_test", "supports_betting", "weighted_span"]
 
 FloatArray = NDArray[np.float64]
 
@@ -214,14 +219,72 @@ def _exact_span(
     return stop - start
 
 
-def exact_span(
+@jit
+def _quantized_span(
+    edges: FloatArray, tree: NDArray[np.int64], counts: NDArray[np.int64], size: int,
+    scores: FloatArray, us: FloatArray, out: FloatArray, start: int, stop: int,
+) -> int:
+    """``_QuantizedReference.rank_insert`` of scores[start:stop] on array copies of its
+    Fenwick tree: the same integer counts, the same float operations."""
+    n_bins = counts.size
+    for t in range(start, stop):
+        b = _bisect(edges, edges.size, scores[t], True)
+        le, i = 0, b + 1
+        while i > 0:
+            le += tree[i]
+            i -= i & -i
+        out[t] = ((size - le) + us[t - start] * (counts[b] + 1)) / (size + 1)
+        counts[b] += 1
+        i = b + 1
+        while i <= n_bins:
+            tree[i] += 1
+            i += i & -i
+        size += 1
+    return stop - start
+
+
+@jit
+def _quantized_remove(
+    edges: FloatArray, tree: NDArray[np.int64], counts: NDArray[np.int64], scores: FloatArray,
+    start: int, stop: int,
+) -> None:
+    """Undo the inserts of scores[start:stop]."""
+    n_bins = counts.size
+    for t in range(start, stop):
+        b = _bisect(edges, edges.size, scores[t], True)
+        counts[b] -= 1
+        i = b + 1
+        while i <= n_bins:
+            tree[i] -= 1
+            i += i & -i
+
+
+class _Tentative:
+    """Array copies of a quantized reference during a span (written back on commit)."""
+
+    __slots__ = ("counts", "edges", "scores", "start", "tree")
+
+    def __init__(self, ref: _QuantizedReference, scores: FloatArray, start: int) -> None:
+        self.edges = np.array(ref.edges, np.float64)
+        self.tree = np.array(ref.fenwick.tree, np.int64)
+        self.counts = np.array(ref.fenwick.counts, np.int64)
+        self.scores, self.start = scores, start
+
+
+_TENTATIVE: dict[int, _Tentative] = {}
+
+
+def pvalue_span(
     pv: ConformalPValue, scores: FloatArray, start: int, stop: int, out: FloatArray
 ) -> int:
     """Tentative p-values of ``scores[start:stop]`` (a prefix of it: how many are returned,
-    >= 1) into ``out``; commit with :func:`exact_commit`. ``pv`` keeps an exact reference."""
+    >= 1) into ``out``, as repeated ``pv.update``; commit with :func:`pvalue_commit`."""
     ref = pv._ref
-    assert isinstance(ref, _ExactReference)
     us = peek_uniforms(pv, stop - start)
+    if isinstance(ref, _QuantizedReference):
+        tmp = _TENTATIVE[id(pv)] = _Tentative(ref, scores, start)
+        return int(_quantized_span(tmp.edges, tmp.tree, tmp.counts, ref.size, scores, us, out,
+                                   start, start + us.size))
     got = _exact_span(ref._main, ref._buf, ref._sizes, scores, us, out, start, start + us.size)
     if got == 0:
         ref.grow()
@@ -230,17 +293,19 @@ def exact_span(
     return int(got)
 
 
-def exact_commit(pv: ConformalPValue, got: int, used: int, last_p: float) -> None:
-    """Keep the first ``used`` of ``got`` tentative updates."""
+def pvalue_commit(pv: ConformalPValue, got: int, used: int, last_p: float) -> None:
+    """Keep the first ``used`` of ``got`` tentative updates of :func:`pvalue_span`."""
     ref = pv._ref
-    assert isinstance(ref, _ExactReference)
-    ref._sizes[1] -= got - used
+    if isinstance(ref, _QuantizedReference):
+        tmp = _TENTATIVE.pop(id(pv))
+        _quantized_remove(tmp.edges, tmp.tree, tmp.counts, tmp.scores, tmp.start + used,
+                          tmp.start + got)
+        ref.fenwick.tree, ref.fenwick.counts = tmp.tree.tolist(), tmp.counts.tolist()
+        ref.size += used
+    else:
+        ref._sizes[1] -= got - used
     drop_uniforms(pv, used)
     pv._p_value = last_p
-
-
-def is_exact(pv: ConformalPValue) -> bool:
-    return isinstance(pv._ref, _ExactReference)
 
 
 @jit
