@@ -70,7 +70,7 @@ COND_PROPS = (*PROPS, "weights_ess", "penalised")
 def _inside(monitor: Any) -> tuple[Any, ...]:
     """What a caller reads inside on_alarm."""
     common = (monitor.n_seen, monitor.phase, monitor.statistic, monitor.changepoint,
-              monitor.last_alarms, monitor.n_alarms)
+              monitor.last_alarms, monitor.n_alarms, monitor.state_dict())
     if isinstance(monitor, CovariateMonitor):
         cp = monitor.changepoint
         return (*common, monitor.outside_fraction(cp), monitor.outside_fraction(cp - 50, cp))
