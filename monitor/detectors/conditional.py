@@ -483,7 +483,7 @@ class ConditionalMonitor(MartingaleMonitor):
                 pv._n = m + used
                 ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
                 trace.penalised[i : i + used] = pv._penalised
-        elif _batch.supports_betting(test.betting):
+        elif isinstance(pv, ConformalPValue) and _batch.supports_betting(test.betting):
             m = pv.n_reference
             got = _batch.pvalue_span(pv, scores, i, n, ps)
             used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
