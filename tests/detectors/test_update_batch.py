@@ -280,3 +280,28 @@ def test_quantile_batch_transform_equals_per_row() -> None:
     one = np.vstack([q._one(row) for row in X])
     assert batch.tobytes() == one.tobytes()
     assert QuantileNormalizer.load(q.state())(X).tobytes() == batch.tobytes()
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_per_event_fallback_equals_per_event_updates(
+    monkeypatch: pytest.MonkeyPatch, weighted: bool
+) -> None:
+    """The exact per-event steps used for a betting function without a compiled step."""
+    from monitor.martingales import _batch
+
+    monkeypatch.setattr(_batch, "supports_betting", lambda betting: False)
+    data = _stream(9)
+    kw = {"threshold": 200.0, "rebaseline": 80}
+    _run_both(
+        lambda: CovariateMonitor("knn", data["X_cal"], **kw),
+        lambda m, i: m.update(data["X"][i]),
+        lambda m, a, b, cb: m.update_batch(data["X"][a:b], on_alarm=cb), "random",
+    )
+    X = data["X"] if weighted else None
+    _run_both(
+        lambda: ConditionalMonitor(data["s_cal"], data["X_cal"], weighted=weighted, **kw),
+        lambda m, i: m._update_row(data["X"][i : i + 1], data["s"][i]),
+        lambda m, a, b, cb: m.update_batch(None if X is None else X[a:b], data["s"][a:b],
+                                           on_alarm=cb),
+        "random",
+    )
