@@ -10,6 +10,8 @@ then rolls their state back (:func:`run_test` tells how many updates were used):
 
 - the exact reference only appends to its insert buffer after the first step of a span (a span
   stops before a merge), so dropping the last entries of the buffer undoes the extra steps;
+- the quantized (bounded-memory) reference is stepped on array copies of its Fenwick tree; the
+  extra inserts are subtracted again before the copies are written back;
 - the weighted p-values only append rows to the current micro-batch (a span never crosses a
   micro-batch boundary), so the extra rows are dropped by not counting them.
 """
