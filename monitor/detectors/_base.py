@@ -10,7 +10,7 @@ Life cycle of a detector (both monitors)::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -65,6 +65,27 @@ class AlarmEvent:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(slots=True)
+class BatchTrace:
+    """Values after each update of a batch, exactly as the monitor's properties read then."""
+
+    p_value: np.ndarray  # float64 (n,)  == monitor.p_value after update i
+    log_martingale: np.ndarray  # float64 (n,)  == monitor.log_martingale after update i
+    log_statistic: np.ndarray  # float64 (n,)  == monitor.log_statistic after update i
+    weights_ess: np.ndarray | None = None  # conditional only: monitor.weights_ess after update i
+    penalised: np.ndarray | None = None  # conditional only (bool): monitor.penalised after update i
+
+    @classmethod
+    def empty(cls, n: int, conditional: bool = False) -> BatchTrace:
+        if not conditional:
+            return cls(np.empty(n), np.empty(n), np.empty(n))
+        return cls(np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.zeros(n, bool))
+
+
+#: ``on_alarm(i, event)`` of ``update_batch``: batch position and the alarm it raised.
+AlarmCallback = Callable[[int, AlarmEvent], None]
 
 
 class SequentialTest:
@@ -324,6 +345,25 @@ class MartingaleMonitor:
     def _on_alarm(self) -> None:
         """Hook: drop what the old regime's reference no longer needs."""
 
+    def _trace_idle(self, trace: BatchTrace, start: int, stop: int) -> None:
+        """Trace of updates start..stop-1 that computed no p-value and left the properties
+        unchanged (warm-up before its last event, stop): those of the monitor now."""
+        trace.p_value[start:stop] = math.nan
+        trace.log_martingale[start:stop] = self.log_martingale
+        trace.log_statistic[start:stop] = self.log_statistic
+
+    def _trace_now(self, trace: BatchTrace, i: int) -> None:
+        """Trace of update i: the properties now."""
+        trace.p_value[i] = self._p_value
+        trace.log_martingale[i] = self.log_martingale
+        trace.log_statistic[i] = self.log_statistic
+
+    def _batch_alarm(self, event: AlarmEvent, alarms: list[AlarmEvent]) -> None:
+        """Raise an alarm inside a batch: ``last_alarms`` is (event,) as after that update."""
+        self._last_alarms = ()
+        self._raise(event)
+        alarms.append(event)
+
     def _resume(self) -> None:
         """Back to monitoring: the next update is step 1 of a fresh martingale."""
         self._test.restart(self._n_seen)
@@ -350,31 +390,3 @@ class MartingaleMonitor:
         self._p_value = float(state["p_value"])
         self._last_alarms = tuple(AlarmEvent(**a) for a in state["last_alarms"])
         self._frozen = None if state["frozen"] is None else AlarmEvent(**state["frozen"])
-
-
-@dataclass(slots=True)
-class BatchTrace:
-    """Values after each update of a batch, exactly as the monitor's properties read then."""
-
-    p_value: np.ndarray
-    log_martingale: np.ndarray
-    log_statistic: np.ndarray
-    weights_ess: np.ndarray | None = None
-    penalised: np.ndarray | None = None
-
-
-def reference_batch(monitor: Any, step: Any, n: int, conditional: bool,
-                    on_alarm: Any) -> BatchTrace:
-    """The per-event loop behind ``update_batch`` (``step(i)`` updates with row i)."""
-    p, lm, ls = np.empty(n), np.empty(n), np.empty(n)
-    ess, pen = (np.empty(n), np.zeros(n, bool)) if conditional else (None, None)
-    for i in range(n):
-        step(i)
-        p[i], lm[i], ls[i] = monitor.p_value, monitor.log_martingale, monitor.log_statistic
-        if conditional:
-            assert ess is not None and pen is not None
-            ess[i], pen[i] = monitor.weights_ess, monitor.penalised
-        if on_alarm is not None:
-            for event in monitor.last_alarms:
-                on_alarm(i, event)
-    return BatchTrace(p, lm, ls, ess, pen)

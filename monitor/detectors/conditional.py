@@ -13,6 +13,8 @@ from scipy.special import ndtri
 from monitor.detectors._base import (
     MONITORING,
     WARMING_UP,
+    AlarmCallback,
+    AlarmEvent,
     BatchTrace,
     FloatArray,
     MartingaleMonitor,
@@ -23,11 +25,12 @@ from monitor.detectors._base import (
     check_lifecycle,
     check_test_params,
     derive_seed,
-    reference_batch,
 )
-from monitor.martingales import ConformalPValue
+from monitor.martingales import ConformalPValue, _batch
+from monitor.martingales._jit import jit
 from monitor.martingales._state import check_state, new_state
 from monitor.martingales.density_ratio import OnlineDensityRatio
+from monitor.martingales.pvalues import _bisect
 from monitor.martingales.weighted import WeightedConformalPValue
 
 __all__ = ["ADAPT_MODES", "RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
@@ -54,17 +57,14 @@ class QuantileNormalizer:
     def __init__(self, X: FloatArray) -> None:
         self.sorted = np.sort(X, axis=0)
         self._columns = self.sorted.T.tolist()
+        self._sorted_T = np.ascontiguousarray(self.sorted.T)
 
     def __call__(self, X: FloatArray) -> FloatArray:
         if X.shape[0] == 1:
             return self._one(X[0])
         m = self.sorted.shape[0]
         out = np.empty(X.shape, np.float64)
-        for j in range(X.shape[1]):
-            col = self.sorted[:, j]
-            below = np.searchsorted(col, X[:, j], side="left")
-            upto = np.searchsorted(col, X[:, j], side="right")
-            out[:, j] = (below + upto) / (2.0 * m)
+        _midranks(self._sorted_T, np.ascontiguousarray(X, dtype=np.float64), out)
         return ndtri(np.clip(out, 0.5 / m, 1.0 - 0.5 / m))
 
     def _one(self, x: FloatArray) -> FloatArray:
@@ -87,7 +87,21 @@ class QuantileNormalizer:
         obj = cls.__new__(cls)
         obj.sorted = np.asarray(state["sorted"], np.float64)
         obj._columns = obj.sorted.T.tolist()
+        obj._sorted_T = np.ascontiguousarray(obj.sorted.T)
         return obj
+
+
+@jit
+def _midranks(sorted_T: FloatArray, X: FloatArray, out: FloatArray) -> None:
+    """(#{< x} + #{<= x}) / 2m per entry against each sorted column: ``searchsorted`` left and
+    right (the same integer counts as bisection), one division."""
+    m = sorted_T.shape[1]
+    two_m = 2.0 * m
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            v = X[i, j]
+            col = sorted_T[j]
+            out[i, j] = (_bisect(col, m, v, False) + _bisect(col, m, v, True)) / two_m
 
 
 class ConditionalMonitor(MartingaleMonitor):
@@ -307,13 +321,6 @@ class ConditionalMonitor(MartingaleMonitor):
         score = _check_score(score)
         self._step(self._row(x), score)
 
-    def update_batch(self, X: FloatArray | None, scores: FloatArray, on_alarm: Any = None
-                     ) -> BatchTrace:
-        """Repeated :meth:`_update_row` with a trace (see ``BatchTrace``)."""
-        def step(i: int) -> None:
-            self._update_row(None if X is None else X[i : i + 1], float(scores[i]))
-        return reference_batch(self, step, scores.shape[0], True, on_alarm)
-
     def _update_row(self, row: FloatArray | None, score: float) -> None:
         """:meth:`update` with features already checked by ``as_row`` (the caller's job; a
         stream checks each event once), ignored when not weighted."""
@@ -349,9 +356,13 @@ class ConditionalMonitor(MartingaleMonitor):
             self._raise(self._test.alarm_event(index))
 
     def _collect(self, score: float, row: FloatArray | None) -> None:
-        self._warmup_scores.append(score)
-        if row is not None:
-            self._warmup_X.append(row[0].tolist())
+        self._collect_many([score], None if row is None else [row[0].tolist()])
+
+    def _collect_many(self, scores: list[float], rows: list[list[float]] | None) -> None:
+        """Warm-up events (per event or a batch that fills at most the rest of the window)."""
+        self._warmup_scores.extend(scores)
+        if rows is not None:
+            self._warmup_X.extend(rows)
         if len(self._warmup_scores) < self.rebaseline:
             return
         X = np.asarray(self._warmup_X, dtype=np.float64) if self.weighted else None
@@ -362,6 +373,176 @@ class ConditionalMonitor(MartingaleMonitor):
         if self._pending_adaptation:
             self._pending_adaptation = False
             self._adapt()
+
+    # ------------------------------------------------------------------------ batch updates
+    def update_batch(
+        self, X: FloatArray | None, scores: FloatArray, on_alarm: AlarmCallback | None = None
+    ) -> BatchTrace:
+        """Labelled events in order, bit for bit as repeated :meth:`_update_row` (``X`` rows
+        checked by the caller, as by ``as_row``; ``X`` may be None when not weighted).
+
+        Weighted or plain conformal p-values, betting and the alarm rule run in compiled spans
+        (at most one micro-batch of the weighted p-values each) that stop at an alarm;
+        re-baselining and warm-up happen inside the batch. ``on_alarm(i, event)`` is called
+        right after the update at batch position i that raised ``event``, the monitor then as
+        after that update; afterwards ``last_alarms`` lists every alarm of the batch. Returns
+        the properties after each update.
+        """
+        s = np.ascontiguousarray(scores, dtype=np.float64).reshape(-1)
+        n = s.size
+        if np.isnan(s).any():
+            raise ValueError("score is NaN; a nonconformity score must be a number")
+        rows: FloatArray | None = None
+        if self.weighted:
+            if X is None:
+                raise ValueError("the weighted monitor needs the features x of every event")
+            rows = np.ascontiguousarray(X, dtype=np.float64)
+            if rows.shape != (n, self._n_features):
+                raise ValueError(f"X must have shape ({n}, {self._n_features}), got {rows.shape}")
+        trace = BatchTrace.empty(n, conditional=True)
+        alarms: list[AlarmEvent] = []
+        self._start_update()
+        self._batch_rows: tuple[object, int, FloatArray] | None = None
+        i = 0
+        while i < n:
+            event = None
+            if self._phase == MONITORING:
+                used, event = self._monitor_span(rows, s, i, n, trace, alarms)
+            elif self._phase == WARMING_UP:
+                used = min(self.rebaseline - len(self._warmup_scores), n - i)
+                self._trace_idle(trace, i, i + used - 1)
+                self._n_seen += used
+                self._p_value = math.nan
+                self._collect_many(s[i : i + used].tolist(),
+                                   None if rows is None else rows[i : i + used].tolist())
+                self._trace_now(trace, i + used - 1)
+            else:  # stopped
+                used = n - i
+                self._n_seen += used
+                self._p_value = math.nan
+                self._trace_idle(trace, i, n)
+            i += used
+            if event is not None and on_alarm is not None:
+                on_alarm(i - 1, event)
+        self._batch_rows = None
+        self._last_alarms = tuple(alarms)
+        return trace
+
+    def _trace_idle(self, trace: BatchTrace, start: int, stop: int) -> None:
+        super()._trace_idle(trace, start, stop)
+        assert trace.weights_ess is not None and trace.penalised is not None
+        trace.weights_ess[start:stop] = self.weights_ess
+        trace.penalised[start:stop] = self.penalised
+
+    def _trace_now(self, trace: BatchTrace, i: int) -> None:
+        super()._trace_now(trace, i)
+        assert trace.weights_ess is not None and trace.penalised is not None
+        trace.weights_ess[i] = self.weights_ess
+        trace.penalised[i] = self.penalised
+
+    def _ratio_rows(self, rows: FloatArray, i: int) -> FloatArray:
+        """The density ratio's view of the batch rows (quantile transform or raw); row i of the
+        result is batch row i. Transformed once per batch and transform."""
+        if self._transform is None:
+            return rows
+        cached = self._batch_rows
+        if cached is None or cached[0] is not self._transform or cached[1] > i:
+            out = np.empty_like(rows)
+            out[i:] = self._transform(rows[i:])
+            self._batch_rows = cached = (self._transform, i, out)
+        return cached[2]
+
+    def _monitor_span(
+        self, rows: FloatArray | None, scores: FloatArray, i: int, n: int, trace: BatchTrace,
+        alarms: list[AlarmEvent],
+    ) -> tuple[int, AlarmEvent | None]:
+        """Monitor events i.. until an alarm or the end of a compiled span; (used, alarm)."""
+        pv, test = self._pv, self._test
+        assert trace.weights_ess is not None and trace.penalised is not None
+        ps, ess = trace.p_value, trace.weights_ess
+        if isinstance(pv, WeightedConformalPValue) and _batch.supports_betting(test.betting):
+            assert rows is not None
+            xt = self._ratio_rows(rows, i)
+            if pv._adapting:
+                got = self._weighted_span(pv, xt, scores, i, n, trace)
+                used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+                                              trace.log_martingale, trace.log_statistic)
+                self._weighted_commit(pv, trace, i, got, used)
+            else:
+                plain = pv._plain
+                got = _batch.pvalue_span(plain, scores, i, n, ps)
+                used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+                                              trace.log_martingale, trace.log_statistic)
+                _batch.pvalue_commit(plain, got, used, float(ps[i + used - 1]))
+                pv._p_value = plain.p_value
+                pv.density_ratio._add_sources(xt[i : i + used])
+                pv._reserve(used)
+                m = pv._n
+                pv._scores[m : m + used] = scores[i : i + used]
+                pv._columns[:, m : m + used] = xt[i : i + used].T
+                pv._n = m + used
+                ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
+                trace.penalised[i : i + used] = pv._penalised
+        elif isinstance(pv, ConformalPValue) and _batch.supports_betting(test.betting):
+            m = pv.n_reference
+            got = _batch.pvalue_span(pv, scores, i, n, ps)
+            used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+                                          trace.log_martingale, trace.log_statistic)
+            _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
+            ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
+            trace.penalised[i : i + used] = False
+        else:  # the exact per-event steps (a betting function without a compiled step)
+            index = self._n_seen
+            self._n_seen += 1
+            self._p_value = math.nan
+            self._last_alarms = ()
+            self._bet(index, float(scores[i]), None if rows is None else rows[i : i + 1])
+            self._trace_now(trace, i)
+            event = self._last_alarms[0] if self._last_alarms else None
+            if event is not None:
+                alarms.append(event)
+            return 1, event
+        self._p_value = float(ps[i + used - 1])
+        self._n_seen += used
+        if not alarm:
+            return used, None
+        event = test.alarm_event(self._n_seen - 1)
+        self._batch_alarm(event, alarms)
+        return used, event
+
+    def _weighted_span(
+        self, pv: WeightedConformalPValue, xt: FloatArray, scores: FloatArray, i: int, n: int,
+        trace: BatchTrace,
+    ) -> int:
+        """Tentative weighted p-values of events i.. up to the end of the micro-batch."""
+        assert trace.weights_ess is not None and trace.penalised is not None
+        k0 = pv._n_pend
+        us = _batch.peek_uniforms(pv._plain, min(n - i, pv._batch - k0))
+        while pv._pend.shape[0] < k0 + us.size:  # grown as the per-event path grows it
+            pv._pend = np.concatenate([pv._pend, np.zeros_like(pv._pend)])
+        got = int(_batch.weighted_span(
+            xt, pv._lin, pv._pend, pv._ref, pv._n, k0, scores, us, pv._grow, pv._alpha,
+            pv._sum_w2, trace.p_value, trace.penalised, trace.weights_ess, i, i + us.size,
+        ))
+        if got == 0:
+            raise ValueError(f"x must be {pv._d} finite numbers, got {xt[i].tolist()!r}")
+        return got
+
+    def _weighted_commit(
+        self, pv: WeightedConformalPValue, trace: BatchTrace, i: int, got: int, used: int
+    ) -> None:
+        """Keep the first ``used`` of ``got`` tentative weighted updates."""
+        assert trace.weights_ess is not None and trace.penalised is not None
+        _batch.drop_uniforms(pv._plain, used)
+        last = i + used - 1
+        pv._p_value = float(trace.p_value[last])
+        pv._penalised = bool(trace.penalised[last])
+        pv._n_adapt += used
+        pv._n_penalised += int(np.count_nonzero(trace.penalised[i : i + used]))
+        pv._n_pend += used
+        if pv._n_pend >= pv._batch:
+            pv._end_batch()
+            trace.weights_ess[last] = pv.weights_ess
 
     # ---------------------------------------------------------------------------- state
     def clone(self) -> ConditionalMonitor:

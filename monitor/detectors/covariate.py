@@ -11,8 +11,9 @@ from numpy.typing import ArrayLike
 
 from monitor.detectors._base import (
     MONITORING,
-    STOPPED,
     WARMING_UP,
+    AlarmCallback,
+    AlarmEvent,
     BatchTrace,
     FloatArray,
     MartingaleMonitor,
@@ -22,10 +23,9 @@ from monitor.detectors._base import (
     check_lifecycle,
     check_test_params,
     derive_seed,
-    reference_batch,
     window_mean,
 )
-from monitor.martingales import ConformalPValue
+from monitor.martingales import ConformalPValue, _batch
 from monitor.martingales._state import check_state, new_state
 from monitor.ood import Scorer, make_scorer, scorer_from_state
 
@@ -285,48 +285,107 @@ class CovariateMonitor(MartingaleMonitor):
         elif self._phase == WARMING_UP:
             self._collect([score])
 
-    def update_batch(self, X: FloatArray, on_alarm: Any = None) -> BatchTrace:
-        """Repeated :meth:`update` with a trace (see ``BatchTrace``)."""
-        return reference_batch(self, lambda i: self.update(X[i]), X.shape[0], False, on_alarm)
-
     def update_many(self, X: ArrayLike) -> None:
         """Update with every row of ``X`` in order; the same results as repeated :meth:`update`
-        (scores in one batch, betting and rule by their batch paths). ``last_alarms`` then
-        lists every alarm the batch raised."""
-        arr = as_matrix(X, "X")
-        if arr.shape[1] != self._n_features:
-            raise ValueError(f"X must have {self._n_features} columns, got {arr.shape[1]}")
-        scores = self._nonconformity(arr)
-        self._start_update()
-        self._support.extend(self._outside(arr, scores).tolist())
-        i = 0
-        while i < scores.size:
-            i += self._advance(scores[i:])
+        (see :meth:`update_batch`). ``last_alarms`` then lists every alarm the batch raised."""
+        self.update_batch(as_matrix(X, "X"))
 
-    def _advance(self, scores: FloatArray) -> int:
-        """Consume a prefix of ``scores`` in the current phase; how many were consumed."""
-        if self._phase == STOPPED:
-            self._n_seen += scores.size
-            self._p_value = math.nan
-            return int(scores.size)
-        if self._phase == WARMING_UP:
-            take = scores[: self.rebaseline - len(self._warmup)]
-            self._n_seen += take.size
-            self._p_value = math.nan
-            self._collect(take.tolist())
-            return int(take.size)
-        assert self._pv is not None
-        ps = np.empty(scores.size)
-        for j, s in enumerate(scores.tolist()):
-            self._pv.update(s)
-            ps[j] = self._pv.p_value
-        event = self._test.step_many(ps)
-        used = scores.size if event is None else event.index + 1
-        self._p_value = float(ps[used - 1])
+    def update_batch(
+        self, X: FloatArray, on_alarm: AlarmCallback | None = None
+    ) -> BatchTrace:
+        """Update with every row of ``X`` (n, d) in order, bit for bit as repeated :meth:`update`.
+
+        Scores in one batch (or from :meth:`prepare`), then conformal p-values, betting and the
+        alarm rule in compiled spans that stop at an alarm; re-baselining and warm-up happen
+        inside the batch. ``on_alarm(i, event)`` is called right after the update at batch
+        position i that raised ``event``, the monitor then as after that update; afterwards
+        ``last_alarms`` lists every alarm of the batch. Returns the properties after each update.
+        """
+        arr = np.asarray(X, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != self._n_features:
+            raise ValueError(f"X must have shape (n, {self._n_features}), got {arr.shape}")
+        n = arr.shape[0]
+        if n and not np.isfinite(arr).all():
+            raise ValueError("X contains NaN or infinite values")
+        scores, flags = self._score_batch(arr)
+        trace = BatchTrace.empty(n)
+        alarms: list[AlarmEvent] = []
+        self._start_update()
+        i = 0
+        while i < n:
+            event = None
+            if self._phase == MONITORING:
+                used, event = self._monitor_span(scores, i, n, trace, alarms)
+            elif self._phase == WARMING_UP:
+                used = min(self.rebaseline - len(self._warmup), n - i)
+                self._trace_idle(trace, i, i + used - 1)
+                self._n_seen += used
+                self._p_value = math.nan
+                self._collect(scores[i : i + used].tolist())
+                self._trace_now(trace, i + used - 1)
+            else:  # stopped
+                used = n - i
+                self._n_seen += used
+                self._p_value = math.nan
+                self._trace_idle(trace, i, n)
+            self._support.extend(flags[i : i + used])
+            i += used
+            if event is not None and on_alarm is not None:
+                on_alarm(i - 1, event)
+        self._last_alarms = tuple(alarms)
+        return trace
+
+    def _score_batch(self, arr: FloatArray) -> tuple[FloatArray, list[bool]]:
+        """Nonconformity and support flag of each row: prepared ones looked up, the others
+        computed in one batch (a row's score does not depend on its batch)."""
+        n = arr.shape[0]
+        if n == 0:
+            return np.empty(0, np.float64), []
+        prepared = self._prepared
+        found: list[tuple[float, bool] | None] = [None] * n
+        if prepared:
+            # the rows' keys (row.tobytes()) as slices of one buffer: no view per row
+            raw, width = np.ascontiguousarray(arr).tobytes(), arr.shape[1] * 8
+            get = prepared.get
+            found = [get(raw[k : k + width]) for k in range(0, n * width, width)]
+        missing = [j for j, f in enumerate(found) if f is None]
+        if missing:
+            sub = arr if len(missing) == n else arr[missing]
+            computed = self._nonconformity(sub)
+            pairs = zip(computed.tolist(), self._outside(sub, computed).tolist(), strict=True)
+            for j, pair in zip(missing, pairs, strict=True):
+                found[j] = pair
+        return np.array([f[0] for f in found], np.float64), [f[1] for f in found]  # type: ignore[index]
+
+    def _monitor_span(
+        self, scores: FloatArray, i: int, n: int, trace: BatchTrace, alarms: list[AlarmEvent]
+    ) -> tuple[int, AlarmEvent | None]:
+        """Monitor events i.. until an alarm or the end of a compiled span; (used, alarm)."""
+        pv, test = self._pv, self._test
+        assert pv is not None
+        if not _batch.supports_betting(test.betting):
+            # the exact per-event steps (a betting function without a compiled step)
+            pv.update(float(scores[i]))
+            self._p_value = pv.p_value
+            self._n_seen += 1
+            event = None
+            if test.step(self._p_value):
+                event = test.alarm_event(self._n_seen - 1)
+                self._batch_alarm(event, alarms)
+            self._trace_now(trace, i)
+            return 1, event
+        ps = trace.p_value
+        got = _batch.pvalue_span(pv, scores, i, n, ps)
+        used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+                                      trace.log_martingale, trace.log_statistic)
+        _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
+        self._p_value = pv.p_value
         self._n_seen += used
-        if event is not None:
-            self._raise(self._test.alarm_event(self._n_seen - 1, event.log_martingale))
-        return int(used)
+        if not alarm:
+            return used, None
+        event = test.alarm_event(self._n_seen - 1)
+        self._batch_alarm(event, alarms)
+        return used, event
 
     def _collect(self, scores: list[float]) -> None:
         self._warmup.extend(scores)

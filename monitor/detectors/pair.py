@@ -323,7 +323,7 @@ class StreamDetectors:
             cov_alarms.append((i, event, outside))
 
         cov_trace = _run_batch(self.covariate, X_cov, None, on_covariate)
-        result = BatchResult(cov_trace, _empty_trace(0, conditional=True))
+        result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True))
         outside = (
             self.covariate.is_outside(X_cond) if X_cond.shape[0] else np.zeros(0, bool)
         ).tolist()
@@ -521,18 +521,25 @@ def _run_batch(
     scores: FloatArray | None,
     on_alarm: Callable[[int, AlarmEvent], None],
 ) -> BatchTrace:
-    """One monitor over a batch (its ``update_batch``)."""
+    """One monitor over a batch (its ``update_batch``), leaving ``last_alarms`` as the per-event
+    loop does: the alarms of its last update (unchanged by an empty batch)."""
+    n = (X if scores is None else scores).shape[0]  # type: ignore[union-attr]
+    before = monitor._last_alarms
+    last: list[AlarmEvent] = []
+
+    def callback(i: int, event: AlarmEvent) -> None:
+        if i == n - 1:
+            last.append(event)
+        on_alarm(i, event)
+
     if isinstance(monitor, CovariateMonitor):
         assert X is not None
-        return monitor.update_batch(X, on_alarm)
-    assert scores is not None
-    return monitor.update_batch(X, scores, on_alarm)
-
-
-def _empty_trace(n: int, conditional: bool) -> BatchTrace:
-    empty = np.zeros(n)
-    return BatchTrace(empty, empty, empty, empty if conditional else None,
-                      np.zeros(n, bool) if conditional else None)
+        trace = monitor.update_batch(X, callback)
+    else:
+        assert scores is not None
+        trace = monitor.update_batch(X, scores, callback)
+    monitor._last_alarms = tuple(last) if n else before
+    return trace
 
 
 def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:

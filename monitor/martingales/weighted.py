@@ -199,9 +199,14 @@ class WeightedConformalPValue:
         """Effective sample size (Σw)² / Σw² of the current reference weights."""
         if not self._adapting:
             return float(self._n)
-        pending = self._pend[: self._n_pend, 1].tolist() if self._grow else []
-        total = float(self._ref[1, self._n]) + sum(pending)
-        sq = self._sum_w2 + sum(w * w for w in pending)
+        pending, sq = 0.0, 0.0
+        if self._grow:
+            # summed in order, as the compiled batch path (builtin sum() compensates from 3.12)
+            for w in self._pend[: self._n_pend, 1].tolist():
+                pending += w
+                sq += w * w
+        total = float(self._ref[1, self._n]) + pending
+        sq = self._sum_w2 + sq
         return total * total / sq if sq > 0.0 else 0.0
 
     # --------------------------------------------------------------- updates
