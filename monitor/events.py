@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
@@ -316,7 +316,7 @@ def _decode_slow(
     return _validate(data)
 
 
-_TIMEZONES: dict[timedelta, timezone] = {timedelta(0): timezone.utc}
+_TIMEZONES: dict[timedelta, timezone] = {timedelta(0): UTC}
 
 
 def _public_ts(ts: datetime | None) -> datetime | None:
