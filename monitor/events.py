@@ -13,9 +13,10 @@ reason or accepts it (then converted to the public types); whatever the fast dec
 the reference accepts with equal values and types (``tests/core/test_events_fast.py``). Where
 the two parsers differ on valid input, the fast result is not trusted:
 
-* timestamps with more than 6 fractional digits (msgspec rounds to the microsecond, pydantic
-  truncates) and timestamps written with ``\\u`` escapes are re-decoded by the reference
-  (:func:`_doubtful_ts`);
+* a timestamp with more than 6 fractional digits: msgspec rounds it to the microsecond,
+  pydantic truncates. Suspect events (a backslash, or such a fraction after a ``"ts"`` key: one
+  regular-expression scan of the whole batch) get their ``ts`` truncated as pydantic does
+  (:func:`_with_pydantic_ts`);
 * ``$`` in Python's ``re`` (msgspec) matches before a final newline, unlike the Rust regex of
   pydantic: the fast patterns end in ``\\Z``.
 
@@ -177,33 +178,54 @@ _FAST = msgspec.json.Decoder(Event)
 
 
 class _TsOnly(msgspec.Struct):
-    """Only the ``ts`` string of an event (the last one, as both parsers keep the last key)."""
+    """Only the ``ts`` of an event (the last one, as both parsers keep the last of a key)."""
 
     ts: Any = None
 
 
 _TS_ONLY = msgspec.json.Decoder(_TsOnly)
 
-#: A time of day with 7 or more fractional digits: msgspec rounds it, pydantic truncates it.
-_LONG_FRACTION = re.compile(r":\d\d\.\d{7}(?<=\d\d:\d\d:\d\d\.\d{7})")
-_LONG_FRACTION_BYTES = re.compile(_LONG_FRACTION.pattern.encode())
+#: Where msgspec may read a valid ``ts`` otherwise than pydantic: a fraction of 7 or more digits
+#: (msgspec rounds it to the microsecond, pydantic truncates it). Escapes could hide one (and the
+#: key), so a backslash anywhere makes an event suspect too.
+_SUSPECT_TS = r'"ts"\s*:\s*"[^"]*\.\d{7}'
+_SUSPECT_TS_STR = re.compile(_SUSPECT_TS)
+_SUSPECT_TS_BYTES = re.compile(_SUSPECT_TS.encode())
+_LONG_FRACTION = re.compile(r"\.(\d{6})\d+")
 
 
-def _doubtful_ts(raw: bytes | bytearray | memoryview | str) -> bool:
-    """Whether msgspec may have read the event's ``ts`` differently than pydantic would: the
-    ``ts`` string has a long fraction (seen through any ``\\u`` escapes)."""
+def _suspect_ts(raw: bytes | bytearray | memoryview | str) -> bool:
     if isinstance(raw, str):
-        suspect = "\\u" in raw or _LONG_FRACTION.search(raw) is not None
-    else:
-        data = raw if isinstance(raw, bytes) else bytes(raw)
-        suspect = b"\\u" in data or _LONG_FRACTION_BYTES.search(data) is not None
-    if not suspect:
-        return False
+        return "\\" in raw or _SUSPECT_TS_STR.search(raw) is not None
+    data = raw if isinstance(raw, bytes) else bytes(raw)
+    return b"\\" in data or _SUSPECT_TS_BYTES.search(data) is not None
+
+
+def _any_suspect_ts(values: Sequence[bytes | bytearray | memoryview | str]) -> bool:
+    """:func:`_suspect_ts` of any value, in one scan of the batch when it is all bytes."""
+    if all(type(v) is bytes for v in values):
+        joined = b"\n".join(values)  # type: ignore[arg-type]
+        return b"\\" in joined or _SUSPECT_TS_BYTES.search(joined) is not None
+    return any(_suspect_ts(v) for v in values)
+
+
+def _with_pydantic_ts(event: Event, raw: bytes | bytearray | memoryview | str) -> Event | None:
+    """``event`` (decoded by msgspec from ``raw``) with its ``ts`` as pydantic reads it: a long
+    fraction truncated to the microsecond. None when unsure (the reference decides then)."""
     try:
         ts = _TS_ONLY.decode(raw).ts
     except Exception:  # pragma: no cover - it decoded as an event just before
-        return True
-    return not isinstance(ts, str) or _LONG_FRACTION.search(ts) is not None
+        return None
+    if not isinstance(ts, str):  # pragma: no cover - it decoded as a datetime just before
+        return None
+    long = _LONG_FRACTION.search(ts)
+    if long is None:
+        return event
+    try:
+        truncated = msgspec.convert(f"{ts[: long.start()]}.{long[1]}{ts[long.end():]}", datetime)
+    except msgspec.ValidationError:  # pragma: no cover - the longer one was valid
+        return None
+    return msgspec.structs.replace(event, ts=truncated)
 
 
 def decode_event(
@@ -232,8 +254,11 @@ def decode_event(
         except Exception:  # rejected or doubtful: the reference decides (and says why)
             pass
         else:
-            if event.ts is None or not _doubtful_ts(raw):
+            if event.ts is None or not _suspect_ts(raw):
                 return event
+            checked = _with_pydantic_ts(event, raw)
+            if checked is not None:
+                return checked
     return _public(_decode_slow(raw, max_bytes))
 
 
@@ -269,26 +294,20 @@ def decode_batch(
             except Exception:
                 retry.append(i)
                 append(None)
-    if _any_doubtful_ts(values):
+    if _any_suspect_ts(values):
         # Rare: look at each accepted event with a timestamp (the rest of the batch is clean).
-        retry.extend(
-            i for i, (event, value) in enumerate(zip(out, values, strict=True))
-            if event is not None and event.ts is not None and _doubtful_ts(value)
-        )
+        for i, (event, value) in enumerate(zip(out, values, strict=True)):
+            if event is not None and event.ts is not None and _suspect_ts(value):
+                checked = _with_pydantic_ts(event, value)
+                if checked is None:
+                    retry.append(i)
+                out[i] = checked
     for i in retry:
         try:
             out[i] = _public(_decode_slow(values[i], max_bytes))
         except InvalidEvent as exc:
             out[i] = exc
     return out
-
-
-def _any_doubtful_ts(values: Sequence[bytes | bytearray | memoryview | str]) -> bool:
-    """One scan of the whole batch for what :func:`_doubtful_ts` looks for."""
-    if all(type(v) is bytes for v in values):
-        joined: bytes = b"\n".join(values)  # type: ignore[arg-type]
-        return b"\\u" in joined or _LONG_FRACTION_BYTES.search(joined) is not None
-    return any(_doubtful_ts(v) for v in values)
 
 
 def _decode_slow(
