@@ -376,7 +376,7 @@ def events(draw: st.DrawFn) -> Raw:
         return text
     if form == 1:
         return text.encode("utf-8", "surrogatepass")
-    return text.encode("utf-8", "surrogatepass") if "\ud800" <= max(text) else text.encode()
+    return text.encode("utf-8", "surrogatepass") if max(text) >= "\ud800" else text.encode()
 
 
 SETTINGS = settings(max_examples=1500, deadline=None,
