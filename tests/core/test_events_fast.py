@@ -203,8 +203,9 @@ def test_examples_agree_in_one_batch() -> None:
 
 
 def test_bad_input_corpus_agrees() -> None:
-    values: list[Raw] = [*bad_corpus(), *(v for v in templates().predictions for v in [
-        json.dumps(v).encode()])]
+    t = templates()
+    values: list[Raw] = [*bad_corpus(), *(json.dumps(e).encode() for e in t.predictions),
+                         *(json.dumps(e).encode() for e in t.labels)]
     for value in values:
         check(value, max_bytes=2000)
     check_batch(values, max_bytes=2000)
