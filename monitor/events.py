@@ -27,6 +27,7 @@ hence a reference decode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -274,26 +275,27 @@ def decode_batch(
     """
     decode = _FAST.decode
     out: list[Any] = []
-    append = out.append
     retry = []
-    if max(map(len, values), default=0) > max_bytes:
-        for i, value in enumerate(values):
-            if len(value) > max_bytes:
-                retry.append(i)
-                append(None)
-                continue
+    if max(map(len, values), default=0) <= max_bytes:
+        # All in C: ``extend`` keeps what ``map`` gave before a failure; the shared iterator
+        # goes on after the failing value.
+        rest = iter(values)
+        while True:
             try:
-                append(decode(value))
-            except Exception:
-                retry.append(i)
-                append(None)
+                out.extend(map(decode, rest))
+                break
+            except Exception:  # rejected: the reference decides below
+                retry.append(len(out))
+                out.append(None)
     else:
         for i, value in enumerate(values):
-            try:
-                append(decode(value))
-            except Exception:
+            event = None
+            if len(value) <= max_bytes:
+                with contextlib.suppress(Exception):  # rejected: the reference decides below
+                    event = decode(value)
+            if event is None:
                 retry.append(i)
-                append(None)
+            out.append(event)
     if _any_suspect_ts(values):
         # Rare: look at each accepted event with a timestamp (the rest of the batch is clean).
         for i, (event, value) in enumerate(zip(out, values, strict=True)):
