@@ -243,7 +243,7 @@ def _dead_letter(
         partition=record.partition,
         offset=record.offset,
         reason=reason,
-        payload=bytes(record.value[: DeadLetter.MAX_PAYLOAD]),
+        payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
         ts=ts,
         stream=stream,
     )

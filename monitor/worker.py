@@ -657,7 +657,7 @@ def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
         partition=record.partition,
         offset=record.offset,
         reason=reason,
-        payload=bytes(record.value[: DeadLetter.MAX_PAYLOAD]),
+        payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
         ts=datetime.now(UTC),
     )
 

@@ -163,3 +163,15 @@ def test_a_failing_batch_step_costs_one_record(tmp_path: Path, monkeypatch: Any)
     skipped.write_bytes(b"".join(v + b"\n" for i, v in enumerate(lines) if i != poisoned))
     _, want = run_file(skipped, "skipped.db")
     assert canonical(state) == canonical(want)
+
+
+def test_a_tombstone_is_a_dead_letter_on_both_paths(tmp_path: Path) -> None:
+    """A Kafka record without a value (a tombstone) is a dead letter with a plain reason."""
+    from monitor.events import NO_VALUE
+
+    paths = build_example(tmp_path, seed=1, n_calibration=100, phases=[("stable", 30)])
+    values: list[Any] = paths["events"].read_bytes().splitlines()
+    values.insert(10, None)
+    reference = run([paths["config"]], values, 500, per_event=True)
+    assert len(reference["dead"]) == 1 and NO_VALUE in reference["dead"][0]
+    assert_same(run([paths["config"]], values, 7, per_event=False), reference)
