@@ -3,8 +3,8 @@
 Default decider configuration (eg_bh, alpha 0.1, window 256, 5 splits, default tabular scorers:
 standardised KNN k=5 + Mahalanobis) calibrated on 1 000 Shuttle rows (9 features ``f1 … f9``,
 standardised), then fed 20 000 further rows, one ``add`` per event or ``add_many`` in batches of
-500, with one BLAS thread as in the worker. Each mode is timed ``--repeats`` times (best kept) on a freshly fitted decider; both modes
-must produce identical windows.
+500, with one BLAS thread as in the worker. Each mode is timed ``--repeats`` times (best kept)
+on a freshly fitted decider; both modes must produce identical windows.
 
 Run ``python bench/bench_decider.py`` (``--profile`` prints a cProfile of each mode first,
 ``--events``, ``--batch``, ``--rule`` to vary).
@@ -25,8 +25,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import load_shuttle  # noqa: E402
-from monitor.decisions import OODDecider  # noqa: E402
+from monitor.datasets import load_shuttle
+from monitor.decisions import OODDecider
 
 
 def _data(n_cal: int, n_events: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
