@@ -104,7 +104,7 @@ class KNN(Scorer):
         self._require_fitted()
         queries = as_matrix(X)
         check_width(queries, self.bank_.shape[1])
-        queries = self._transform(queries).astype(self.dtype)
+        queries = self._transform(queries).astype(self.dtype, copy=False)
         out = np.empty(queries.shape[0])
         step = max(1, _BLOCK_ELEMENTS // self.bank_.shape[0])
         for start in range(0, queries.shape[0], step):
@@ -114,10 +114,12 @@ class KNN(Scorer):
     def _kth_distance(self, block: FloatArray) -> FloatArray:
         # ‖q − r‖² = ‖q‖² − 2 q·r + ‖r‖²: one matrix product per block instead of a loop; ‖q‖²
         # is constant along a row, so it is added after the partition (in place, no temporaries).
+        # The selection partitions ``sq`` in place (it is ours): np.partition would copy it first.
         sq = block @ self.bank_.T
         sq *= -2.0
         sq += self.sq_norms_[None, :]
-        kth = np.partition(sq, self.k - 1, axis=1)[:, self.k - 1]
+        sq.partition(self.k - 1, axis=1)
+        kth = sq[:, self.k - 1]
         kth += np.einsum("ij,ij->i", block, block)
         return np.sqrt(np.maximum(kth, 0.0))
 
