@@ -1,6 +1,7 @@
 """Per-stream OOD flags: scorers → conformal p-values → g-BH / eg-BH over windows, or LOND.
 
-Pure computation (no I/O): the pipeline feeds events with :meth:`OODDecider.add`, drains finished
+Pure computation (no I/O): the pipeline feeds events with :meth:`OODDecider.add` (or batches of
+already checked rows with :meth:`OODDecider.add_many`, same windows and state), drains finished
 windows with :meth:`OODDecider.windows` and persists them; :meth:`OODDecider.state_dict` keeps the
 pending window across restarts.
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from monitor.ood import KNN
+from monitor.ood.knn import _kth_smallest
 
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -27,7 +30,7 @@ def reference_knn_score(knn: KNN, X: np.ndarray) -> np.ndarray:
     return -out
 
 
-@pytest.mark.parametrize("k", [1, 5, 10])
+@pytest.mark.parametrize("k", [1, 3, 5, 10])
 @pytest.mark.parametrize(
     "params",
     [
@@ -48,3 +51,20 @@ def test_knn_scores_are_the_previous_implementation_bit_for_bit(
         X[:2] = bank[: min(n, 2)]  # distance 0 to a bank point
         got, want = knn.score(X), reference_knn_score(knn, X)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), n
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 6, 9])
+def test_kth_smallest_is_np_partition_with_ties_infinities_and_nans(k: int) -> None:
+    rng = np.random.default_rng(k)
+    for dtype in (np.float64, np.float32):
+        sq: Any = rng.integers(0, 6, size=(40, 30)).astype(dtype)  # many ties
+        sq[3, :] = np.inf
+        sq[4, : k + 1] = -np.inf
+        sq[5, 7] = np.inf
+        want = np.partition(sq, k - 1, axis=1)[:, k - 1]
+        got = _kth_smallest(sq.copy(), k)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        sq[6, 2] = np.nan  # NaN sorts last in np.partition
+        want = np.partition(sq, k - 1, axis=1)[:, k - 1]
+        got = _kth_smallest(sq.copy(), k)
+        assert got.tobytes() == want.tobytes()
