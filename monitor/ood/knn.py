@@ -22,6 +22,9 @@ from monitor.ood.base import (
 #: vectorised scan) instead of np.partition (introselect per row, several times slower on 500
 #: columns for k = 5 on Shuttle).
 _EXTRACT_MAX_K = 5
+#: ... for blocks of at least this many rows: on a few rows (LOND scores one event at a time) the
+#: per-call overhead of k passes exceeds one partition.
+_EXTRACT_MIN_ROWS = 16
 
 #: Largest distance matrix (rows × reference points) held in memory at once: 2**22 float64 = 32 MiB.
 _BLOCK_ELEMENTS = 1 << 22
@@ -147,10 +150,11 @@ def _kth_smallest(sq: FloatArray, k: int) -> FloatArray:
     """The k-th smallest value of each row of ``sq`` (counting repeats), as ``np.partition``
     would give it; ``sq`` is scratch (overwritten).
 
-    Small k: take the row minima out one at a time (argmin, then +inf in its place). A row
-    holding a NaN (distances of overflowing inputs) goes to np.partition, which sorts NaN last.
+    Small k and many rows: take the row minima out one at a time (argmin, then +inf in its
+    place). A block with a NaN (distances of overflowing inputs) goes to np.partition, which
+    sorts NaN last.
     """
-    if k <= _EXTRACT_MAX_K:
+    if k <= _EXTRACT_MAX_K and sq.shape[0] >= _EXTRACT_MIN_ROWS:
         rows = np.arange(sq.shape[0])
         for _ in range(k - 1):
             idx = sq.argmin(axis=1)
