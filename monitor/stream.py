@@ -147,7 +147,7 @@ class StreamMonitor:
         """
         batch = _Batch()
         rejected: list[tuple[int, str]] = []
-        ood_kinds = () if self.ood is None else self.ood._kinds
+        ood_kinds = () if self.ood is None else self.ood.input_kinds
         for k, event in enumerate(events):
             ts = event.ts or fallback_ts(k)
             if ts.tzinfo is None:
@@ -228,7 +228,7 @@ class StreamMonitor:
             inputs = {"features": X_cov}
             for kind, rows in batch.ood_rows.items():
                 inputs[kind] = np.array(rows, np.float64)
-            _add_many(self.ood, batch.cov_ids, inputs)
+            self.ood.add_many(batch.cov_ids, inputs)
             for decision in self.ood.windows():
                 ts = batch.cov_ts[decision.end_index - first]
                 self._windows.append(self._window_record(decision, ts))
@@ -416,7 +416,7 @@ class StreamMonitor:
             raise InvalidEvent(f"'label' must be a class index in [0, {n_classes})")
 
     def _ood_inputs(self, event: PredictionEvent, x: np.ndarray) -> dict[str, np.ndarray]:
-        kinds = () if self.ood is None else self.ood._kinds
+        kinds = () if self.ood is None else self.ood.input_kinds
         inputs = {"features": x}
         for kind, value in self._ood_lists(event, kinds).items():
             inputs[kind] = np.asarray(value, dtype=float)
@@ -497,11 +497,6 @@ class _Batch:
         self.cond_seq.append(self.seq)
         self.cond_before.append(len(self.cov_index))
         self.seq += 1
-
-
-def _add_many(decider: Any, ids: list[str], inputs: dict[str, np.ndarray]) -> None:
-    for i, event_id in enumerate(ids):
-        decider.add(event_id, {kind: rows[i] for kind, rows in inputs.items()})
 
 
 def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:

@@ -1,6 +1,7 @@
 """Per-stream OOD flags: scorers → conformal p-values → g-BH / eg-BH over windows, or LOND.
 
-Pure computation (no I/O): the pipeline feeds events with :meth:`OODDecider.add`, drains finished
+Pure computation (no I/O): the pipeline feeds events with :meth:`OODDecider.add` (or batches of
+already checked rows with :meth:`OODDecider.add_many`, same windows and state), drains finished
 windows with :meth:`OODDecider.windows` and persists them; :meth:`OODDecider.state_dict` keeps the
 pending window across restarts.
 
@@ -205,6 +206,11 @@ class OODDecider:
         scorer.fit(X[fit_idx], None if labels is None else labels[fit_idx])
         return _Run(scorer, np.sort(scorer.score(X[cal_idx])))
 
+    @property
+    def input_kinds(self) -> tuple[str, ...]:
+        """The input kinds ("features", "logits", "embedding") the fitted runs read."""
+        return self._kinds
+
     # ----------------------------------------------------------------- streaming
     def add(self, event_id: str, inputs: Mapping[str, ArrayLike]) -> None:
         """Add one event (inputs keyed by kind, one vector each); closes the window when full."""
@@ -217,9 +223,69 @@ class OODDecider:
             self._lond_step(row)
         else:
             for kind, vector in row.items():
-                self._pending.setdefault(kind, []).append(vector[0])
+                self._pending.setdefault(kind, []).append(vector)
         if len(self._ids) == self.window:
             self._finished.append(self._close())
+
+    def add_many(self, event_ids: Sequence[str], inputs: Mapping[str, ArrayLike]) -> None:
+        """Add a batch of events: ``inputs`` maps each kind to an ``(n, width)`` matrix, row i
+        belonging to ``event_ids[i]``.
+
+        Same windows, decisions and state as :meth:`add` called for each row in order (windows
+        close at the same events, also several within one batch), without per-event Python work
+        for ``bh`` and ``eg_bh``. The batch is checked as a whole before any row is added: a
+        missing kind, a wrong shape or a non-finite value raises a ``ValueError`` naming the
+        first bad event, and then no row of the batch is added. The rows are copied.
+        """
+        if not self._runs:
+            raise RuntimeError("OODDecider must be fitted before add_many(); call fit()")
+        ids = list(event_ids)
+        if not ids:
+            return
+        batch = self._batch_inputs(ids, inputs)
+        n, pos = len(ids), 0
+        while pos < n:
+            take = min(self.window - len(self._ids), n - pos)
+            if self.rule == "lond":
+                for i in range(pos, pos + take):  # online: one p-value and level per event
+                    self._lond_step({kind: X[i : i + 1] for kind, X in batch.items()})
+            else:
+                for kind, X in batch.items():
+                    self._pending.setdefault(kind, []).append(X[pos : pos + take])
+            self._ids.extend(ids[pos : pos + take])
+            self._next_index += take
+            pos += take
+            if len(self._ids) == self.window:
+                self._finished.append(self._close())
+
+    def _batch_inputs(
+        self, ids: Sequence[str], inputs: Mapping[str, ArrayLike]
+    ) -> dict[str, FloatArray]:
+        """The batch's inputs the runs read, as C-ordered float64 copies ``(n, width)``.
+
+        The checks of :meth:`_event_inputs`, once per kind for the whole batch; the messages
+        (built only for a bad batch) name the first bad event as :meth:`add` would.
+        """
+        if not all(kind in inputs for kind in self._kinds):
+            for run in self._runs:
+                _require_input(run.scorer, inputs, f"batch of {len(ids)} events")
+        n = len(ids)
+        batch: dict[str, FloatArray] = {}
+        for kind in self._kinds:
+            X = np.array(inputs[kind], dtype=np.float64, order="C")
+            width = self._widths[kind]
+            if X.shape != (n, width):
+                if X.ndim != 2 or X.shape[0] != n:
+                    raise ValueError(
+                        f"{kind} of a batch of {n} events must be a ({n}, {width}) matrix, "
+                        f"got shape {X.shape}"
+                    )
+                check_width(X, width, f"{kind} of {ids[0]!r}")
+            if not np.isfinite(X).all():
+                bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+                as_matrix(X[bad : bad + 1], f"{kind} of {ids[bad]!r}")
+            batch[kind] = X
+        return batch
 
     def _event_inputs(
         self, event_id: str, inputs: Mapping[str, ArrayLike]
@@ -265,7 +331,7 @@ class OODDecider:
         if self.rule == "lond":
             flags, threshold = np.array(self._flags, dtype=bool), self._lond.level
         else:
-            batch = {kind: np.array(rows) for kind, rows in self._pending.items()}
+            batch = {kind: np.concatenate(rows) for kind, rows in self._pending.items()}
             rule = make_rule(self.rule, self.alpha)
             assert not isinstance(rule, LOND)
             decision = rule.decide(self.p_values(batch))
@@ -286,6 +352,7 @@ class OODDecider:
 
     def _reset_window(self) -> None:
         self._ids: list[str] = []
+        # Per input kind, the window's rows so far as (rows, width) blocks, in arrival order.
         self._pending: dict[str, list[FloatArray]] = {}
         self._flags: list[bool] = []
         self._lond = LOND(self.alpha, horizon=self.window)
@@ -309,7 +376,7 @@ class OODDecider:
             ],
             "next_index": self._next_index,
             "pending_ids": list(self._ids),
-            "pending_inputs": {k: np.array(v) for k, v in self._pending.items()},
+            "pending_inputs": {k: np.concatenate(v) for k, v in self._pending.items()},
             "pending_flags": list(self._flags),
             "lond": self._lond.state_dict(),
             "finished": [w.to_json() for w in self._finished],
@@ -329,7 +396,10 @@ class OODDecider:
         decider._kinds = _input_kinds(decider._runs)
         decider._next_index = int(state["next_index"])
         decider._ids = list(state["pending_ids"])
-        decider._pending = {k: list(np.asarray(v)) for k, v in state["pending_inputs"].items()}
+        decider._pending = {
+            k: [np.asarray(v, dtype=np.float64).reshape(len(decider._ids), -1)]
+            for k, v in state["pending_inputs"].items()
+        }
         decider._flags = [bool(f) for f in state["pending_flags"]]
         decider._lond = LOND.from_state(state["lond"])
         decider._finished = [_window_from_json(w) for w in state["finished"]]

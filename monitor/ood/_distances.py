@@ -38,15 +38,16 @@ def _kth_half_distances(
         filled = 0
         for j in range(m):
             v = row[j] * -2.0 + sq_norms[j]
+            # NaN (an overflowing input) sorts last, as in np.partition
             if filled < k:
                 p = filled
                 filled += 1
-            elif v < best[k - 1]:
+            elif v < best[k - 1] or (best[k - 1] != best[k - 1] and v == v):
                 p = k - 1
             else:
                 continue
-            while p > 0 and best[p - 1] > v:  # insertion into the k smallest, kept sorted
-                best[p] = best[p - 1]
+            while p > 0 and (best[p - 1] > v or (best[p - 1] != best[p - 1] and v == v)):
+                best[p] = best[p - 1]  # insertion into the k smallest, kept sorted
                 p -= 1
             best[p] = v
         out[i] = best[k - 1]

@@ -105,7 +105,7 @@ class KNN(Scorer):
         self._require_fitted()
         queries = as_matrix(X)
         check_width(queries, self.bank_.shape[1])
-        queries = self._transform(queries).astype(self.dtype)
+        queries = self._transform(queries).astype(self.dtype, copy=False)
         out = np.empty(queries.shape[0])
         step = max(1, _BLOCK_ELEMENTS // self.bank_.shape[0])
         for start in range(0, queries.shape[0], step):
@@ -134,3 +134,4 @@ class KNN(Scorer):
             norms = np.linalg.norm(Z, axis=1, keepdims=True)
             Z = Z / np.where(norms > 0, norms, 1.0)
         return Z
+
