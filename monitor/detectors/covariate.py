@@ -232,12 +232,10 @@ class CovariateMonitor(MartingaleMonitor):
         return self._nonconformity(as_matrix(X, "X"))
 
     def _nonconformity(self, X: FloatArray) -> FloatArray:
-        if X.shape[0] == 1:
-            # A one-row product takes BLAS's matrix-vector path, whose rounding differs from the
-            # matrix-matrix path of a batch; scoring the row twice keeps per-event and batch
-            # scores (hence update and update_many) bit-identical.
-            return -self._scorer.score(np.repeat(X, 2, axis=0))[:1]
-        return -self._scorer.score(X)
+        # Row by row in a fixed order (``Scorer.score_rows``): a row's score does not depend on
+        # the rows scored with it, so per-event, prepared and batch updates agree bit for bit
+        # whatever the batches.
+        return -self._scorer.score_rows(X)
 
     def prepare(self, X: ArrayLike) -> None:
         """Score rows that are about to arrive, all at once; no state change.

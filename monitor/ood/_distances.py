@@ -110,3 +110,33 @@ def kth_partial_sq_distance(
     out = np.empty(block.shape[0], dtype=np.result_type(block, bank_t))
     _kth_half_distances(block, bank_t, sq_norms.astype(out.dtype, copy=False), int(k), out)
     return out
+
+
+@jit
+def _row_products(a: NDArray[np.floating], b: NDArray[np.floating], out: NDArray[np.floating]
+                  ) -> None:
+    n, d = a.shape
+    m = b.shape[1]
+    for i in range(n):
+        row = out[i]
+        for j in range(m):
+            row[j] = 0.0
+        for c in range(d):
+            q = a[i, c]
+            col = b[c]
+            for j in range(m):
+                row[j] += q * col[j]
+
+
+def row_products(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
+    """``a @ b`` with each entry summed over the inner dimension in order, so that a row of
+    the result does not depend on the other rows of ``a``.
+
+    >>> row_products(np.array([[1.0, 2.0]]), np.array([[3.0], [4.0]]))
+    array([[11.]])
+    """
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    out = np.empty((a.shape[0], b.shape[1]))
+    _row_products(a, b, out)
+    return out

@@ -46,6 +46,22 @@ class Scorer(abc.ABC):
     def score(self, X: ArrayLike) -> FloatArray:
         """Scores of the rows of ``X``, shape ``(n,)``; higher = more in-distribution."""
 
+    def score_rows(self, X: ArrayLike) -> FloatArray:
+        """:meth:`score` such that a row's score does not depend on the other rows of ``X``, to
+        the last bit (a matrix product's rounding depends on the shape of the whole batch).
+
+        This default scores each row on its own, as a batch of two copies (a one-row product
+        would take BLAS's matrix-vector path): exact but slow; scorers used by the covariate
+        monitor override it with a compiled row-by-row computation.
+        """
+        rows = np.asarray(X, dtype=np.float64)
+        if rows.ndim != 2:
+            return self.score(rows)
+        out = np.empty(rows.shape[0])
+        for i in range(rows.shape[0]):
+            out[i] = self.score(np.repeat(rows[i : i + 1], 2, axis=0))[0]
+        return out
+
     @property
     def is_fitted(self) -> bool:
         """Whether every attribute learnt by ``fit`` is present."""

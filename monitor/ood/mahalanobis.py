@@ -7,6 +7,7 @@ from typing import Self
 import numpy as np
 from numpy.typing import ArrayLike
 
+from monitor.ood._distances import row_products
 from monitor.ood.base import (
     FloatArray,
     InputKind,
@@ -99,6 +100,17 @@ class Mahalanobis(Scorer):
         check_width(data, self.center_.shape[0])
         Z = ((data - self.center_) / self.scale_) @ self.whitener_
         sq = np.einsum("ij,ij->i", Z, Z)[:, None] - 2.0 * (Z @ self.means_.T) + self.sq_means_
+        return -np.maximum(sq.min(axis=1), 0.0)
+
+    def score_rows(self, X: ArrayLike) -> FloatArray:
+        """:meth:`score` with the products summed row by row in a fixed order (a row's score
+        does not depend on the rows scored with it; see ``Scorer.score_rows``)."""
+        self._require_fitted()
+        data = as_matrix(X)
+        check_width(data, self.center_.shape[0])
+        Z = row_products((data - self.center_) / self.scale_, self.whitener_)
+        cross = row_products(Z, self.means_.T)
+        sq = np.einsum("ij,ij->i", Z, Z)[:, None] - 2.0 * cross + self.sq_means_
         return -np.maximum(sq.min(axis=1), 0.0)
 
 
