@@ -17,6 +17,48 @@ from monitor.martingales._jit import jit
 
 
 @jit
+def _select(values: NDArray[np.floating], k: int, best: NDArray[np.floating]) -> float:
+    """The k-th smallest (1-based) of ``values``, NaN sorting last (np.partition's order
+    statistic). ``best`` is scratch of length k. The first k values fill a sorted buffer; after
+    that a value enters only when it is below the current k-th smallest, a test that is rarely
+    true and cheap to predict."""
+    m = values.shape[0]
+    filled = 0
+    j = 0
+    while j < m and filled < k:
+        v = values[j]
+        p = filled
+        filled += 1
+        while p > 0 and (best[p - 1] > v or (best[p - 1] != best[p - 1] and v == v)):
+            best[p] = best[p - 1]
+            p -= 1
+        best[p] = v
+        j += 1
+    bound = best[k - 1]
+    if bound != bound:  # a NaN among the k smallest so far: compare with NaN sorting last
+        for jj in range(j, m):
+            v = values[jj]
+            if v < bound or (bound != bound and v == v):
+                p = k - 1
+                while p > 0 and (best[p - 1] > v or (best[p - 1] != best[p - 1] and v == v)):
+                    best[p] = best[p - 1]
+                    p -= 1
+                best[p] = v
+                bound = best[k - 1]
+        return bound
+    for jj in range(j, m):
+        v = values[jj]
+        if v < bound:  # False for NaN, which sorts last
+            p = k - 1
+            while p > 0 and best[p - 1] > v:
+                best[p] = best[p - 1]
+                p -= 1
+            best[p] = v
+            bound = best[k - 1]
+    return bound
+
+
+@jit
 def _kth_half_distances(
     block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
     k: int, out: NDArray[np.floating],
@@ -35,22 +77,9 @@ def _kth_half_distances(
             ref = bank_t[c]
             for j in range(m):
                 row[j] += q * ref[j]
-        filled = 0
         for j in range(m):
-            v = row[j] * -2.0 + sq_norms[j]
-            # NaN (an overflowing input) sorts last, as in np.partition
-            if filled < k:
-                p = filled
-                filled += 1
-            elif v < best[k - 1] or (best[k - 1] != best[k - 1] and v == v):
-                p = k - 1
-            else:
-                continue
-            while p > 0 and (best[p - 1] > v or (best[p - 1] != best[p - 1] and v == v)):
-                best[p] = best[p - 1]  # insertion into the k smallest, kept sorted
-                p -= 1
-            best[p] = v
-        out[i] = best[k - 1]
+            row[j] = row[j] * -2.0 + sq_norms[j]
+        out[i] = _select(row, k, best)
 
 
 @jit
@@ -139,4 +168,25 @@ def row_products(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np
     b = np.ascontiguousarray(b, dtype=np.float64)
     out = np.empty((a.shape[0], b.shape[1]))
     _row_products(a, b, out)
+    return out
+
+
+@jit
+def _kth_smallest_rows(sq: NDArray[np.floating], k: int, out: NDArray[np.floating]) -> None:
+    n, m = sq.shape
+    best = np.empty(k, sq.dtype)
+    for i in range(n):
+        out[i] = _select(sq[i], k, best)
+
+
+def kth_smallest_rows(sq: NDArray[np.floating], k: int) -> NDArray[np.floating]:
+    """The k-th smallest (1-based) value of each row, counting repeats: the same values as
+    ``np.partition(sq, k - 1, axis=1)[:, k - 1]`` (NaN last), in one compiled pass per row.
+
+    >>> kth_smallest_rows(np.array([[3.0, 1.0, np.nan, 2.0]]), 3)
+    array([3.])
+    """
+    sq = np.ascontiguousarray(sq)
+    out = np.empty(sq.shape[0], sq.dtype)
+    _kth_smallest_rows(sq, int(k), out)
     return out

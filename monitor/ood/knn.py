@@ -7,7 +7,7 @@ from typing import Literal, Self
 import numpy as np
 from numpy.typing import ArrayLike
 
-from monitor.ood._distances import kth_partial_sq_distance
+from monitor.ood._distances import kth_partial_sq_distance, kth_smallest_rows
 from monitor.ood.base import (
     FloatArray,
     InputKind,
@@ -18,14 +18,6 @@ from monitor.ood.base import (
     default_input,
     fit_standardization,
 )
-
-#: Up to this k, the k-th smallest of a row is found by k − 1 argmin passes and a min (each a fast
-#: vectorised scan) instead of np.partition (introselect per row, several times slower on 500
-#: columns for k = 5 on Shuttle).
-_EXTRACT_MAX_K = 5
-#: ... for blocks of at least this many rows: on a few rows (LOND scores one event at a time) the
-#: per-call overhead of k passes exceeds one partition.
-_EXTRACT_MIN_ROWS = 16
 
 #: Largest distance matrix (rows × reference points) held in memory at once: 2**22 float64 = 32 MiB.
 _BLOCK_ELEMENTS = 1 << 22
@@ -150,7 +142,7 @@ class KNN(Scorer):
         # rounded step exactly, short of subnormal partial sums), without a pass over the block.
         sq = block @ self._neg2_bank().T
         sq += self.sq_norms_[None, :]
-        kth = _kth_smallest(sq, self.k)
+        kth = kth_smallest_rows(sq, self.k)
         kth += np.einsum("ij,ij->i", block, block)
         return np.sqrt(np.maximum(kth, 0.0))
 
@@ -169,26 +161,3 @@ class KNN(Scorer):
             Z = Z / np.where(norms > 0, norms, 1.0)
         return Z
 
-
-def _kth_smallest(sq: FloatArray, k: int) -> FloatArray:
-    """The k-th smallest value of each row of ``sq`` (counting repeats), as ``np.partition``
-    would give it; ``sq`` is scratch (overwritten).
-
-    Small k and many rows: take the row minima out one at a time (argmin, then +inf in its
-    place). A block with a NaN (distances of overflowing inputs) goes to np.partition, which
-    sorts NaN last.
-    """
-    if k <= _EXTRACT_MAX_K and sq.shape[0] >= _EXTRACT_MIN_ROWS:
-        rows = np.arange(sq.shape[0])
-        for _ in range(k - 1):
-            idx = sq.argmin(axis=1)
-            # argmin returns a row's first NaN if it has one: then nothing was overwritten yet.
-            if np.isnan(sq[rows, idx]).any():
-                break
-            sq[rows, idx] = np.inf
-        else:
-            kth = sq.min(axis=1)
-            if not np.isnan(kth).any():  # k = 1 and a NaN: sq is untouched
-                return kth
-    sq.partition(k - 1, axis=1)
-    return sq[:, k - 1]
