@@ -173,7 +173,7 @@ def row_products(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np
 
 @jit
 def _kth_smallest_rows(sq: NDArray[np.floating], k: int, out: NDArray[np.floating]) -> None:
-    n, m = sq.shape
+    n = sq.shape[0]
     best = np.empty(k, sq.dtype)
     for i in range(n):
         out[i] = _select(sq[i], k, best)
