@@ -148,45 +148,57 @@ class StreamMonitor:
         batch = _Batch()
         rejected: list[tuple[int, str]] = []
         ood_kinds = () if self.ood is None else self.ood.input_kinds
+        join, config = self.join, self.config
+        waiting = join._predictions  # read only: a duplicate id is refused before any change
+        regression = self.calibration.n_classes is None
+        d = self.calibration.n_features
+        plain = self.calibration.feature_names is None and not ood_kinds \
+            and self.calibration.logits is None and self.calibration.embedding is None
         for k, event in enumerate(events):
             ts = event.ts or fallback_ts(k)
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
             try:
-                if isinstance(event, PredictionEvent):
-                    self._batch_prediction(event, ts, ood_kinds, batch)
+                if type(event) is PredictionEvent:
+                    features = event.features
+                    # The common case inline (a list of d numbers, a number, no OOD inputs);
+                    # anything else through the full checks, with their messages.
+                    if not (plain and type(features) is list and len(features) == d
+                            and event.logits is None and event.embedding is None):
+                        features = self._feature_list(event)
+                        self._ood_lists(event, ood_kinds)
+                    prediction = event.prediction
+                    if not (regression and type(prediction) is float):
+                        prediction = self._prediction(event)
+                    label = event.label
+                    if label is not None:
+                        self._check_label(label)
+                    if event.id in waiting:
+                        raise InvalidEvent(
+                            f"duplicate prediction id {event.id!r} (still waiting for its label)"
+                        )
+                    index = self.event_index
+                    self.event_index = index + 1
+                    batch.add_prediction(event.id, index, ts, features,
+                                         self._ood_lists(event, ood_kinds) if ood_kinds else {})
+                    seconds = ts.timestamp()
+                    join.add_prediction(Pending(event.id, index, seconds, tuple(features),
+                                                prediction))
+                    if label is not None:
+                        join.add_label(event.id, label, seconds)
                 else:
                     self._check_label(event.label)
-                    self.join.add_label(event.id, event.label, ts.timestamp())
+                    join.add_label(event.id, event.label, ts.timestamp())
             except InvalidEvent as exc:
                 rejected.append((k, str(exc)))
                 continue
             self.last_ts = ts
-            for joined in self.join.drain():
-                batch.add_joined(joined, self.config, ts)
+            if join._ready:
+                for joined in join.drain():
+                    batch.add_joined(joined, config, ts)
         if batch.cov_index or batch.cond_index:
             self._advance(batch)
         return rejected
-
-    def _batch_prediction(
-        self, event: PredictionEvent, ts: datetime, ood_kinds: tuple[str, ...], batch: _Batch
-    ) -> None:
-        features = self._feature_list(event)
-        prediction = self._prediction(event)
-        inputs = self._ood_lists(event, ood_kinds)
-        if event.label is not None:
-            self._check_label(event.label)
-        if self.join.has_prediction(event.id):
-            raise InvalidEvent(
-                f"duplicate prediction id {event.id!r} (still waiting for its label)"
-            )
-        index = self.event_index
-        self.event_index += 1
-        batch.add_prediction(event.id, index, ts, features, inputs)
-        seconds = ts.timestamp()
-        self.join.add_prediction(Pending(event.id, index, seconds, tuple(features), prediction))
-        if event.label is not None:
-            self.join.add_label(event.id, event.label, seconds)
 
     def _advance(self, batch: _Batch) -> None:
         """Both monitors and the OOD rule over the batch laid out by :meth:`step`."""
@@ -402,8 +414,7 @@ class StreamMonitor:
             return float(event.prediction)
         if not isinstance(event.prediction, list) or len(event.prediction) != n_classes:
             raise InvalidEvent(f"'prediction' must be a probability vector of length {n_classes}")
-        probs = np.asarray(event.prediction)
-        if probs.min() < 0 or abs(probs.sum() - 1.0) > 1e-3:
+        if min(event.prediction) < 0 or abs(math.fsum(event.prediction) - 1.0) > 1e-3:
             raise InvalidEvent("'prediction' probabilities must be >= 0 and sum to 1")
         return tuple(event.prediction)
 
