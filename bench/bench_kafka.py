@@ -96,25 +96,28 @@ def raw_consume_rate(
 
 
 def raw_consume_rates(
-    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, **consumer_options: Any
+    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, max_records: int = 5000,
+    **consumer_options: Any,
 ) -> tuple[float, float]:
-    """:func:`raw_consume_rate` and the same records per CPU second of this process."""
+    """:func:`raw_consume_rate` and the same records per CPU second of this process (polls of
+    at most ``max_records``)."""
 
     def decode(batch: list[ConsumerRecord]) -> None:
         for record in batch:
             json.loads(record.value)
 
-    meter = consume(bootstrap, topic, n, decode, timeout_s, **consumer_options)
+    meter = consume(bootstrap, topic, n, decode, timeout_s, max_records, **consumer_options)
     return meter.rate(), meter.cpu_rate()
 
 
 def consume(
     bootstrap: str, topic: str, n: int, handle: Callable[[list[ConsumerRecord]], None],
-    timeout_s: float = 120.0, **consumer_options: Any,
+    timeout_s: float = 120.0, max_records: int = 5000, **consumer_options: Any,
 ) -> SteadyRate:
     """Read ``topic`` from the beginning of every partition (``assign``, no group; the same
     consumer defaults as ``KafkaSource``) until ``n`` records arrived, calling ``handle`` with
-    each fetched batch of one partition; the meter of the steady state."""
+    the records of one partition from each poll (of at most ``max_records``); the meter of the
+    steady state (from the first records on, which it does not count)."""
     options = {**DEFAULT_CONSUMER_OPTIONS, **consumer_options}
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, **options)
     try:
@@ -123,7 +126,7 @@ def consume(
         consumer.seek_to_beginning()
         meter = SteadyRate(n, timeout_s)
         while not meter.done:
-            batches = consumer.poll(timeout_ms=500, max_records=5000)
+            batches = consumer.poll(timeout_ms=500, max_records=max_records)
             for batch in batches.values():
                 handle(batch)
                 meter.add(len(batch))
@@ -192,12 +195,13 @@ class RiverPeer:
 
 
 def peer_consume_rates(
-    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, **consumer_options: Any
+    bootstrap: str, topic: str, n: int, timeout_s: float = 120.0, max_records: int = 5000,
+    **consumer_options: Any,
 ) -> dict[str, float]:
     """Records/s (wall and per CPU second of this process) of :class:`RiverPeer` on ``topic``
     read like :func:`raw_consume_rates`; also its detector updates and detections."""
     peer = RiverPeer()
-    meter = consume(bootstrap, topic, n, peer.handle, timeout_s, **consumer_options)
+    meter = consume(bootstrap, topic, n, peer.handle, timeout_s, max_records, **consumer_options)
     return {"rate": meter.rate(), "cpu_rate": meter.cpu_rate(), "updates": peer.updates,
             "detections": peer.detections, "streams": len(peer.detectors)}
 

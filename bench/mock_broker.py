@@ -6,6 +6,12 @@ GIL-free cores. :func:`broker_process` starts it in a child process instead, pro
 records there, and yields the bootstrap address; the consumers being measured (the worker, the
 raw kafka-python consumer, the river peer) read from it over loopback like from a real broker.
 
+The mock's consumer groups wait 3 s before their first join (``group.initial.rebalance.delay.ms``
+of the mock, not a client setting); the child sets that delay to ``rebalance_delay_ms`` (0 by
+default) through librdkafka's C API (ctypes on the library confluent-kafka ships), so that each
+measured run does not begin with 3 idle seconds. ``None`` keeps librdkafka's default, as does a
+library without that function.
+
 The child lives until the ``with`` block ends (normally or by an exception): the parent closes
 the child's stdin, which the child waits on, and kills it if it does not exit within a few
 seconds. If the parent itself dies, the closed pipe stops the child too.
@@ -23,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import select
 import subprocess
 import sys
@@ -41,7 +49,8 @@ Records = tuple[Sequence[bytes], Sequence[str | None]]
 
 @contextmanager
 def broker_process(topics: Mapping[str, Records], partitioner: str = "murmur2_random",
-                   producer: str = "confluent", start_timeout_s: float = 120.0,
+                   producer: str = "confluent", rebalance_delay_ms: int | None = 0,
+                   start_timeout_s: float = 120.0,
                    timings: dict[str, float] | None = None) -> Iterator[str]:
     """A mock Kafka cluster in a child process holding ``topics``; yields ``"host:port"``.
 
@@ -53,6 +62,8 @@ def broker_process(topics: Mapping[str, Records], partitioner: str = "murmur2_ra
     with tempfile.TemporaryDirectory(prefix="mock-broker-") as tmp:
         argv = [sys.executable, str(Path(__file__).resolve()), "--partitioner", partitioner,
                 "--producer", producer]
+        if rebalance_delay_ms is not None:
+            argv += ["--rebalance-delay-ms", str(rebalance_delay_ms)]
         for topic, (values, keys) in topics.items():
             if len(values) != len(keys):
                 raise ValueError(f"topic {topic}: {len(values)} values but {len(keys)} keys")
@@ -107,6 +118,62 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
+@contextmanager
+def mock_cluster(rebalance_delay_ms: int | None) -> Iterator[str]:
+    """librdkafka's mock cluster (one broker) with the given initial rebalance delay of its
+    consumer groups; ``None``, or a library without the setter: the tests' cluster (3 s)."""
+    from tests.kafka_harness import mock_kafka_cluster
+
+    lib = None if rebalance_delay_ms is None else _librdkafka()
+    if lib is None or not hasattr(lib, "rd_kafka_mock_group_initial_rebalance_delay_ms"):
+        if rebalance_delay_ms is not None:
+            print("mock_broker: cannot set the rebalance delay; librdkafka's default applies",
+                  file=sys.stderr)
+        with mock_kafka_cluster() as bootstrap:
+            yield bootstrap
+        return
+    c_void_p, c_char_p, c_size_t = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    lib.rd_kafka_conf_new.restype = c_void_p
+    lib.rd_kafka_conf_set.argtypes = [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]
+    lib.rd_kafka_new.restype = c_void_p
+    lib.rd_kafka_new.argtypes = [ctypes.c_int, c_void_p, c_char_p, c_size_t]
+    lib.rd_kafka_handle_mock_cluster.restype = c_void_p
+    lib.rd_kafka_handle_mock_cluster.argtypes = [c_void_p]
+    lib.rd_kafka_mock_group_initial_rebalance_delay_ms.argtypes = [c_void_p, ctypes.c_int32]
+    lib.rd_kafka_mock_cluster_bootstraps.restype = c_char_p
+    lib.rd_kafka_mock_cluster_bootstraps.argtypes = [c_void_p]
+    lib.rd_kafka_destroy.argtypes = [c_void_p]
+    error = ctypes.create_string_buffer(512)
+    conf = lib.rd_kafka_conf_new()
+    for name, value in ((b"test.mock.num.brokers", b"1"), (b"log_level", b"4")):
+        if lib.rd_kafka_conf_set(conf, name, value, error, len(error)) != 0:
+            raise RuntimeError(f"librdkafka: {error.value.decode()}")
+    handle = lib.rd_kafka_new(0, conf, error, len(error))  # a producer; it owns conf now
+    if not handle:
+        raise RuntimeError(f"librdkafka: {error.value.decode()}")
+    try:
+        cluster = lib.rd_kafka_handle_mock_cluster(handle)
+        lib.rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, rebalance_delay_ms)
+        yield lib.rd_kafka_mock_cluster_bootstraps(cluster).decode()
+    finally:
+        lib.rd_kafka_destroy(handle)  # the cluster stops with the client that started it
+
+
+def _librdkafka() -> ctypes.CDLL | None:
+    """The librdkafka that confluent-kafka loaded (its wheel's copy, else the system's)."""
+    import confluent_kafka
+
+    site = Path(confluent_kafka.__file__).resolve().parents[1]
+    found = sorted(site.glob("confluent_kafka.libs/librdkafka*.so*"))
+    name = str(found[0]) if found else ctypes.util.find_library("rdkafka")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
 def _read_records(path: str) -> tuple[list[bytes], list[bytes | None]]:
     values: list[bytes] = []
     keys: list[bytes | None] = []
@@ -123,12 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topic", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--partitioner", default="murmur2_random")
     parser.add_argument("--producer", choices=["confluent", "kafka-python"], default="confluent")
+    parser.add_argument("--rebalance-delay-ms", type=int, help="default: librdkafka's (3 s)")
     args = parser.parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from tests.kafka_harness import mock_kafka_cluster, produce_confluent, produce_kafka_python
+    from tests.kafka_harness import produce_confluent, produce_kafka_python
 
-    with mock_kafka_cluster() as bootstrap:
+    with mock_cluster(args.rebalance_delay_ms) as bootstrap:
         records = [(topic, *_read_records(path))
                    for topic, _, path in (spec.partition("=") for spec in args.topic)]
         start = time.perf_counter()
