@@ -477,6 +477,15 @@ def rss_runs(sizes: Sizes) -> dict[str, Any]:
 # -- the report ---------------------------------------------------------------------------------
 
 
+@contextmanager
+def timed(seconds: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - start, 1)
+
+
 def _ratio(a: float, b: float, digits: int = 4) -> float:
     return round(a / b, digits) if b > 0 and not math.isnan(a) else math.nan
 
@@ -487,11 +496,19 @@ def run(sizes: Sizes) -> dict[str, Any]:
         work = workload(Path(tmp), sizes.predictions_per_stream)
         alone = one_stream(Path(tmp) / "alone", sizes.alone_predictions)
         topics = {"events": (work.values, work.keys), "alone": (alone.values, alone.keys)}
-        with broker_process(topics) as bootstrap:  # stopped on leaving, also on an error
-            kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
-            profile = profiled_stages(bootstrap, work)
-            checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
-        files = file_rates(work, sizes.rounds)
+        seconds: dict[str, float] = {}
+        with timed(seconds, "broker"), broker_process(topics) as bootstrap:
+            # The broker process is stopped on leaving the block, also on an error.
+            with timed(seconds, "kafka"):
+                kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
+            with timed(seconds, "profile"):
+                profile = profiled_stages(bootstrap, work)
+            with timed(seconds, "checkpoints"):
+                checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
+        with timed(seconds, "files"):
+            files = file_rates(work, sizes.rounds)
+    with timed(seconds, "rss"):
+        rss = rss_runs(sizes)
     raw, raw_alone, worker, solo, peer = (kafka[c] for c in KAFKA_CASES)
     report: dict[str, Any] = {
         "records": len(work.values),
@@ -531,7 +548,8 @@ def run(sizes: Sizes) -> dict[str, Any]:
         "files": files,
         "profile": profile,
         "checkpoints": checkpoints,
-        "rss": rss_runs(sizes),
+        "rss": rss,
+        "seconds": seconds,
         "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -597,7 +615,8 @@ def print_report(r: dict[str, Any]) -> None:
     for c in r["checkpoints"]:
         print(f"  {c['checkpoint_every']:>8d}{c['per_s']:>10,}{c['cpu_us_per_record']:>12.2f}"
               f"{c['replay_records_max']:>18,}{c['replay_s_at_rate']:>7.2f}")
-    print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs")
+    print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs; "
+          "seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
     print("resident memory, file → PostgreSQL, one stream:")
     for mode, run_ in r["rss"].items():
         rss = run_["rss_mb"]
