@@ -241,9 +241,8 @@ def run(n: int, producer: str, repeat: int) -> dict[str, Any]:
     least disturbed one); the broker runs in a child process (:mod:`mock_broker`)."""
     raw = source = 0.0
     values, keys = wire_events(n)
-    timings: dict[str, float] = {}
-    with broker_process({"bench": (values, keys)}, producer=producer,
-                        timings=timings) as bootstrap:
+    info: dict[str, float] = {}
+    with broker_process({"bench": (values, keys)}, producer=producer, info=info) as bootstrap:
         for i in range(repeat):
             raw = max(raw, raw_consume_rate(bootstrap, "bench", n))
             source = max(source, source_consume_rate(bootstrap, "bench", n, group=f"bench-{i}",
@@ -252,7 +251,7 @@ def run(n: int, producer: str, repeat: int) -> dict[str, Any]:
         "events": n,
         "repeat": repeat,
         "producer": producer,
-        "produce_per_s": round(n / timings["produce_s"]),
+        "produce_per_s": round(n / info["produce_s"]),
         "raw_per_s": round(raw),
         "source_per_s": round(source),
         "source_over_raw": round(source / raw, 3),

@@ -51,13 +51,14 @@ Records = tuple[Sequence[bytes], Sequence[str | None]]
 def broker_process(topics: Mapping[str, Records], partitioner: str = "murmur2_random",
                    producer: str = "confluent", rebalance_delay_ms: int | None = 0,
                    start_timeout_s: float = 120.0,
-                   timings: dict[str, float] | None = None) -> Iterator[str]:
+                   info: dict[str, float] | None = None) -> Iterator[str]:
     """A mock Kafka cluster in a child process holding ``topics``; yields ``"host:port"``.
 
     Each topic's records are produced (with confluent-kafka, ``partitioner`` on the keys: the
     Java client's ``murmur2_random`` by default; or with kafka-python, whose default partitioner
-    is murmur2 too) before the address is yielded; ``timings`` receives the seconds that took
-    (``produce_s``). The child is stopped when the block exits, also on an exception.
+    is murmur2 too) before the address is yielded; ``info`` receives the seconds that took
+    (``produce_s``) and the child's ``pid``. The child is stopped when the block exits, also on
+    an exception.
     """
     with tempfile.TemporaryDirectory(prefix="mock-broker-") as tmp:
         argv = [sys.executable, str(Path(__file__).resolve()), "--partitioner", partitioner,
@@ -78,9 +79,11 @@ def broker_process(topics: Mapping[str, Records], partitioner: str = "murmur2_ra
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=stderr, cwd=ROOT)
             try:
+                if info is not None:
+                    info["pid"] = proc.pid
                 bootstrap, produce_s = _await_ready(proc, start_timeout_s, stderr)
-                if timings is not None:
-                    timings["produce_s"] = produce_s
+                if info is not None:
+                    info["produce_s"] = produce_s
                 yield bootstrap
             finally:
                 _stop(proc)
