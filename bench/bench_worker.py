@@ -33,8 +33,9 @@ consumer at a time; median of ``rounds`` interleaved runs, each on the same brok
 ``file_*``                   the same events from a JSONL file: a bare ``json.loads`` loop, and
                              ``FileSource`` → pipeline → nothing, SQLite, PostgreSQL
                              (``sqlite_over_json_loads``: goal ≥ 0.25);
-``stages``                   µs per record of each stage of :data:`STAGES` (cProfile cumulative
-                             time of a Kafka → PostgreSQL run over the records profiled);
+``profile``                  µs per record of each stage of :data:`STAGES` (cProfile cumulative
+                             time of a Kafka → PostgreSQL run over the records profiled), four
+                             streams (``profile_alone``: one stream);
 ``checkpoints``              Kafka → PostgreSQL at ``checkpoint_every`` N: events/s, and the most
                              records a crash makes the worker replay (N batches);
 ``rss``                      resident memory of a worker (file → PostgreSQL) over a long replay of
@@ -350,10 +351,10 @@ def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
     return out
 
 
-def profiled_stages(bootstrap: str, work: Workload) -> dict[str, Any]:
-    """A cProfile'd Kafka → PostgreSQL run (four streams): µs per record of each stage."""
+def profiled_stages(bootstrap: str, topic: str, work: Workload) -> dict[str, Any]:
+    """A cProfile'd Kafka → PostgreSQL run of ``topic``: µs per record of each stage."""
     profile = cProfile.Profile()
-    rates = kafka_worker(bootstrap, "events", "bench-profiled", work, profile)
+    rates = kafka_worker(bootstrap, topic, f"bench-profiled-{topic}", work, profile)
     return stage_costs(profile, rates.steady_records)
 
 
@@ -502,7 +503,8 @@ def run(sizes: Sizes) -> dict[str, Any]:
             with timed(seconds, "kafka"):
                 kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
             with timed(seconds, "profile"):
-                profile = profiled_stages(bootstrap, work)
+                profile = profiled_stages(bootstrap, "events", work)
+                profile_alone = profiled_stages(bootstrap, "alone", alone)
             with timed(seconds, "checkpoints"):
                 checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
         with timed(seconds, "files"):
@@ -547,6 +549,7 @@ def run(sizes: Sizes) -> dict[str, Any]:
         "kafka": kafka,
         "files": files,
         "profile": profile,
+        "profile_alone": profile_alone,
         "checkpoints": checkpoints,
         "rss": rss,
         "seconds": seconds,
@@ -601,13 +604,18 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  SQLite / json.loads = {r['sqlite_over_json_loads']:.3f}   "
           f"({_met(r, 'sqlite_over_json_loads')})")
 
-    p = r["profile"]
-    print(f"where the worker's time goes (Kafka → PostgreSQL, 4 streams, cProfile over "
-          f"{p['records']:,} records; µs per record, indented = part of the line above):")
-    print(f"  {p['total_us_per_record']:9.1f}  Worker.run under cProfile (unprofiled, wall: "
-          f"{1e6 / r['kafka_to_postgres_per_s']:.1f}, CPU: {k['worker']['cpu_us_per_record']:.1f})")
+    p, q = r["profile"], r["profile_alone"]
+    print(f"where the worker's time goes (Kafka → PostgreSQL, cProfile over {p['records']:,} "
+          f"records of 4 streams | {q['records']:,} of one stream; µs per record; indented = "
+          "part of the line above):")
+    print(f"  {p['total_us_per_record']:8.1f} | {q['total_us_per_record']:8.1f}  Worker.run "
+          "under cProfile")
+    print(f"  {1e6 / r['kafka_to_postgres_per_s']:8.1f} | {1e6 / r['one_stream_per_s']:8.1f}  "
+          "  the same without cProfile, wall clock (median run)")
+    print(f"  {k['worker']['cpu_us_per_record']:8.1f} | "
+          f"{k['worker_alone']['cpu_us_per_record']:8.1f}    and CPU time (median run)")
     for stage, us in p["stages_us_per_record"].items():
-        print(f"  {us:9.1f}  {stage}")
+        print(f"  {us:8.1f} | {q['stages_us_per_record'][stage]:8.1f}  {stage}")
 
     print("checkpoint interval (Kafka → PostgreSQL, 4 streams):")
     print(f"  {'every N':>8s}{'events/s':>10s}{'CPU µs/rec':>12s}{'replay ≤ records':>18s}"
