@@ -351,11 +351,18 @@ def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
     return out
 
 
-def profiled_stages(bootstrap: str, topic: str, work: Workload) -> dict[str, Any]:
+#: cProfile's clocks: elapsed time (waits for the database and the broker included), or CPU
+#: time of this process (steadier on a shared machine; costlier to read, so more overhead).
+PROFILE_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter,
+                                                  "cpu": time.process_time}
+
+
+def profiled_stages(bootstrap: str, topic: str, work: Workload,
+                    clock: str = "wall") -> dict[str, Any]:
     """A cProfile'd Kafka → PostgreSQL run of ``topic``: µs per record of each stage."""
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(PROFILE_CLOCKS[clock])
     rates = kafka_worker(bootstrap, topic, f"bench-profiled-{topic}", work, profile)
-    return stage_costs(profile, rates.steady_records)
+    return {"clock": clock, **stage_costs(profile, rates.steady_records)}
 
 
 def checkpoint_rates(bootstrap: str, work: Workload, every: Sequence[int],
@@ -491,7 +498,7 @@ def _ratio(a: float, b: float, digits: int = 4) -> float:
     return round(a / b, digits) if b > 0 and not math.isnan(a) else math.nan
 
 
-def run(sizes: Sizes) -> dict[str, Any]:
+def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = workload(Path(tmp), sizes.predictions_per_stream)
@@ -503,8 +510,8 @@ def run(sizes: Sizes) -> dict[str, Any]:
             with timed(seconds, "kafka"):
                 kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
             with timed(seconds, "profile"):
-                profile = profiled_stages(bootstrap, "events", work)
-                profile_alone = profiled_stages(bootstrap, "alone", alone)
+                profile = profiled_stages(bootstrap, "events", work, profile_clock)
+                profile_alone = profiled_stages(bootstrap, "alone", alone, profile_clock)
             with timed(seconds, "checkpoints"):
                 checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
         with timed(seconds, "files"):
@@ -605,9 +612,9 @@ def print_report(r: dict[str, Any]) -> None:
           f"({_met(r, 'sqlite_over_json_loads')})")
 
     p, q = r["profile"], r["profile_alone"]
-    print(f"where the worker's time goes (Kafka → PostgreSQL, cProfile over {p['records']:,} "
-          f"records of 4 streams | {q['records']:,} of one stream; µs per record; indented = "
-          "part of the line above):")
+    print(f"where the worker's time goes (Kafka → PostgreSQL, cProfile ({p['clock']} clock) over "
+          f"{p['records']:,} records of 4 streams | {q['records']:,} of one stream; µs per "
+          "record; indented = part of the line above):")
     print(f"  {p['total_us_per_record']:8.1f} | {q['total_us_per_record']:8.1f}  Worker.run "
           "under cProfile")
     print(f"  {1e6 / r['kafka_to_postgres_per_s']:8.1f} | {1e6 / r['one_stream_per_s']:8.1f}  "
@@ -638,6 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--rounds", type=int, help="runs per case (median); default 3, quick 1")
     parser.add_argument("--checkpoints", help="checkpoint_every values, e.g. 1,5,10,50")
+    parser.add_argument("--profile-clock", choices=list(PROFILE_CLOCKS), default="wall",
+                        help="cProfile's clock for the stage table (default: wall)")
     parser.add_argument("--rss-child", choices=["default", "bounded"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=FULL.rss_events, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, default=500, help=argparse.SUPPRESS)
@@ -651,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checkpoints:
         sizes = dataclasses.replace(
             sizes, checkpoints=tuple(int(n) for n in args.checkpoints.split(",")))
-    report = run(sizes)
+    report = run(sizes, args.profile_clock)
     if args.json:
         print(json.dumps(report))
     else:
