@@ -59,6 +59,7 @@ import math
 import os
 import platform
 import pstats
+import re
 import statistics
 import subprocess
 import sys
@@ -241,12 +242,14 @@ class Meter:
             t0, n0 = start, 0
         return (n1 - n0) / (t1 - t0)
 
-    def cpu_rate(self) -> float:
+    def cpu_rate(self, start_cpu: float) -> float:
         """Events per CPU second of this process over the same steady state (the database
-        server's and the broker's CPU are not included); nan with fewer than 3 batches."""
+        server's and the broker's CPU are not included); from ``start_cpu`` like :meth:`rate`."""
+        (c0, n0), (c1, n1) = (self.cpu_marks[0], self.marks[0][1]), (self.cpu_marks[-1],
+                                                                      self.marks[-1][1])
         if len(self.marks) < 3:
-            return math.nan
-        return (self.marks[-1][1] - self.marks[0][1]) / (self.cpu_marks[-1] - self.cpu_marks[0])
+            c0, n0 = start_cpu, 0
+        return (n1 - n0) / (c1 - c0) if c1 > c0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,7 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
                     checkpoint_every=checkpoint_every)
     meter = Meter(total)
     worker.on_batch = meter.batch()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     try:
         worker.run(meter.stop, max_batches=1)  # joins the group: not part of the profile
         if profile is not None:
@@ -280,7 +283,7 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
             profile.disable()
         source.close()
     assert meter.marks[-1][1] == total, f"processed {meter.marks[-1][1]} of {total}"
-    return Rates(meter.rate(start), meter.cpu_rate(), total - meter.marks[0][1])
+    return Rates(meter.rate(start), meter.cpu_rate(start_cpu), total - meter.marks[0][1])
 
 
 @contextmanager
@@ -494,8 +497,34 @@ def timed(seconds: dict[str, float], name: str) -> Iterator[None]:
         seconds[name] = round(time.perf_counter() - start, 1)
 
 
-def _ratio(a: float, b: float, digits: int = 4) -> float:
-    return round(a / b, digits) if b > 0 and not math.isnan(a) else math.nan
+def _ratio(a: float | None, b: float | None, digits: int = 4) -> float:
+    if a is None or b is None or math.isnan(a) or not b > 0:
+        return math.nan
+    return round(a / b, digits)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every nan or infinity replaced by None (strict JSON: the harness)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _n(value: Any, spec: str) -> str:
+    """``format(value, spec)``, or "–" in the same width for a missing number."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return format(value, spec)
+    width = re.match(r"[<>^]?\d*", spec)
+    return format("–", (width.group() if width else "") or "")
+
+
+def _per(value: Any) -> float:
+    """µs per record of a rate per second (nan if there is none)."""
+    return 1e6 / value if isinstance(value, int | float) and value > 0 else math.nan
 
 
 def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
@@ -566,7 +595,7 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
     }
     report["goals"] = {key: {"goal": goal, "value": report[key], "met": report[key] >= goal}
                        for key, goal in GOALS.items()}
-    return report
+    return json_safe(report)
 
 
 def _met(r: dict[str, Any], key: str) -> str:
@@ -576,9 +605,9 @@ def _met(r: dict[str, Any], key: str) -> str:
 
 def print_report(r: dict[str, Any]) -> None:
     k = r["kafka"]
-    print(f"Kafka (mock broker in a child process): {r['records']:,} records of "
-          f"{r['streams']} streams on topic events, {r['alone_records']:,} of one stream on "
-          f"topic alone; batches of {r['batch']}; median of {r['rounds']} interleaved runs")
+    print(f"Kafka (mock broker in a child process): {r['records']:,} records of {r['streams']} "
+          f"streams on topic events, {r['alone_records']:,} of one stream on topic alone; "
+          f"batches of {r['batch']}; median of {r['rounds']} interleaved runs")
     print(f"{'':44s}{'events/s':>10s}{'CPU µs/rec':>12s}{'/raw wall':>11s}{'/raw CPU':>10s}")
     rows = [("raw kafka-python + json.loads", "raw", "raw"),
             ("raw, one-stream topic", "raw_alone", "raw_alone"),
@@ -587,51 +616,54 @@ def print_report(r: dict[str, Any]) -> None:
             ("river ADWIN + PageHinkley peer, 4 streams", "peer", "raw")]
     for label, case, ref in rows:
         c, base = k[case], k[ref]
-        print(f"{label:44s}{c['per_s']:>10,}{c['cpu_us_per_record']:>12.2f}"
-              f"{_ratio(c['per_s'], base['per_s'], 3):>11.3f}"
-              f"{_ratio(c['cpu_per_s'], base['cpu_per_s'], 3):>10.3f}")
-    print(f"worker / raw  : {r['kafka_over_raw']:.3f} wall, {r['kafka_over_raw_cpu']:.3f} CPU"
-          f"   ({_met(r, 'kafka_over_raw')}, wall clock)")
-    print(f"peer / raw    : {r['peer_over_raw']:.3f} wall, {r['peer_over_raw_cpu']:.3f} CPU")
-    print(f"worker / peer : {r['kafka_over_peer']:.3f} wall, {r['kafka_over_peer_cpu']:.3f} CPU")
-    print(f"one stream    : {r['one_stream_per_s']:,} events/s wall, "
-          f"{r['one_stream_cpu_per_s']:,.0f} per CPU s   ({_met(r, 'one_stream_per_s')})")
+        print(f"{label:44s}{_n(c['per_s'], '>10,')}{_n(c['cpu_us_per_record'], '>12.2f')}"
+              f"{_n(_ratio(c['per_s'], base['per_s'], 3), '>11.3f')}"
+              f"{_n(_ratio(c['cpu_per_s'], base['cpu_per_s'], 3), '>10.3f')}")
+    for label, key in (("worker / raw ", "kafka_over_raw"), ("peer / raw   ", "peer_over_raw"),
+                       ("worker / peer", "kafka_over_peer")):
+        goal = f"   ({_met(r, key)}, wall clock)" if key in r["goals"] else ""
+        print(f"{label} : {_n(r[key], '.3f')} wall, {_n(r[key + '_cpu'], '.3f')} CPU{goal}")
+    print(f"one stream    : {_n(r['one_stream_per_s'], ',')} events/s wall, "
+          f"{_n(r['one_stream_cpu_per_s'], ',.0f')} per CPU s   ({_met(r, 'one_stream_per_s')})")
     print(f"peer detections per run (ADWIN + PageHinkley, 4 streams): {k['peer']['detections']}")
     print("runs (events/s wall):", ", ".join(f"{case} {k[case]['runs_per_s']}"
                                              for case in KAFKA_CASES))
 
     f = r["files"]
     print(f"file ({r['records']:,} records, median of {r['rounds']}):")
-    print(f"  bare json.loads loop        : {f['json_loads']['per_s']:>9,} events/s")
+    print(f"  bare json.loads loop                : {_n(f['json_loads']['per_s'], '>9,')} "
+          "events/s")
     for name, label in (("none", "no storage"), ("sqlite", "SQLite"), ("postgres", "PostgreSQL"),
                         ("postgres_batch_2000", "PostgreSQL, batch 2000")):
-        print(f"  FileSource → {label:15s}: {f[name]['per_s']:>9,} events/s"
-              f"   ({_ratio(f[name]['per_s'], f['none']['per_s'], 2):.2f} × no storage, "
-              f"{_ratio(f[name]['per_s'], f['json_loads']['per_s'], 3):.3f} × json.loads)")
-    print(f"  SQLite / json.loads = {r['sqlite_over_json_loads']:.3f}   "
+        print(f"  FileSource → {label:23s}: {_n(f[name]['per_s'], '>9,')} events/s"
+              f"   ({_n(_ratio(f[name]['per_s'], f['none']['per_s'], 2), '.2f')} × no storage, "
+              f"{_n(_ratio(f[name]['per_s'], f['json_loads']['per_s'], 3), '.3f')} × json.loads)")
+    print(f"  SQLite / json.loads = {_n(r['sqlite_over_json_loads'], '.3f')}   "
           f"({_met(r, 'sqlite_over_json_loads')})")
 
     p, q = r["profile"], r["profile_alone"]
-    print(f"where the worker's time goes (Kafka → PostgreSQL, cProfile ({p['clock']} clock) over "
+    print(f"where the worker's time goes (Kafka → PostgreSQL; cProfile, {p['clock']} clock, over "
           f"{p['records']:,} records of 4 streams | {q['records']:,} of one stream; µs per "
           "record; indented = part of the line above):")
-    print(f"  {p['total_us_per_record']:8.1f} | {q['total_us_per_record']:8.1f}  Worker.run "
-          "under cProfile")
-    print(f"  {1e6 / r['kafka_to_postgres_per_s']:8.1f} | {1e6 / r['one_stream_per_s']:8.1f}  "
-          "  the same without cProfile, wall clock (median run)")
-    print(f"  {k['worker']['cpu_us_per_record']:8.1f} | "
-          f"{k['worker_alone']['cpu_us_per_record']:8.1f}    and CPU time (median run)")
+    print(f"  {_n(p['total_us_per_record'], '8.1f')} | {_n(q['total_us_per_record'], '8.1f')}"
+          "  Worker.run under cProfile")
+    print(f"  {_n(_per(r['kafka_to_postgres_per_s']), '8.1f')} | "
+          f"{_n(_per(r['one_stream_per_s']), '8.1f')}    the same without cProfile, wall clock "
+          "(median run)")
+    print(f"  {_n(k['worker']['cpu_us_per_record'], '8.1f')} | "
+          f"{_n(k['worker_alone']['cpu_us_per_record'], '8.1f')}    and CPU time (median run)")
     for stage, us in p["stages_us_per_record"].items():
-        print(f"  {us:8.1f} | {q['stages_us_per_record'][stage]:8.1f}  {stage}")
+        print(f"  {_n(us, '8.1f')} | {_n(q['stages_us_per_record'][stage], '8.1f')}  {stage}")
 
     print("checkpoint interval (Kafka → PostgreSQL, 4 streams):")
     print(f"  {'every N':>8s}{'events/s':>10s}{'CPU µs/rec':>12s}{'replay ≤ records':>18s}"
           f"{'≈ s':>7s}")
     for c in r["checkpoints"]:
-        print(f"  {c['checkpoint_every']:>8d}{c['per_s']:>10,}{c['cpu_us_per_record']:>12.2f}"
-              f"{c['replay_records_max']:>18,}{c['replay_s_at_rate']:>7.2f}")
+        print(f"  {c['checkpoint_every']:>8d}{_n(c['per_s'], '>10,')}"
+              f"{_n(c['cpu_us_per_record'], '>12.2f')}{c['replay_records_max']:>18,}"
+              f"{_n(c['replay_s_at_rate'], '>7.2f')}")
     print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs; "
-          "seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
+          "seconds: " + ", ".join(f"{name} {v}" for name, v in r["seconds"].items()))
     print("resident memory, file → PostgreSQL, one stream:")
     for mode, run_ in r["rss"].items():
         rss = run_["rss_mb"]
@@ -662,7 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes, checkpoints=tuple(int(n) for n in args.checkpoints.split(",")))
     report = run(sizes, args.profile_clock)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
     else:
         print_report(report)
     return 0
