@@ -14,8 +14,8 @@ threads are not this process's CPU time (they still share the machine's cores). 
 groups join without the mock's 3 s initial delay.
 
 Figures (steady state: from the end of the first batch to the last record, so the group join
-does not count; wall clock AND CPU time of this process, which runs one
-consumer at a time; median of ``rounds`` interleaved runs, each on the same broker):
+does not count; wall clock AND CPU time of this process, which runs one consumer at a time;
+median of ``rounds`` interleaved runs, all on the same broker):
 
 ``raw_consume_per_s``        a bare kafka-python consumer that ``json.loads`` every value of
                              ``events`` (``raw_alone_per_s``: of ``alone``), polling at most 500
@@ -23,7 +23,8 @@ consumer at a time; median of ``rounds`` interleaved runs, each on the same brok
 ``kafka_to_postgres_per_s``  ``KafkaSource`` → ``Pipeline`` → ``DatabaseSink`` (PostgreSQL, a fresh
                              database per run), batches of 500, offsets committed after each
                              transaction (``monitor run``), four streams;
-``one_stream_per_s``         the same, one stream alone (topic ``alone``; goal ≥ 25 000/s);
+``one_stream_per_s``         the same, one stream alone (topic ``alone``; goal ≥ 25 000/s; see
+                             :data:`CONSUMER_OPTIONS` for what its wall clock also measures);
 ``river_peer_per_s``         river's ADWIN + PageHinkley per stream on the absolute residual, in a
                              kafka-python + ``json.loads`` loop joining labels by id (a dict);
 ``*_cpu_per_s``              the same per CPU second of this process (``time.process_time``):
@@ -47,6 +48,8 @@ Usage::
     .venv/bin/python bench/bench_worker.py            # full size (several minutes)
     .venv/bin/python bench/bench_worker.py --quick    # seconds
     .venv/bin/python bench/bench_worker.py --json     # one JSON object (bench/harness.py)
+    .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20 \
+        --fetch-max-wait-ms 10 --profile-clock cpu
 """
 
 from __future__ import annotations
