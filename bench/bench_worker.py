@@ -48,8 +48,8 @@ Usage::
     .venv/bin/python bench/bench_worker.py            # full size (several minutes)
     .venv/bin/python bench/bench_worker.py --quick    # seconds
     .venv/bin/python bench/bench_worker.py --json     # one JSON object (bench/harness.py)
-    .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20 \
-        --fetch-max-wait-ms 10 --profile-clock cpu
+    .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20
+    .venv/bin/python bench/bench_worker.py --fetch-max-wait-ms 10 --profile-clock cpu
 """
 
 from __future__ import annotations
