@@ -123,11 +123,14 @@ STREAMS: tuple[tuple[str, int], ...] = (("alpha", 0), ("bikes", 0), ("taxis", 50
 N_CALIBRATION = 1000
 BATCH = 500
 #: kafka-python options added to every consumer of the bench (raw, peer, worker): empty, i.e.
-#: the worker's defaults, unless ``--fetch-max-wait-ms`` is given. With one partition, kafka-python
-#: on the mock broker stalls about ``fetch_max_wait_ms`` (500 ms by default) every few polls
-#: although records are there (15 000 records of topic ``alone``: ~5 s at 500 ms, 0.15 s at
-#: 10 ms; no stall with four partitions): the wall-clock rates of the one-stream topic measure
-#: those stalls, its CPU times do not.
+#: the worker's defaults, unless ``--fetch-max-wait-ms`` is given. Topic ``alone`` has records
+#: in one of its four partitions: while the consumer drains the records it has buffered, its
+#: next fetch asks for the three empty partitions only, the broker holds that fetch for
+#: ``fetch_max_wait_ms`` (500 ms by default; a real broker does the same), and no other fetch
+#: goes to that broker meanwhile, so the consumer waits up to 500 ms every ~1 MB fetched
+#: (15 000 records: ~5 s of waits at 500 ms, none at 10 ms; a consumer assigned only the busy
+#: partition does not wait). The wall-clock rates of the one-stream topic measure those waits,
+#: its CPU times do not; ``--fetch-max-wait-ms 10`` removes them for every consumer alike.
 CONSUMER_OPTIONS: dict[str, Any] = {}
 GOALS = {"kafka_over_raw": 0.5, "one_stream_per_s": 25_000, "sqlite_over_json_loads": 0.25}
 
