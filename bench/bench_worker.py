@@ -1,46 +1,69 @@
-"""End-to-end throughput of the worker, where its time goes, and its memory over a long replay.
+"""End-to-end throughput of the worker beside a raw consumer and a river peer, where its time
+goes, the cost of checkpoints, and its memory over a long replay.
 
 Events: four stationary streams drawn (with replacement) from the bundled Shuttle pool with their
-model's predictions, keyed by stream name onto the four partitions of the mock broker's topic;
-two streams carry their labels inline, two send them as separate label events 50 predictions
-later. Every stream uses the default configuration (weighted conformal test martingales, kNN
-covariate score, eg-BH OOD decisions) with 1 000 calibration events.
+model's predictions, keyed by stream name onto the four partitions of topic ``events``; two
+streams carry their labels inline, two send them as separate label events 50 predictions later.
+Topic ``alone`` holds one stream (labels inline, one partition key). Every stream uses the
+default configuration (weighted conformal test martingales, kNN covariate score, eg-BH OOD
+decisions on) with 1 000 calibration events.
 
-Figures (events/s in steady state: from the first batch to the last, so the 3 s group join of the
-mock broker does not count; one process, on a shared machine):
+The mock Kafka broker (librdkafka) runs in a child process (``bench/mock_broker.py``) that
+produced both topics; every consumer measured here reads from it over loopback, so the broker's
+threads are not this process's CPU time (they still share the machine's cores). Its consumer
+groups join without the mock's 3 s initial delay.
 
-``kafka_to_postgres_per_s``  ``KafkaSource`` → pipeline → ``DatabaseSink`` (PostgreSQL), batches of
-                             500, offsets committed after each transaction (``monitor run``);
-``raw_consume_per_s``        a bare kafka-python consumer that ``json.loads`` every value, on the
-                             same topic of the same broker in the same run (``bench_kafka``);
-``kafka_over_raw``           their ratio (goal 0.8: see ``profile`` for why it is far lower);
-``*_cpu_per_s``, ``kafka_over_raw_cpu``  the same per CPU second of the process (steady state):
+Figures (steady state: from the end of the first batch to the last record, so the group join
+does not count; wall clock AND CPU time of this process, which runs one consumer at a time;
+median of ``rounds`` interleaved runs, all on the same broker):
+
+``raw_consume_per_s``        a bare kafka-python consumer that ``json.loads`` every value of
+                             ``events`` (``raw_alone_per_s``: of ``alone``), polling at most 500
+                             records at a time like the worker;
+``kafka_to_postgres_per_s``  ``KafkaSource`` → ``Pipeline`` → ``DatabaseSink`` (PostgreSQL, a fresh
+                             database per run), batches of 500, offsets committed after each
+                             transaction (``monitor run``), four streams;
+``one_stream_per_s``         the same, one stream alone (topic ``alone``; goal ≥ 25 000/s; see
+                             :data:`CONSUMER_OPTIONS` for what its wall clock also measures);
+``river_peer_per_s``         river's ADWIN + PageHinkley per stream on the absolute residual, in a
+                             kafka-python + ``json.loads`` loop joining labels by id (a dict);
+``*_cpu_per_s``              the same per CPU second of this process (``time.process_time``):
                              steadier than wall-clock rates on a shared machine;
-``file_to_*_per_s``          the same events from a JSONL file into nothing, SQLite, PostgreSQL
-                             (``..._checkpoint_every_10``: checkpoints and offsets every 10
-                             batches, results every batch);
-``postgres_over_none``       file → PostgreSQL over file → nothing (goal 0.8);
-``profile``                  share of the worker's time per stage (cProfile, Kafka → PostgreSQL);
+``kafka_over_raw``           worker / raw (the acceptance of issue #13: ≥ 0.5, wall clock);
+                             ``peer_over_raw``, ``kafka_over_peer``, ``*_cpu``: the other ratios;
+``file_*``                   the same events from a JSONL file: a bare ``json.loads`` loop, and
+                             ``FileSource`` → pipeline → nothing, SQLite, PostgreSQL
+                             (``sqlite_over_json_loads``: goal ≥ 0.25);
+``profile``                  µs per record of each stage of :data:`STAGES` (cProfile cumulative
+                             time of a Kafka → PostgreSQL run over the records profiled), four
+                             streams (``profile_alone``: one stream);
+``checkpoints``              Kafka → PostgreSQL at ``checkpoint_every`` N: events/s, and the most
+                             records a crash makes the worker replay (N batches);
 ``rss``                      resident memory of a worker (file → PostgreSQL) over a long replay of
                              one stream, default configuration vs ``weighted: false`` with
                              ``max_reference`` (each in a fresh process).
 
 Usage::
 
-    .venv/bin/python bench/bench_worker.py            # full size (a few minutes)
+    .venv/bin/python bench/bench_worker.py            # full size (several minutes)
     .venv/bin/python bench/bench_worker.py --quick    # seconds
     .venv/bin/python bench/bench_worker.py --json     # one JSON object (bench/harness.py)
+    .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20
+    .venv/bin/python bench/bench_worker.py --fetch-max-wait-ms 10 --profile-clock cpu
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import math
 import os
 import platform
 import pstats
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,35 +83,72 @@ for _path in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, _path)
 
 from bench_db import fresh_database  # noqa: E402
-from bench_kafka import raw_consume_rates  # noqa: E402
+from bench_kafka import peer_consume_rates, raw_consume_rates  # noqa: E402
+from mock_broker import broker_process  # noqa: E402
 
 from connectors import FileSource, KafkaSource  # noqa: E402
 from monitor.datasets import load_shuttle_regression  # noqa: E402
 from monitor.pipeline import BatchOutput, Pipeline  # noqa: E402
 from monitor.runner import DatabaseSink, build_monitors, read_configs  # noqa: E402
 from monitor.worker import NullSink, Sink, StopFlag, Worker  # noqa: E402
-from tests.kafka_harness import (  # noqa: E402
-    MOCK_CONSUMER_OPTIONS,
-    mock_kafka_cluster,
-    produce_confluent,
+from tests.kafka_harness import MOCK_CONSUMER_OPTIONS  # noqa: E402
+
+#: Stages of the worker's time: (label, file suffix, function) whose cProfile cumulative time,
+#: divided by the records profiled, is reported in µs per record. A label indented by two
+#: spaces is a part of the stage above it (not added again into "other"). A function that does
+#: not exist (renamed, or not yet written) shows 0: edit this list as the pipeline changes.
+STAGES: tuple[tuple[str, str, str], ...] = (
+    ("poll: KafkaSource.poll (fetch + Record)", "connectors/kafka.py", "poll"),
+    ("pipeline: Pipeline.process", "monitor/pipeline.py", "process"),
+    ("  decode_event (per record)", "monitor/events.py", "decode_event"),
+    ("  decode_batch", "monitor/events.py", "decode_batch"),
+    ("  Pipeline._prepare (covariate kNN scores of a batch)", "monitor/pipeline.py", "_prepare"),
+    ("  StreamMonitor.observe (per event)", "monitor/stream.py", "observe"),
+    ("  StreamMonitor.step (a stream's batch)", "monitor/stream.py", "step"),
+    ("    StreamDetectors.update_covariate (CTM)", "monitor/diagnosis.py", "update_covariate"),
+    ("    StreamDetectors.update_conditional (WCTM)", "monitor/diagnosis.py",
+     "update_conditional"),
+    ("    StreamDetectors.update_batch", "monitor/diagnosis.py", "update_batch"),
+    ("    OODDecider.add (scorers + rule)", "monitor/decisions/decider.py", "add"),
+    ("    OODDecider.add_many", "monitor/decisions/decider.py", "add_many"),
+    ("state_dict (checkpoint states)", "monitor/stream.py", "state_dict"),
+    ("persist: DatabaseSink.persist (encode + transaction)", "monitor/runner.py", "persist"),
+    ("commit: KafkaSource.commit (offsets to Kafka)", "connectors/kafka.py", "commit"),
 )
+#: What the stages are a part of (their total, and "other" = total - the top-level stages).
+TOTAL_STAGE = ("monitor/worker.py", "run")
 
 #: Stream names whose murmur2 partitions (of 4) are 0, 1, 2, 3; label delay of each.
 STREAMS: tuple[tuple[str, int], ...] = (("alpha", 0), ("bikes", 0), ("taxis", 50), ("loans", 50))
 N_CALIBRATION = 1000
 BATCH = 500
+#: kafka-python options added to every consumer of the bench (raw, peer, worker): empty, i.e.
+#: the worker's defaults, unless ``--fetch-max-wait-ms`` is given. Topic ``alone`` has records
+#: in one of its four partitions: while the consumer drains the records it has buffered, its
+#: next fetch asks for the three empty partitions only, the broker holds that fetch for
+#: ``fetch_max_wait_ms`` (500 ms by default; a real broker does the same), and no other fetch
+#: goes to that broker meanwhile, so the consumer waits up to 500 ms every ~1 MB fetched
+#: (15 000 records: ~5 s of waits at 500 ms, none at 10 ms; a consumer assigned only the busy
+#: partition does not wait). The wall-clock rates of the one-stream topic measure those waits,
+#: its CPU times do not; ``--fetch-max-wait-ms 10`` removes them for every consumer alike.
+CONSUMER_OPTIONS: dict[str, Any] = {}
+GOALS = {"kafka_over_raw": 0.5, "one_stream_per_s": 25_000, "sqlite_over_json_loads": 0.25}
 
 
 @dataclass(frozen=True)
 class Sizes:
     predictions_per_stream: int
+    alone_predictions: int  # the one-stream topic (a single partition: ≤ ~20 000, see docs)
     rss_events: int
-    repeat: int  # file runs: best of this many, interleaved (the machine is shared)
+    rounds: int  # median of this many interleaved runs per case
+    checkpoints: tuple[int, ...]
     rss_max_reference: int = 500
 
 
-FULL = Sizes(predictions_per_stream=2500, rss_events=20_000, repeat=2)
-QUICK = Sizes(predictions_per_stream=200, rss_events=1_500, repeat=1)
+FULL = Sizes(predictions_per_stream=5000, alone_predictions=15_000, rss_events=20_000, rounds=3,
+             checkpoints=(1, 5, 10, 50))
+QUICK = Sizes(predictions_per_stream=200, alone_predictions=1500, rss_events=1_500, rounds=1,
+              checkpoints=(1, 10))
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -154,6 +214,16 @@ def workload(folder: Path, n: int) -> Workload:
     return Workload(configs, path, values, keys)
 
 
+def one_stream(folder: Path, n: int) -> Workload:
+    """One stream alone (labels inline), all records under one key (one partition)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = STREAMS[0][0]
+    config, values = write_stream(folder, name, 11, n, 0)
+    path = folder / "events.jsonl"
+    path.write_bytes(b"".join(v + b"\n" for v in values))
+    return Workload([config], path, values, [name] * len(values))
+
+
 # -- timed runs ---------------------------------------------------------------------------------
 
 
@@ -167,7 +237,7 @@ class Meter:
         self.cpu_marks: list[float] = []
         self.stop = StopFlag()
 
-    def batch(self, worker: Worker) -> Callable[[BatchOutput], None]:
+    def batch(self) -> Callable[[BatchOutput], None]:
         # Counted from each output: with interval checkpoints the worker's summary only moves
         # at checkpoints (no batch is replayed here).
         def on_batch(out: BatchOutput) -> None:
@@ -185,25 +255,37 @@ class Meter:
             t0, n0 = start, 0
         return (n1 - n0) / (t1 - t0)
 
-    def cpu_rate(self) -> float:
+    def cpu_rate(self, start_cpu: float) -> float:
         """Events per CPU second of this process over the same steady state (the database
-        server's CPU is not included); nan with fewer than 3 batches."""
+        server's and the broker's CPU are not included); from ``start_cpu`` like :meth:`rate`."""
+        (c0, n0), (c1, n1) = (self.cpu_marks[0], self.marks[0][1]), (self.cpu_marks[-1],
+                                                                      self.marks[-1][1])
         if len(self.marks) < 3:
-            return math.nan
-        return (self.marks[-1][1] - self.marks[0][1]) / (self.cpu_marks[-1] - self.cpu_marks[0])
+            c0, n0 = start_cpu, 0
+        return (n1 - n0) / (c1 - c0) if c1 > c0 else math.nan
+
+
+@dataclass(frozen=True)
+class Rates:
+    """One run: events per wall-clock second and per CPU second; records after the first
+    batch (what a profile of the run covers)."""
+
+    wall: float
+    cpu: float
+    steady_records: int = 0
 
 
 def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: int,
                profile: cProfile.Profile | None = None, batch: int = BATCH,
-               cpu: list[float] | None = None, checkpoint_every: int = 1) -> float:
-    """Events/s of one worker over ``total`` records (the source is closed afterwards); the
-    events per CPU second are appended to ``cpu`` when given."""
+               checkpoint_every: int = 1) -> Rates:
+    """Rates of one worker over ``total`` records (the source is closed afterwards); the first
+    batch (group join, first fetch) is neither timed nor profiled."""
     pipeline = Pipeline(build_monitors(read_configs(configs)), source.name)
     worker = Worker(source, pipeline, sink, kind, batch_size=batch,
                     checkpoint_every=checkpoint_every)
     meter = Meter(total)
-    worker.on_batch = meter.batch(worker)
-    start = time.perf_counter()
+    worker.on_batch = meter.batch()
+    start, start_cpu = time.perf_counter(), time.process_time()
     try:
         worker.run(meter.stop, max_batches=1)  # joins the group: not part of the profile
         if profile is not None:
@@ -214,9 +296,7 @@ def run_worker(source: Any, configs: list[str], sink: Sink, kind: str, total: in
             profile.disable()
         source.close()
     assert meter.marks[-1][1] == total, f"processed {meter.marks[-1][1]} of {total}"
-    if cpu is not None:
-        cpu.append(meter.cpu_rate())
-    return meter.rate(start)
+    return Rates(meter.rate(start), meter.cpu_rate(start_cpu), total - meter.marks[0][1])
 
 
 @contextmanager
@@ -232,85 +312,150 @@ def sink_for(target: str) -> Iterator[Sink]:
             sink.close()
 
 
-#: File runs: name → (sink, batch size, batches per checkpoint).
-FILE_CASES: dict[str, tuple[str, int, int]] = {
-    "none": ("none", BATCH, 1),
-    "sqlite": ("sqlite", BATCH, 1),
-    "postgres": ("postgresql", BATCH, 1),
-    "postgres_batch_2000": ("postgresql", 2000, 1),
-    "postgres_checkpoint_every_10": ("postgresql", BATCH, 10),
+def kafka_worker(bootstrap: str, topic: str, group: str, work: Workload,
+                 profile: cProfile.Profile | None = None, checkpoint_every: int = 1) -> Rates:
+    """Kafka → pipeline → PostgreSQL (a fresh database) over every record of ``topic``."""
+    with sink_for("postgresql") as sink:
+        source = KafkaSource(bootstrap, topic, group, **MOCK_CONSUMER_OPTIONS,
+                             **CONSUMER_OPTIONS)
+        return run_worker(source, work.configs, sink, "kafka", len(work.values), profile,
+                          checkpoint_every=checkpoint_every)
+
+
+def median_case(runs: list[Rates]) -> dict[str, Any]:
+    """Median of the runs' wall-clock and CPU rates (each on its own), CPU µs per record."""
+    wall = statistics.median(r.wall for r in runs)
+    cpu = statistics.median(r.cpu for r in runs)
+    return {"per_s": round(wall), "cpu_per_s": _round(cpu),
+            "cpu_us_per_record": _round(1e6 / cpu, 2) if cpu > 0 else math.nan,
+            "runs_per_s": [round(r.wall) for r in runs],
+            "runs_cpu_per_s": [_round(r.cpu) for r in runs]}
+
+
+def _round(value: float, digits: int = 0) -> float:
+    return value if math.isnan(value) else round(value, digits or None)
+
+
+#: The cases of the Kafka comparison, in the order of a round.
+KAFKA_CASES = ("raw", "raw_alone", "worker", "worker_alone", "peer")
+
+
+def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
+                     rounds: int) -> dict[str, Any]:
+    """Every case of :data:`KAFKA_CASES` ``rounds`` times, interleaved (odd rounds in reverse
+    order, so that a load that changes during the run favours no case); medians."""
+    runs: dict[str, list[Rates]] = {case: [] for case in KAFKA_CASES}
+    detections: list[int] = []
+    for i in range(rounds):
+        for case in KAFKA_CASES[:: 1 if i % 2 == 0 else -1]:
+            if case == "raw":
+                runs[case].append(Rates(*raw_consume_rates(bootstrap, "events",
+                                                           len(work.values), max_records=BATCH,
+                                                           **CONSUMER_OPTIONS)))
+            elif case == "raw_alone":
+                runs[case].append(Rates(*raw_consume_rates(bootstrap, "alone",
+                                                           len(alone.values), max_records=BATCH,
+                                                           **CONSUMER_OPTIONS)))
+            elif case == "worker":
+                runs[case].append(kafka_worker(bootstrap, "events", f"bench-{i}", work))
+            elif case == "worker_alone":
+                runs[case].append(kafka_worker(bootstrap, "alone", f"bench-alone-{i}", alone))
+            else:
+                peer = peer_consume_rates(bootstrap, "events", len(work.values),
+                                          max_records=BATCH, **CONSUMER_OPTIONS)
+                runs[case].append(Rates(peer["rate"], peer["cpu_rate"]))
+                detections.append(int(peer["detections"]))
+    out = {case: median_case(r) for case, r in runs.items()}
+    out["peer"]["detections"] = detections
+    return out
+
+
+#: cProfile's clocks: elapsed time (waits for the database and the broker included), or CPU
+#: time of this process (steadier on a shared machine; costlier to read, so more overhead).
+PROFILE_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter,
+                                                  "cpu": time.process_time}
+
+
+def profiled_stages(bootstrap: str, topic: str, work: Workload,
+                    clock: str = "wall") -> dict[str, Any]:
+    """A cProfile'd Kafka → PostgreSQL run of ``topic``: µs per record of each stage."""
+    profile = cProfile.Profile(PROFILE_CLOCKS[clock])
+    rates = kafka_worker(bootstrap, topic, f"bench-profiled-{topic}", work, profile)
+    return {"clock": clock, **stage_costs(profile, rates.steady_records)}
+
+
+def checkpoint_rates(bootstrap: str, work: Workload, every: Sequence[int],
+                     rounds: int) -> list[dict[str, Any]]:
+    """Kafka → PostgreSQL (four streams) at each ``checkpoint_every``, interleaved rounds."""
+    runs: dict[int, list[Rates]] = {n: [] for n in every}
+    for i in range(rounds):
+        for n in list(every)[:: 1 if i % 2 == 0 else -1]:
+            runs[n].append(kafka_worker(bootstrap, "events", f"bench-ckpt-{n}-{i}", work,
+                                        checkpoint_every=n))
+    out = []
+    for n, r in runs.items():
+        case = median_case(r)
+        replay = n * BATCH
+        out.append({"checkpoint_every": n, **case, "replay_records_max": replay,
+                    "replay_s_at_rate": round(replay / case["per_s"], 2)})
+    return out
+
+
+#: File runs: name → (sink, batch size); cheap ones only (checkpoints: see checkpoint_rates).
+FILE_CASES: dict[str, tuple[str, int]] = {
+    "none": ("none", BATCH),
+    "sqlite": ("sqlite", BATCH),
+    "postgres": ("postgresql", BATCH),
+    "postgres_batch_2000": ("postgresql", 2000),
 }
 
 
-def file_rates(work: Workload, repeat: int) -> dict[str, float]:
-    """Best of ``repeat`` interleaved runs per case (the least disturbed one)."""
-    best = dict.fromkeys(FILE_CASES, 0.0)
-    for i in range(repeat):
-        # Alternate the order, so that a load that changes during the run favours no case.
-        for name in list(FILE_CASES)[:: 1 if i % 2 == 0 else -1]:
-            target, batch, every = FILE_CASES[name]
+def json_loads_rates(path: Path) -> Rates:
+    """A bare loop that reads the JSONL file and ``json.loads`` every line."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    n = 0
+    with path.open("rb") as fh:
+        for line in fh:
+            json.loads(line)
+            n += 1
+    return Rates(n / (time.perf_counter() - start), n / (time.process_time() - start_cpu))
+
+
+def file_rates(work: Workload, rounds: int) -> dict[str, dict[str, Any]]:
+    """Median of ``rounds`` interleaved runs per case, beside the bare ``json.loads`` loop."""
+    runs: dict[str, list[Rates]] = {name: [] for name in ("json_loads", *FILE_CASES)}
+    for i in range(rounds):
+        for name in list(runs)[:: 1 if i % 2 == 0 else -1]:
+            if name == "json_loads":
+                runs[name].append(json_loads_rates(work.events))
+                continue
+            target, batch = FILE_CASES[name]
             with sink_for(target) as sink:
-                rate = run_worker(FileSource(work.events), work.configs, sink, "file",
-                                  len(work.values), batch=batch, checkpoint_every=every)
-            best[name] = max(best[name], rate)
-    return best
+                runs[name].append(run_worker(FileSource(work.events), work.configs, sink, "file",
+                                             len(work.values), batch=batch))
+    return {name: median_case(r) for name, r in runs.items()}
 
 
-def kafka_rates(work: Workload) -> dict[str, Any]:
-    """Kafka → PostgreSQL beside the raw consumer on the same topic; then a profiled run."""
-    with mock_kafka_cluster() as bootstrap:
-        produce_confluent(bootstrap, "events", work.values, work.keys,
-                          config={"partitioner": "murmur2_random"})  # one stream per partition
-
-        def kafka_run(group: str, profile: cProfile.Profile | None = None,
-                      cpu: list[float] | None = None) -> float:
-            source = KafkaSource(bootstrap, "events", group, **MOCK_CONSUMER_OPTIONS)
-            with sink_for("postgresql") as sink:
-                return run_worker(source, work.configs, sink, "kafka", len(work.values), profile,
-                                  cpu=cpu)
-
-        worker_cpu: list[float] = []
-        worker_rate = kafka_run("bench", cpu=worker_cpu)
-        raw, raw_cpu = raw_consume_rates(bootstrap, "events", len(work.values))
-        profile = cProfile.Profile()
-        kafka_run("bench-profiled", profile)
-    return {"worker": worker_rate, "raw": raw, "worker_cpu": worker_cpu[0], "raw_cpu": raw_cpu,
-            "profile": stage_shares(profile)}
-
-
-#: Stages of the worker's time: (label, file suffix, function) whose cumulative time is taken.
-STAGES: tuple[tuple[str, str, str], ...] = (
-    ("poll (kafka-python fetch + Record)", "connectors/kafka.py", "poll"),
-    ("decode + validate (json, pydantic)", "monitor/events.py", "decode_event"),
-    ("covariate kNN scores of a batch", "monitor/pipeline.py", "_prepare"),
-    ("covariate monitor (CTM)", "monitor/diagnosis.py", "update_covariate"),
-    ("conditional monitor (weighted CTM)", "monitor/diagnosis.py", "update_conditional"),
-    ("OOD scorers + decision rule", "monitor/decisions/decider.py", "add"),
-    ("detector state_dict", "monitor/stream.py", "state_dict"),
-    ("persist (encode + one transaction)", "monitor/runner.py", "persist"),
-    ("commit offsets to Kafka", "connectors/kafka.py", "commit"),
-)
-
-
-def stage_shares(profile: cProfile.Profile) -> dict[str, float]:
-    """Fraction of ``Worker.run``'s time spent in each stage (stages do not overlap); the
-    first batch (group join, first fetch) is not profiled."""
+def stage_costs(profile: cProfile.Profile, records: int) -> dict[str, Any]:
+    """µs per record of each stage of :data:`STAGES` (cumulative time / ``records``), of their
+    total (``Worker.run``) and of the rest of it ("other": the total less the top-level
+    stages); 0 for a function the profile does not contain."""
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     cumulative: dict[tuple[str, str], float] = {}
     for (filename, _, function), (_, _, _, cum, _) in stats.items():
         key = (filename.replace("\\", "/"), function)
         cumulative[key] = max(cumulative.get(key, 0.0), cum)
 
-    def cum_of(suffix: str, function: str) -> float:
-        return max((t for (f, fn), t in cumulative.items()
-                    if f.endswith(suffix) and fn == function), default=0.0)
+    def us(suffix: str, function: str) -> float:
+        seconds = max((t for (f, fn), t in cumulative.items()
+                       if f.endswith(suffix) and fn == function), default=0.0)
+        return round(seconds * 1e6 / max(records, 1), 2)
 
-    total = cum_of("monitor/worker.py", "run")
-    shares = {label: round(cum_of(suffix, fn) / total, 3) for label, suffix, fn in STAGES}
-    shares["other (routing, join, records, loop)"] = round(1 - sum(shares.values()), 3)
-    return shares
-
-
+    total = us(*TOTAL_STAGE)
+    stages = {label: us(suffix, fn) for label, suffix, fn in STAGES}
+    top = sum(t for label, t in stages.items() if not label.startswith(" "))
+    stages["other (routing, join, records, loop)"] = round(total - top, 2)
+    return {"records": records, "total_us_per_record": total, "stages_us_per_record": stages}
 # -- resident memory ----------------------------------------------------------------------------
 
 
@@ -356,61 +501,187 @@ def rss_runs(sizes: Sizes) -> dict[str, Any]:
 
 # -- the report ---------------------------------------------------------------------------------
 
+# -- the report ---------------------------------------------------------------------------------
 
-def run(sizes: Sizes) -> dict[str, Any]:
+
+@contextmanager
+def timed(seconds: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - start, 1)
+
+
+def _ratio(a: float | None, b: float | None, digits: int = 4) -> float:
+    if a is None or b is None or math.isnan(a) or not b > 0:
+        return math.nan
+    return round(a / b, digits)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every nan or infinity replaced by None (strict JSON: the harness)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _n(value: Any, spec: str) -> str:
+    """``format(value, spec)``, or "–" in the same width for a missing number."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return format(value, spec)
+    width = re.match(r"[<>^]?\d*", spec)
+    return format("–", (width.group() if width else "") or "")
+
+
+def _per(value: Any) -> float:
+    """µs per record of a rate per second (nan if there is none)."""
+    return 1e6 / value if isinstance(value, int | float) and value > 0 else math.nan
+
+
+def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = workload(Path(tmp), sizes.predictions_per_stream)
-        kafka = kafka_rates(work)
-        files = file_rates(work, sizes.repeat)
-    return {
+        alone = one_stream(Path(tmp) / "alone", sizes.alone_predictions)
+        topics = {"events": (work.values, work.keys), "alone": (alone.values, alone.keys)}
+        seconds: dict[str, float] = {}
+        with timed(seconds, "broker"), broker_process(topics) as bootstrap:
+            # The broker process is stopped on leaving the block, also on an error.
+            with timed(seconds, "kafka"):
+                kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
+            with timed(seconds, "profile"):
+                profile = profiled_stages(bootstrap, "events", work, profile_clock)
+                profile_alone = profiled_stages(bootstrap, "alone", alone, profile_clock)
+            with timed(seconds, "checkpoints"):
+                checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
+        with timed(seconds, "files"):
+            files = file_rates(work, sizes.rounds)
+    with timed(seconds, "rss"):
+        rss = rss_runs(sizes)
+    raw, raw_alone, worker, solo, peer = (kafka[c] for c in KAFKA_CASES)
+    report: dict[str, Any] = {
         "records": len(work.values),
+        "alone_records": len(alone.values),
         "streams": len(STREAMS),
         "batch": BATCH,
-        "kafka_to_postgres_per_s": round(kafka["worker"]),
-        "raw_consume_per_s": round(kafka["raw"]),
-        "kafka_over_raw": round(kafka["worker"] / kafka["raw"], 4),
-        # Per CPU second of the process: less sensitive to other load on a shared machine (the
-        # PostgreSQL server's CPU is not counted, the BLAS threads' and the client's are).
-        "kafka_to_postgres_cpu_per_s": round(kafka["worker_cpu"]),
-        "raw_consume_cpu_per_s": round(kafka["raw_cpu"]),
-        "kafka_over_raw_cpu": round(kafka["worker_cpu"] / kafka["raw_cpu"], 4),
-        **{f"file_to_{name}_per_s": round(rate) for name, rate in files.items()},
-        "postgres_over_none": round(files["postgres"] / files["none"], 3),
-        "sqlite_over_none": round(files["sqlite"] / files["none"], 3),
-        "postgres_batch_2000_over_none": round(files["postgres_batch_2000"] / files["none"], 3),
-        "postgres_checkpoint_every_10_over_none": round(
-            files["postgres_checkpoint_every_10"] / files["none"], 3
-        ),
-        "profile": kafka["profile"],
-        "rss": rss_runs(sizes),
+        "rounds": sizes.rounds,
+        "raw_consume_per_s": raw["per_s"],
+        "kafka_to_postgres_per_s": worker["per_s"],
+        "one_stream_per_s": solo["per_s"],
+        "river_peer_per_s": peer["per_s"],
+        "raw_alone_per_s": raw_alone["per_s"],
+        # Per CPU second of this process: less sensitive to other load on a shared machine (the
+        # PostgreSQL server's and the broker's CPU are not counted, BLAS threads' and the
+        # Kafka client's are).
+        "raw_consume_cpu_per_s": raw["cpu_per_s"],
+        "kafka_to_postgres_cpu_per_s": worker["cpu_per_s"],
+        "one_stream_cpu_per_s": solo["cpu_per_s"],
+        "river_peer_cpu_per_s": peer["cpu_per_s"],
+        "raw_alone_cpu_per_s": raw_alone["cpu_per_s"],
+        "kafka_over_raw": _ratio(worker["per_s"], raw["per_s"]),
+        "kafka_over_raw_cpu": _ratio(worker["cpu_per_s"], raw["cpu_per_s"]),
+        "one_stream_over_raw": _ratio(solo["per_s"], raw_alone["per_s"]),
+        "one_stream_over_raw_cpu": _ratio(solo["cpu_per_s"], raw_alone["cpu_per_s"]),
+        "peer_over_raw": _ratio(peer["per_s"], raw["per_s"]),
+        "peer_over_raw_cpu": _ratio(peer["cpu_per_s"], raw["cpu_per_s"]),
+        "kafka_over_peer": _ratio(worker["per_s"], peer["per_s"]),
+        "kafka_over_peer_cpu": _ratio(worker["cpu_per_s"], peer["cpu_per_s"]),
+        "file_json_loads_per_s": files["json_loads"]["per_s"],
+        **{f"file_to_{name}_per_s": files[name]["per_s"] for name in FILE_CASES},
+        "sqlite_over_json_loads": _ratio(files["sqlite"]["per_s"], files["json_loads"]["per_s"]),
+        "sqlite_over_none": _ratio(files["sqlite"]["per_s"], files["none"]["per_s"], 3),
+        "postgres_over_none": _ratio(files["postgres"]["per_s"], files["none"]["per_s"], 3),
+        "postgres_batch_2000_over_none": _ratio(files["postgres_batch_2000"]["per_s"],
+                                                files["none"]["per_s"], 3),
+        "kafka": kafka,
+        "files": files,
+        "profile": profile,
+        "profile_alone": profile_alone,
+        "checkpoints": checkpoints,
+        "rss": rss,
+        "seconds": seconds,
         "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "consumer_options": dict(CONSUMER_OPTIONS),
     }
+    report["goals"] = {key: {"goal": goal, "value": report[key], "met": report[key] >= goal}
+                       for key, goal in GOALS.items()}
+    return json_safe(report)
+
+
+def _met(r: dict[str, Any], key: str) -> str:
+    goal = r["goals"][key]
+    return f"goal ≥ {goal['goal']:,}: {'met' if goal['met'] else 'NOT met'}"
 
 
 def print_report(r: dict[str, Any]) -> None:
-    print(f"{r['records']} records, {r['streams']} streams, batches of {r['batch']}")
-    print(f"Kafka → worker → PostgreSQL  : {r['kafka_to_postgres_per_s']:>9,} events/s")
-    print(f"raw kafka-python + json.loads: {r['raw_consume_per_s']:>9,} events/s"
-          f"   (worker / raw = {r['kafka_over_raw']:.3f})")
-    print(f"  per CPU second of the process: worker {r['kafka_to_postgres_cpu_per_s']:,}, raw "
-          f"{r['raw_consume_cpu_per_s']:,} events (worker / raw = {r['kafka_over_raw_cpu']:.3f})")
-    print(f"file → no storage            : {r['file_to_none_per_s']:>9,} events/s")
-    print(f"file → SQLite                : {r['file_to_sqlite_per_s']:>9,} events/s"
-          f"   ({r['sqlite_over_none']:.2f} × no storage)")
-    print(f"file → PostgreSQL            : {r['file_to_postgres_per_s']:>9,} events/s"
-          f"   ({r['postgres_over_none']:.2f} × no storage)")
-    print(f"file → PostgreSQL, batch 2000: {r['file_to_postgres_batch_2000_per_s']:>9,} events/s"
-          f"   ({r['postgres_batch_2000_over_none']:.2f} × no storage)")
-    print(f"file → PostgreSQL, ckpt / 10 : "
-          f"{r['file_to_postgres_checkpoint_every_10_per_s']:>9,} events/s"
-          f"   ({r['postgres_checkpoint_every_10_over_none']:.2f} × no storage)")
-    print("where the worker's time goes (Kafka → PostgreSQL, cProfile):")
-    for stage, share in r["profile"].items():
-        print(f"  {share:6.1%}  {stage}")
-    print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs")
+    k = r["kafka"]
+    print(f"Kafka (mock broker in a child process): {r['records']:,} records of {r['streams']} "
+          f"streams on topic events, {r['alone_records']:,} of one stream on topic alone; "
+          f"batches of {r['batch']}; median of {r['rounds']} interleaved runs; extra consumer "
+          f"options {r.get('consumer_options') or 'none'}")
+    print(f"{'':44s}{'events/s':>10s}{'CPU µs/rec':>12s}{'/raw wall':>11s}{'/raw CPU':>10s}")
+    rows = [("raw kafka-python + json.loads", "raw", "raw"),
+            ("raw, one-stream topic", "raw_alone", "raw_alone"),
+            ("worker → PostgreSQL, 4 streams", "worker", "raw"),
+            ("worker → PostgreSQL, 1 stream alone", "worker_alone", "raw_alone"),
+            ("river ADWIN + PageHinkley peer, 4 streams", "peer", "raw")]
+    for label, case, ref in rows:
+        c, base = k[case], k[ref]
+        print(f"{label:44s}{_n(c['per_s'], '>10,')}{_n(c['cpu_us_per_record'], '>12.2f')}"
+              f"{_n(_ratio(c['per_s'], base['per_s'], 3), '>11.3f')}"
+              f"{_n(_ratio(c['cpu_per_s'], base['cpu_per_s'], 3), '>10.3f')}")
+    for label, key in (("worker / raw ", "kafka_over_raw"), ("peer / raw   ", "peer_over_raw"),
+                       ("worker / peer", "kafka_over_peer")):
+        goal = f"   ({_met(r, key)}, wall clock)" if key in r["goals"] else ""
+        print(f"{label} : {_n(r[key], '.3f')} wall, {_n(r[key + '_cpu'], '.3f')} CPU{goal}")
+    print(f"one stream    : {_n(r['one_stream_per_s'], ',')} events/s wall, "
+          f"{_n(r['one_stream_cpu_per_s'], ',.0f')} per CPU s   ({_met(r, 'one_stream_per_s')})")
+    print(f"peer detections per run (ADWIN + PageHinkley, 4 streams): {k['peer']['detections']}")
+    print("runs (events/s wall):", ", ".join(f"{case} {k[case]['runs_per_s']}"
+                                             for case in KAFKA_CASES))
+
+    f = r["files"]
+    print(f"file ({r['records']:,} records, median of {r['rounds']}):")
+    print(f"  bare json.loads loop                : {_n(f['json_loads']['per_s'], '>9,')} "
+          "events/s")
+    for name, label in (("none", "no storage"), ("sqlite", "SQLite"), ("postgres", "PostgreSQL"),
+                        ("postgres_batch_2000", "PostgreSQL, batch 2000")):
+        print(f"  FileSource → {label:23s}: {_n(f[name]['per_s'], '>9,')} events/s"
+              f"   ({_n(_ratio(f[name]['per_s'], f['none']['per_s'], 2), '.2f')} × no storage, "
+              f"{_n(_ratio(f[name]['per_s'], f['json_loads']['per_s'], 3), '.3f')} × json.loads)")
+    print(f"  SQLite / json.loads = {_n(r['sqlite_over_json_loads'], '.3f')}   "
+          f"({_met(r, 'sqlite_over_json_loads')})")
+
+    p, q = r["profile"], r["profile_alone"]
+    print(f"where the worker's time goes (Kafka → PostgreSQL; cProfile, {p['clock']} clock, over "
+          f"{p['records']:,} records of 4 streams | {q['records']:,} of one stream; µs per "
+          "record; indented = part of the line above):")
+    print(f"  {_n(p['total_us_per_record'], '8.1f')} | {_n(q['total_us_per_record'], '8.1f')}"
+          "  Worker.run under cProfile")
+    print(f"  {_n(_per(r['kafka_to_postgres_per_s']), '8.1f')} | "
+          f"{_n(_per(r['one_stream_per_s']), '8.1f')}    the same without cProfile, wall clock "
+          "(median run)")
+    print(f"  {_n(k['worker']['cpu_us_per_record'], '8.1f')} | "
+          f"{_n(k['worker_alone']['cpu_us_per_record'], '8.1f')}    and CPU time (median run)")
+    for stage, us in p["stages_us_per_record"].items():
+        print(f"  {_n(us, '8.1f')} | {_n(q['stages_us_per_record'][stage], '8.1f')}  {stage}")
+
+    print("checkpoint interval (Kafka → PostgreSQL, 4 streams):")
+    print(f"  {'every N':>8s}{'events/s':>10s}{'CPU µs/rec':>12s}{'replay ≤ records':>18s}"
+          f"{'≈ s':>7s}")
+    for c in r["checkpoints"]:
+        print(f"  {c['checkpoint_every']:>8d}{_n(c['per_s'], '>10,')}"
+              f"{_n(c['cpu_us_per_record'], '>12.2f')}{c['replay_records_max']:>18,}"
+              f"{_n(c['replay_s_at_rate'], '>7.2f')}")
+    print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs; "
+          "seconds: " + ", ".join(f"{name} {v}" for name, v in r["seconds"].items()))
     print("resident memory, file → PostgreSQL, one stream:")
     for mode, run_ in r["rss"].items():
         rss = run_["rss_mb"]
@@ -422,6 +693,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--rounds", type=int, help="runs per case (median); default 3, quick 1")
+    parser.add_argument("--checkpoints", help="checkpoint_every values, e.g. 1,5,10,50")
+    parser.add_argument("--fetch-max-wait-ms", type=int,
+                        help="fetch_max_wait_ms of every consumer (default: kafka-python's 500)")
+    parser.add_argument("--profile-clock", choices=list(PROFILE_CLOCKS), default="wall",
+                        help="cProfile's clock for the stage table (default: wall)")
     parser.add_argument("--rss-child", choices=["default", "bounded"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=FULL.rss_events, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, default=500, help=argparse.SUPPRESS)
@@ -429,9 +706,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rss_child:
         print(json.dumps(rss_child(args.rss_child, args.events, args.max_reference)))
         return 0
-    report = run(QUICK if args.quick else FULL)
+    sizes = QUICK if args.quick else FULL
+    if args.rounds is not None:
+        sizes = dataclasses.replace(sizes, rounds=args.rounds)
+    if args.checkpoints:
+        sizes = dataclasses.replace(
+            sizes, checkpoints=tuple(int(n) for n in args.checkpoints.split(",")))
+    if args.fetch_max_wait_ms is not None:
+        CONSUMER_OPTIONS["fetch_max_wait_ms"] = args.fetch_max_wait_ms
+    report = run(sizes, args.profile_clock)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
     else:
         print_report(report)
     return 0

@@ -17,7 +17,9 @@ Sections (one JSON file each, ``{"meta": ..., "data": ...}``):
 ``ood``          :mod:`bench_ood`: FDR and TPR of BH, eg-BH and LOND across calibration sizes.
 ``throughput``   :mod:`bench_core` (detector core beside ADWIN, WCTM), :mod:`bench_ood` (scorers,
                  decision rules), :mod:`bench_db` (SQLite, PostgreSQL), :mod:`bench_kafka` (raw
-                 client rate) and ``bench_worker.py --json`` (end to end) when it exists.
+                 client rate) and ``bench_worker.py --json`` (end to end: the worker beside a raw
+                 consumer and a river peer on one mock broker in a child process; per-stage µs
+                 per record; checkpoint intervals) when it exists.
 ``api``          ``bench_api.py`` (HTTP latency under load), as a subprocess.
 ``memory``       resident memory over a long stream, bounded (``max_reference``) vs unbounded,
                  each in a fresh process.
@@ -73,7 +75,7 @@ class Plan:
     db_rows: int = 100_000
     db_batch: int = 1_000
     kafka_events: int = 100_000
-    #: None leaves bench_worker.py out (its --quick takes over a minute: too long for CI).
+    #: None leaves bench_worker.py out (its --quick takes 30-60 s: too long for CI's budget).
     worker_args: tuple[str, ...] | None = ()
     api_args: tuple[str, ...] = ("--duration", "20", "--trace-duration", "5")
     memory_events: int = 500_000
@@ -215,7 +217,7 @@ def section_throughput(plan: Plan) -> dict[str, Any]:
     out["kafka"] = guarded(bench_kafka.run, plan.kafka_events, "confluent", plan.kafka_repeat)
     if plan.worker_args is None:
         out["end_to_end"] = {"skipped": "bench_worker.py is left out of the quick run "
-                                        "(its --quick takes over a minute)"}
+                                        "(its --quick takes 30-60 s)"}
     else:
         out["end_to_end"] = run_script("bench_worker.py", ["--json", *plan.worker_args])
     return out

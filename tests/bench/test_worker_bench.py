@@ -1,0 +1,101 @@
+"""The pieces of bench_worker.py that its figures rest on: the broker process is always stopped,
+the river peer joins labels by id, and the stage table tolerates missing functions."""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import time
+
+import bench_kafka
+import bench_worker
+import pytest
+from mock_broker import broker_process
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.kafka
+def test_broker_process_serves_its_topic_and_stops_also_on_an_error() -> None:
+    values = [json.dumps({"kind": "label", "stream": "s", "id": str(i), "label": 1.0}).encode()
+              for i in range(40)]
+    info: dict[str, float] = {}
+    with pytest.raises(KeyError), broker_process({"t": (values, ["s"] * 40)},
+                                                 info=info) as bootstrap:
+        rate, cpu = bench_kafka.raw_consume_rates(bootstrap, "t", 40, timeout_s=30,
+                                                  max_records=10)
+        assert rate > 0 and cpu > 0
+        raise KeyError("the block fails")
+    assert info["produce_s"] > 0
+    assert _gone(int(info["pid"]))
+
+
+def test_river_peer_joins_labels_by_id_in_either_order() -> None:
+    peer = bench_kafka.RiverPeer()
+    events = [
+        {"kind": "prediction", "stream": "a", "id": "1", "prediction": 2.0, "label": 3.5},
+        {"kind": "prediction", "stream": "a", "id": "2", "prediction": 2.0},
+        {"kind": "label", "stream": "b", "id": "2", "label": 0},  # other stream: not joined
+        {"kind": "label", "stream": "a", "id": "3", "label": 1.0},  # before its prediction
+        {"kind": "prediction", "stream": "b", "id": "9", "prediction": [0.2, 0.8], "label": 1},
+    ]
+    for event in events:
+        peer.observe(event)
+    assert peer.updates == 2 and set(peer.detectors) == {"a", "b"}
+    peer.observe({"kind": "label", "stream": "a", "id": "2", "label": 1.0})
+    peer.observe({"kind": "prediction", "stream": "a", "id": "3", "prediction": 0.0})
+    assert peer.updates == 4
+    assert peer.predictions == {"a": {}} and peer.labels == {"b": {"2": 0}, "a": {}}
+    adwin, _ = peer.detectors["a"]
+    assert adwin.width == 3 and adwin.estimation == pytest.approx((1.5 + 1.0 + 1.0) / 3)
+    adwin_b, _ = peer.detectors["b"]
+    assert adwin_b.estimation == pytest.approx(0.2)  # 1 - p(true class)
+
+
+def _inner() -> None:
+    time.sleep(0.02)
+
+
+def run() -> None:  # the stand-in for Worker.run (its name is what the table looks up)
+    _inner()
+    _inner()
+
+
+def test_stage_costs_are_microseconds_per_record_and_missing_functions_are_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    here = "tests/bench/test_worker_bench.py"
+    monkeypatch.setattr(bench_worker, "TOTAL_STAGE", (here, "run"))
+    monkeypatch.setattr(bench_worker, "STAGES", (
+        ("inner", here, "_inner"),
+        ("  part of inner, not yet written", here, "_not_there"),
+        ("renamed away", "monitor/nowhere.py", "_inner"),
+    ))
+    profile = cProfile.Profile()
+    profile.enable()
+    run()
+    profile.disable()
+    costs = bench_worker.stage_costs(profile, records=10)
+    stages = costs["stages_us_per_record"]
+    assert costs["records"] == 10
+    assert stages["inner"] >= 0.04e6 / 10 * 0.9  # two sleeps of 20 ms over 10 records
+    assert stages["  part of inner, not yet written"] == 0 and stages["renamed away"] == 0
+    other = stages["other (routing, join, records, loop)"]
+    assert other == pytest.approx(costs["total_us_per_record"] - stages["inner"], abs=0.02)
+    assert 0 <= other < stages["inner"]
+
+
+def test_median_case_takes_wall_and_cpu_medians_separately() -> None:
+    runs = [bench_worker.Rates(100.0, 400.0), bench_worker.Rates(300.0, 200.0),
+            bench_worker.Rates(200.0, 250.0)]
+    case = bench_worker.median_case(runs)
+    assert case["per_s"] == 200 and case["cpu_per_s"] == 250
+    assert case["cpu_us_per_record"] == pytest.approx(4000.0)
+    assert case["runs_per_s"] == [100, 300, 200]
