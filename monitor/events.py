@@ -122,21 +122,21 @@ _FastId = Annotated[
 ]
 
 
-class PredictionEvent(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    gc=False,
-    forbid_unknown_fields=True,
+class _EventStruct(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True,
     tag_field="kind",
-    tag="prediction",
 ):
-    """A model's prediction; ``label`` may be given inline."""
+    """What both kinds of event carry; ``kind`` is the tag."""
 
-    kind: ClassVar[Literal["prediction"]] = "prediction"
     stream: _FastStream
     id: _FastId
     ts: datetime | None = None
+
+
+class PredictionEvent(_EventStruct, tag="prediction"):
+    """A model's prediction; ``label`` may be given inline."""
+
+    kind: ClassVar[Literal["prediction"]] = "prediction"
     features: Annotated[list[_FastNumber], msgspec.Meta(min_length=1)] | dict[str, _FastNumber]
     prediction: _FastNumber | Annotated[list[_FastNumber], msgspec.Meta(min_length=2)]
     logits: list[_FastNumber] | None = None
@@ -157,21 +157,10 @@ class PredictionEvent(
         return np.asarray(self.features, dtype=float)
 
 
-class LabelEvent(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    gc=False,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="label",
-):
+class LabelEvent(_EventStruct, tag="label"):
     """Ground truth for an earlier (or later) prediction with the same ``stream`` and ``id``."""
 
     kind: ClassVar[Literal["label"]] = "label"
-    stream: _FastStream
-    id: _FastId
-    ts: datetime | None = None
     label: int | _FastNumber
 
 

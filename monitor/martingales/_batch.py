@@ -28,6 +28,7 @@ from monitor.martingales._weighted_kernels import weighted_step
 from monitor.martingales.alarms.base import AlarmRule
 from monitor.martingales.alarms.cusum import CUSUM
 from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
+from monitor.martingales.alarms.shiryaev_roberts import logaddexp_compiled as _logaddexp
 from monitor.martingales.alarms.ville import Ville
 from monitor.martingales.betting._jumpers import JumperMixture, _jumpers_step
 from monitor.martingales.betting.base import P_FLOOR, BettingFunction
@@ -48,19 +49,7 @@ _JUMPERS, _POWER, _PATH = 0, 1, 2
 _VILLE, _CUSUM, _SR = 0, 1, 2
 # rule state array: n, alarm, log_stat, prev, minimum, argmin, log_sum, log_threshold
 _N, _ALARM, _STAT, _PREV, _MIN, _ARGMIN, _SUM, _THR = range(8)
-_LN2 = math.log(2.0)
 _EMPTY = np.empty(0, np.float64)
-
-
-@jit
-def _logaddexp(x: float, y: float) -> float:
-    """``shiryaev_roberts.logaddexp``: same branches and operations."""
-    if x == y:
-        return x + _LN2
-    d = x - y
-    if d > 0:
-        return x + math.log1p(math.exp(-d))
-    return y + math.log1p(math.exp(d))
 
 
 @jit

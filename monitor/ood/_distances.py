@@ -59,47 +59,33 @@ def _select(values: NDArray[np.floating], k: int, best: NDArray[np.floating]) ->
 
 
 @jit
+def _products_into(block: NDArray[np.floating], i: int, b: NDArray[np.floating],
+                   row: NDArray[np.floating]) -> None:
+    """row[j] = Σ_c block[i, c]·b[c, j], summed over c in order (vectorised over j)."""
+    for j in range(b.shape[1]):
+        row[j] = 0.0
+    for c in range(block.shape[1]):
+        q = block[i, c]
+        col = b[c]
+        for j in range(b.shape[1]):
+            row[j] += q * col[j]
+
+
+@jit
 def _kth_half_distances(
     block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
     k: int, out: NDArray[np.floating],
 ) -> None:
     """out[i] = the k-th smallest (1-based) of row i of :func:`_half_distances` (the same
     order statistic as ``np.partition``), without storing the row's m values for long."""
-    n, d = block.shape
     m = bank_t.shape[1]
     row = np.empty(m, out.dtype)
     best = np.empty(k, out.dtype)
-    for i in range(n):
-        for j in range(m):
-            row[j] = 0.0
-        for c in range(d):
-            q = block[i, c]
-            ref = bank_t[c]
-            for j in range(m):
-                row[j] += q * ref[j]
+    for i in range(block.shape[0]):
+        _products_into(block, i, bank_t, row)
         for j in range(m):
             row[j] = row[j] * -2.0 + sq_norms[j]
         out[i] = _select(row, k, best)
-
-
-@jit
-def _half_distances(
-    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
-    out: NDArray[np.floating],
-) -> None:
-    n, d = block.shape
-    m = bank_t.shape[1]
-    for i in range(n):
-        row = out[i]
-        for j in range(m):
-            row[j] = 0.0
-        for k in range(d):
-            q = block[i, k]
-            ref = bank_t[k]
-            for j in range(m):
-                row[j] += q * ref[j]
-        for j in range(m):
-            row[j] = row[j] * -2.0 + sq_norms[j]
 
 
 def partial_sq_distances(
@@ -115,9 +101,9 @@ def partial_sq_distances(
     >>> partial_sq_distances(q, np.ascontiguousarray(bank.T), (bank**2).sum(1)) + 9.0
     array([[ 9., 16.]])
     """
-    block = np.ascontiguousarray(block)
-    out = np.empty((block.shape[0], bank_t.shape[1]), dtype=np.result_type(block, bank_t))
-    _half_distances(block, bank_t, sq_norms.astype(out.dtype, copy=False), out)
+    out = row_products(block, bank_t)
+    out *= -2.0
+    out += sq_norms.astype(out.dtype, copy=False)
     return out
 
 
@@ -144,17 +130,8 @@ def kth_partial_sq_distance(
 @jit
 def _row_products(a: NDArray[np.floating], b: NDArray[np.floating], out: NDArray[np.floating]
                   ) -> None:
-    n, d = a.shape
-    m = b.shape[1]
-    for i in range(n):
-        row = out[i]
-        for j in range(m):
-            row[j] = 0.0
-        for c in range(d):
-            q = a[i, c]
-            col = b[c]
-            for j in range(m):
-                row[j] += q * col[j]
+    for i in range(a.shape[0]):
+        _products_into(a, i, b, out[i])
 
 
 def row_products(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
@@ -164,9 +141,9 @@ def row_products(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np
     >>> row_products(np.array([[1.0, 2.0]]), np.array([[3.0], [4.0]]))
     array([[11.]])
     """
-    a = np.ascontiguousarray(a, dtype=np.float64)
-    b = np.ascontiguousarray(b, dtype=np.float64)
-    out = np.empty((a.shape[0], b.shape[1]))
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
     _row_products(a, b, out)
     return out
 

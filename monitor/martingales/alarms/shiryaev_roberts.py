@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from monitor.martingales._jit import jit
 from monitor.martingales._state import decode_float, encode_float
 from monitor.martingales.alarms.base import AlarmRule, RunningMinimum, check_threshold
 
@@ -24,6 +25,10 @@ def logaddexp(x: float, y: float) -> float:
     if d > 0:
         return x + math.log1p(math.exp(-d))
     return y + math.log1p(math.exp(d))
+
+
+#: :func:`logaddexp` compiled, for the batch kernels (``monitor/martingales/_batch.py``).
+logaddexp_compiled = jit(logaddexp)
 
 
 class ShiryaevRoberts(AlarmRule):
