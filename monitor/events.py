@@ -133,7 +133,7 @@ class _EventStruct(
     ts: datetime | None = None
 
 
-class PredictionEvent(_EventStruct, tag="prediction"):
+class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
     """A model's prediction; ``label`` may be given inline."""
 
     kind: ClassVar[Literal["prediction"]] = "prediction"
@@ -157,7 +157,7 @@ class PredictionEvent(_EventStruct, tag="prediction"):
         return np.asarray(self.features, dtype=float)
 
 
-class LabelEvent(_EventStruct, tag="label"):
+class LabelEvent(_EventStruct, frozen=True, tag="label"):
     """Ground truth for an earlier (or later) prediction with the same ``stream`` and ``id``."""
 
     kind: ClassVar[Literal["label"]] = "label"

@@ -159,7 +159,7 @@ class StreamMonitor:
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
             try:
-                if type(event) is PredictionEvent:
+                if isinstance(event, PredictionEvent):
                     features = event.features
                     # The common case inline (a list of d numbers, a number, no OOD inputs);
                     # anything else through the full checks, with their messages.
@@ -167,9 +167,10 @@ class StreamMonitor:
                             and event.logits is None and event.embedding is None):
                         features = self._feature_list(event)
                         self._ood_lists(event, ood_kinds)
-                    prediction = event.prediction
-                    if not (regression and type(prediction) is float):
-                        prediction = self._prediction(event)
+                    raw = event.prediction
+                    prediction: float | tuple[float, ...] = (
+                        raw if regression and isinstance(raw, float) else self._prediction(event)
+                    )
                     label = event.label
                     if label is not None:
                         self._check_label(label)
