@@ -358,6 +358,44 @@ class MartingaleMonitor:
         trace.log_martingale[i] = self.log_martingale
         trace.log_statistic[i] = self.log_statistic
 
+    def _batch_phases(
+        self,
+        n: int,
+        trace: BatchTrace,
+        on_alarm: AlarmCallback | None,
+        monitor_span: Callable[[int], tuple[int, AlarmEvent | None]],
+        warmup_left: Callable[[], int],
+        collect: Callable[[int, int], None],
+        after_span: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """The phases of ``update_batch`` over updates 0..n-1: ``monitor_span(i)`` bets on a
+        span from i while monitoring (how many it used, and the alarm that ended it);
+        warm-up spans call ``collect(start, stop)`` with at most ``warmup_left()`` updates;
+        a stopped monitor takes the rest. ``after_span(start, stop)`` runs after each span,
+        before ``on_alarm``."""
+        i = 0
+        while i < n:
+            event = None
+            if self._phase == MONITORING:
+                used, event = monitor_span(i)
+            elif self._phase == WARMING_UP:
+                used = min(warmup_left(), n - i)
+                self._trace_idle(trace, i, i + used - 1)
+                self._n_seen += used
+                self._p_value = math.nan
+                collect(i, i + used)
+                self._trace_now(trace, i + used - 1)
+            else:  # stopped
+                used = n - i
+                self._n_seen += used
+                self._p_value = math.nan
+                self._trace_idle(trace, i, n)
+            if after_span is not None:
+                after_span(i, i + used)
+            i += used
+            if event is not None and on_alarm is not None:
+                on_alarm(i - 1, event)
+
     def _batch_alarm(self, event: AlarmEvent, alarms: list[AlarmEvent]) -> None:
         """Raise an alarm inside a batch: ``last_alarms`` is (event,) as after that update."""
         self._last_alarms = ()

@@ -403,27 +403,16 @@ class ConditionalMonitor(MartingaleMonitor):
         alarms: list[AlarmEvent] = []
         self._start_update()
         self._batch_rows: tuple[object, int, FloatArray] | None = None
-        i = 0
-        while i < n:
-            event = None
-            if self._phase == MONITORING:
-                used, event = self._monitor_span(rows, s, i, n, trace, alarms)
-            elif self._phase == WARMING_UP:
-                used = min(self.rebaseline - len(self._warmup_scores), n - i)
-                self._trace_idle(trace, i, i + used - 1)
-                self._n_seen += used
-                self._p_value = math.nan
-                self._collect_many(s[i : i + used].tolist(),
-                                   None if rows is None else rows[i : i + used].tolist())
-                self._trace_now(trace, i + used - 1)
-            else:  # stopped
-                used = n - i
-                self._n_seen += used
-                self._p_value = math.nan
-                self._trace_idle(trace, i, n)
-            i += used
-            if event is not None and on_alarm is not None:
-                on_alarm(i - 1, event)
+        def collect(start: int, stop: int) -> None:
+            self._collect_many(s[start:stop].tolist(),
+                               None if rows is None else rows[start:stop].tolist())
+
+        self._batch_phases(
+            n, trace, on_alarm,
+            monitor_span=lambda i: self._monitor_span(rows, s, i, n, trace, alarms),
+            warmup_left=lambda: self.rebaseline - len(self._warmup_scores),
+            collect=collect,
+        )
         self._batch_rows = None
         self._last_alarms = tuple(alarms)
         return trace

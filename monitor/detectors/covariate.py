@@ -309,27 +309,13 @@ class CovariateMonitor(MartingaleMonitor):
         trace = BatchTrace.empty(n)
         alarms: list[AlarmEvent] = []
         self._start_update()
-        i = 0
-        while i < n:
-            event = None
-            if self._phase == MONITORING:
-                used, event = self._monitor_span(scores, i, n, trace, alarms)
-            elif self._phase == WARMING_UP:
-                used = min(self.rebaseline - len(self._warmup), n - i)
-                self._trace_idle(trace, i, i + used - 1)
-                self._n_seen += used
-                self._p_value = math.nan
-                self._collect(scores[i : i + used].tolist())
-                self._trace_now(trace, i + used - 1)
-            else:  # stopped
-                used = n - i
-                self._n_seen += used
-                self._p_value = math.nan
-                self._trace_idle(trace, i, n)
-            self._support.extend(flags[i : i + used])
-            i += used
-            if event is not None and on_alarm is not None:
-                on_alarm(i - 1, event)
+        self._batch_phases(
+            n, trace, on_alarm,
+            monitor_span=lambda i: self._monitor_span(scores, i, n, trace, alarms),
+            warmup_left=lambda: self.rebaseline - len(self._warmup),
+            collect=lambda start, stop: self._collect(scores[start:stop].tolist()),
+            after_span=lambda start, stop: self._support.extend(flags[start:stop]),
+        )
         self._last_alarms = tuple(alarms)
         return trace
 
