@@ -459,10 +459,8 @@ class ConditionalMonitor(MartingaleMonitor):
                 self._weighted_commit(pv, trace, i, got, used)
             else:
                 plain = pv._plain
-                got = _batch.pvalue_span(plain, scores, i, n, ps)
-                used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
-                                              trace.log_martingale, trace.log_statistic)
-                _batch.pvalue_commit(plain, got, used, float(ps[i + used - 1]))
+                used, alarm = _batch.plain_span(plain, scores, i, n, test.betting, test.rule,
+                                                trace)
                 pv._p_value = plain.p_value
                 pv.density_ratio._add_sources(xt[i : i + used])
                 pv._reserve(used)

@@ -358,11 +358,7 @@ class CovariateMonitor(MartingaleMonitor):
                 self._batch_alarm(event, alarms)
             self._trace_now(trace, i)
             return 1, event
-        ps = trace.p_value
-        got = _batch.pvalue_span(pv, scores, i, n, ps)
-        used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
-                                      trace.log_martingale, trace.log_statistic)
-        _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
+        used, alarm = _batch.plain_span(pv, scores, i, n, test.betting, test.rule, trace)
         self._p_value = pv.p_value
         self._n_seen += used
         if not alarm:

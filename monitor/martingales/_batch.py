@@ -19,6 +19,7 @@ then rolls their state back (:func:`run_test` tells how many updates were used):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -336,3 +337,16 @@ def weighted_span(
         out_ess[t] = tot * tot / sq if sq > 0.0 else 0.0
     return stop - start
 
+
+
+def plain_span(pv: ConformalPValue, scores: NDArray[np.float64], i: int, n: int, betting: Any,
+               rule: Any, trace: Any) -> tuple[int, bool]:
+    """Conformal p-values of updates i.. (:func:`pvalue_span`), bet on until an alarm
+    (:func:`run_test`, into ``trace``), and the updates used kept (:func:`pvalue_commit`);
+    (used, alarmed)."""
+    ps = trace.p_value
+    got = pvalue_span(pv, scores, i, n, ps)
+    used, alarm = run_test(betting, rule, ps, i, i + got, trace.log_martingale,
+                           trace.log_statistic)
+    pvalue_commit(pv, got, used, float(ps[i + used - 1]))
+    return used, alarm
