@@ -311,13 +311,22 @@ def sink_for(target: str) -> Iterator[Sink]:
 
 
 def kafka_worker(bootstrap: str, topic: str, group: str, work: Workload,
-                 profile: cProfile.Profile | None = None, checkpoint_every: int = 1) -> Rates:
+                 profile: cProfile.Profile | None = None, checkpoint_every: int = 1,
+                 batch: int = BATCH) -> Rates:
     """Kafka → pipeline → PostgreSQL (a fresh database) over every record of ``topic``."""
     with sink_for("postgresql") as sink:
         source = KafkaSource(bootstrap, topic, group, **MOCK_CONSUMER_OPTIONS,
                              **CONSUMER_OPTIONS)
         return run_worker(source, work.configs, sink, "kafka", len(work.values), profile,
-                          checkpoint_every=checkpoint_every)
+                          checkpoint_every=checkpoint_every, batch=batch)
+
+
+def cli_defaults() -> tuple[int, int]:
+    """``monitor run``'s batch size and checkpoint interval when none is given."""
+    from monitor.settings import Settings
+
+    defaults = Settings()
+    return defaults.batch_size, defaults.checkpoint_every
 
 
 def median_case(runs: list[Rates]) -> dict[str, Any]:
@@ -335,7 +344,8 @@ def _round(value: float, digits: int = 0) -> float:
 
 
 #: The cases of the Kafka comparison, in the order of a round.
-KAFKA_CASES = ("raw", "raw_alone", "worker", "worker_alone", "peer")
+KAFKA_CASES = ("raw", "raw_alone", "worker", "worker_alone", "peer", "worker_defaults",
+               "worker_alone_defaults")
 
 
 def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
@@ -358,6 +368,11 @@ def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
                 runs[case].append(kafka_worker(bootstrap, "events", f"bench-{i}", work))
             elif case == "worker_alone":
                 runs[case].append(kafka_worker(bootstrap, "alone", f"bench-alone-{i}", alone))
+            elif case in ("worker_defaults", "worker_alone_defaults"):
+                batch, every = cli_defaults()
+                topic, load = ("events", work) if case == "worker_defaults" else ("alone", alone)
+                runs[case].append(kafka_worker(bootstrap, topic, f"bench-{case}-{i}", load,
+                                               checkpoint_every=every, batch=batch))
             else:
                 peer = peer_consume_rates(bootstrap, "events", len(work.values),
                                           max_records=BATCH, **CONSUMER_OPTIONS)
@@ -561,7 +576,7 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
             files = file_rates(work, sizes.rounds)
     with timed(seconds, "rss"):
         rss = rss_runs(sizes)
-    raw, raw_alone, worker, solo, peer = (kafka[c] for c in KAFKA_CASES)
+    raw, raw_alone, worker, solo, peer, worker_cli, solo_cli = (kafka[c] for c in KAFKA_CASES)
     report: dict[str, Any] = {
         "records": len(work.values),
         "alone_records": len(alone.values),
@@ -589,6 +604,12 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
         "peer_over_raw_cpu": _ratio(peer["cpu_per_s"], raw["cpu_per_s"]),
         "kafka_over_peer": _ratio(worker["per_s"], peer["per_s"]),
         "kafka_over_peer_cpu": _ratio(worker["cpu_per_s"], peer["cpu_per_s"]),
+        # ``monitor run`` as a user starts it: its default batch size and checkpoint interval.
+        "cli_defaults": dict(zip(("batch", "checkpoint_every"), cli_defaults(), strict=True)),
+        "kafka_to_postgres_cli_defaults_per_s": worker_cli["per_s"],
+        "kafka_cli_defaults_over_raw": _ratio(worker_cli["per_s"], raw["per_s"]),
+        "one_stream_cli_defaults_per_s": solo_cli["per_s"],
+        "one_stream_cli_defaults_over_raw": _ratio(solo_cli["per_s"], raw_alone["per_s"]),
         "file_json_loads_per_s": files["json_loads"]["per_s"],
         **{f"file_to_{name}_per_s": files[name]["per_s"] for name in FILE_CASES},
         "sqlite_over_json_loads": _ratio(files["sqlite"]["per_s"], files["json_loads"]["per_s"]),
@@ -625,11 +646,14 @@ def print_report(r: dict[str, Any]) -> None:
           f"batches of {r['batch']}; median of {r['rounds']} interleaved runs; extra consumer "
           f"options {r.get('consumer_options') or 'none'}")
     print(f"{'':44s}{'events/s':>10s}{'CPU µs/rec':>12s}{'/raw wall':>11s}{'/raw CPU':>10s}")
+    cli = "batch {batch}, ckpt/{checkpoint_every}".format(**r["cli_defaults"])
     rows = [("raw kafka-python + json.loads", "raw", "raw"),
             ("raw, one-stream topic", "raw_alone", "raw_alone"),
             ("worker → PostgreSQL, 4 streams", "worker", "raw"),
             ("worker → PostgreSQL, 1 stream alone", "worker_alone", "raw_alone"),
-            ("river ADWIN + PageHinkley peer, 4 streams", "peer", "raw")]
+            ("river ADWIN + PageHinkley peer, 4 streams", "peer", "raw"),
+            (f"worker, run defaults ({cli}), 4 streams", "worker_defaults", "raw"),
+            (f"worker, run defaults ({cli}), 1 stream", "worker_alone_defaults", "raw_alone")]
     for label, case, ref in rows:
         c, base = k[case], k[ref]
         print(f"{label:44s}{_n(c['per_s'], '>10,')}{_n(c['cpu_us_per_record'], '>12.2f')}"

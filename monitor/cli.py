@@ -102,7 +102,7 @@ def _add_run(sub: Any) -> None:
         type=int,
         default=None,
         help="store detector states and offsets every N batches (default: "
-        "MONITOR_CHECKPOINT_EVERY or 1; results are stored every batch)",
+        "MONITOR_CHECKPOINT_EVERY or 5; results are stored every batch)",
     )
     p.set_defaults(handler=_cmd_run)
 

@@ -51,7 +51,7 @@ def test_results_do_not_depend_on_batch_boundaries(example: dict[str, Path]) -> 
 def test_checkpoint_every_comes_from_the_flag_or_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``monitor run --checkpoint-every N`` over ``MONITOR_CHECKPOINT_EVERY`` over 1, as for
+    """``monitor run --checkpoint-every N`` over ``MONITOR_CHECKPOINT_EVERY`` over 5, as for
     ``--batch-size``; each run ends with the same summary."""
     import monitor.runner
     from monitor.cli import main
@@ -75,7 +75,7 @@ def test_checkpoint_every_comes_from_the_flag_or_the_environment(
     monkeypatch.setenv("MONITOR_CHECKPOINT_EVERY", "7")
     assert main(argv(2)) == 0
     assert main([*argv(3), "--checkpoint-every", "3"]) == 0
-    assert given == [1, 7, 3]
+    assert given == [5, 7, 3]
     summaries = [line for line in capsys.readouterr().out.splitlines() if '"events"' in line]
     assert len(summaries) == 3 and len(set(summaries)) == 1
 
