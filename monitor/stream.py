@@ -519,9 +519,10 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
 
 
 def _finite(value: float) -> float:
-    """Trace values must be finite for storage and JSON; clip infinities, keep nan as nan."""
+    """Trace values must be finite for storage and JSON; clip infinities, keep nan as nan (the
+    one ``math.nan`` object, as the per-event path gives: records then compare equal with ==)."""
     if math.isnan(value):
-        return value
+        return math.nan
     return max(-1e300, min(1e300, float(value)))
 
 
