@@ -7,7 +7,7 @@ environment.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,12 +31,12 @@ class Settings(BaseSettings):
     #: HMAC key used to sign webhook bodies.
     webhook_secret: str = ""
     #: Largest accepted HTTP request body, bytes.
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     #: Largest accepted event (one Kafka message, JSONL line or HTTP item), bytes.
-    max_event_bytes: int = 256 * 1024
+    max_event_bytes: int = Field(default=256 * 1024, ge=1)
     #: Records per processing batch (one database transaction each). Each transaction rewrites
     #: the touched streams' checkpoints, so larger batches amortise that (docs/streaming.md).
-    batch_size: int = 2000
+    batch_size: int = Field(default=2000, ge=1)
     #: Batches per checkpoint of ``monitor run``: the detector states and source offsets are
     #: stored (and offsets committed) every this many batches, the results of every batch at
     #: once. 1 stores everything each batch; larger values replay up to that many batches after
@@ -44,10 +44,17 @@ class Settings(BaseSettings):
     checkpoint_every: int = Field(default=1, ge=1)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
-    #: Logging level of the service.
+    #: Logging level of the service (DEBUG, INFO, WARNING, ERROR or CRITICAL).
     log_level: str = "INFO"
     #: Processes of ``monitor serve`` (uvicorn workers sharing the port); one per core is the
     #: usual choice. Each keeps its own connection pool (up to 40 connections).
     api_workers: int = Field(default=1, ge=1)
     #: Log one line per HTTP request (uvicorn's access log).
     api_access_log: bool = True
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value

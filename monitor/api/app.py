@@ -67,8 +67,6 @@ def create_app(settings: Settings) -> FastAPI:
     ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack']
     """
     tokens = TokenStore.from_setting(settings.api_tokens)
-    if not len(tokens):
-        log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     # Requests run in a pool of 40 threads; with fewer connections a burst waits on the pool.
     engine = make_engine(settings.database_url, **_engine_options(settings.database_url))
     read_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -77,6 +75,8 @@ def create_app(settings: Settings) -> FastAPI:
     # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
     # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
     sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
+    if not len(tokens):
+        log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
     context = ApiContext(settings, engine, read_engine, sessions, read_sessions, tokens, ingestor)
 
