@@ -53,6 +53,7 @@ from monitor.db.models import (
     SourceOffsetRow,
     StreamRow,
     TracePointRow,
+    source_key,
     utcnow,
 )
 
@@ -82,6 +83,7 @@ __all__ = [
     "offsets_query",
     "ood_flags_query",
     "ood_windows_query",
+    "source_key",
     "streams_query",
     "traces_query",
     "update_stream",
@@ -521,10 +523,11 @@ def dead_letters_query(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Select[DeadLetterRow]:
-    """Dead letters matching the filters, newest first (by ``ts``, then id)."""
+    """Dead letters matching the filters, newest first (by ``ts``, then id); ``source`` is a
+    source's whole name."""
     query = select(DeadLetterRow)
     if source is not None:
-        query = query.where(DeadLetterRow.source == source)
+        query = query.where(DeadLetterRow.source == source_key(source))
     if stream is not None:
         query = query.where(DeadLetterRow.stream == stream)
     if since is not None:
@@ -548,10 +551,10 @@ def list_dead_letters(
 
 
 def offsets_query(source: str) -> Select[SourceOffsetRow]:
-    """Stored offsets of a source's partitions."""
+    """Stored offsets of a source's partitions (``source``: its whole name, of any length)."""
     return (
         select(SourceOffsetRow)
-        .where(SourceOffsetRow.source == source)
+        .where(SourceOffsetRow.source == source_key(source))
         .order_by(SourceOffsetRow.partition)
     )
 

@@ -38,6 +38,7 @@ from monitor.db.models import (
     OODWindowRow,
     SourceOffsetRow,
     TracePointRow,
+    source_key,
     utcnow,
 )
 from monitor.db.repositories import (
@@ -234,7 +235,7 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
     """Raise if any offset is below the stored one (locking the stored rows on PostgreSQL)."""
     stored: dict[tuple[str, int], int] = {}
     for source in sorted({o.source for o in offsets}):
-        query = offsets_query(source).with_for_update()
+        query = offsets_query(source).with_for_update()  # by the source's key
         stored.update({(source, r.partition): r.offset for r in session.scalars(query)})
     for o in offsets:
         previous = stored.get((o.source, o.partition))
@@ -261,7 +262,11 @@ def _upsert_offsets(session: Session, dialect: str, rows: list[Row]) -> None:
     # The guard keeps offsets monotonic even against a writer that raced past _check_offsets.
     stmt = stmt.on_conflict_do_update(
         index_elements=["source", "partition"],
-        set_={"offset": stmt.excluded.offset, "updated_at": stmt.excluded.updated_at},
+        set_={
+            "offset": stmt.excluded.offset,
+            "source_name": stmt.excluded.source_name,
+            "updated_at": stmt.excluded.updated_at,
+        },
         where=SourceOffsetRow.offset <= stmt.excluded.offset,
     )
     session.execute(stmt, rows)
@@ -328,9 +333,9 @@ def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
 
 
 def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
-    _check_length(letter.source, 255, "dead letter source")
     return {
-        "source": letter.source,
+        "source": source_key(letter.source),
+        "source_name": letter.source,
         "partition": letter.partition,
         "offset": letter.offset,
         "reason": letter.reason,
@@ -360,12 +365,11 @@ def _checkpoint_row(stream: str, checkpoint: Checkpoint, now: datetime) -> Row:
 def _offset_rows(offsets: Sequence[SourceOffset], now: datetime) -> list[Row]:
     latest: dict[tuple[str, int], int] = {}
     for o in offsets:
-        _check_length(o.source, 255, "offset source")
         if o.offset < 0:
             raise InvalidRecordError(f"offset of {o.source} partition {o.partition} is negative")
         latest[(o.source, o.partition)] = o.offset
     return [
-        {"source": s, "partition": p, "offset": v, "updated_at": now}
+        {"source": source_key(s), "source_name": s, "partition": p, "offset": v, "updated_at": now}
         for (s, p), v in latest.items()
     ]
 
