@@ -222,6 +222,11 @@ def _add_streams(sub: Any) -> None:
     create = s.add_parser("create", help="register a stream with its calibration data")
     create.add_argument("config", help="stream configuration (YAML or JSON)")
     create.set_defaults(handler=_cmd_streams_create)
+    update = s.add_parser(
+        "update", help="store a changed configuration of a registered stream as a new version"
+    )
+    update.add_argument("config", help="stream configuration (YAML or JSON)")
+    update.set_defaults(handler=_cmd_streams_update)
     lst = s.add_parser("list", help="list registered streams")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_streams_list)
@@ -323,10 +328,34 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_streams_create(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.runner import register_stream
+    from monitor.db.errors import StreamChangedError
+    from monitor.runner import register_stream_version
 
-    name = register_stream(args.config, settings)
-    print(f"stream {name!r} registered in {_safe_url(settings.database_url)}")
+    try:
+        done = register_stream_version(args.config, settings)
+    except StreamChangedError as exc:
+        raise UserError(str(exc)) from None
+    where = _safe_url(settings.database_url)
+    if done.outcome == "created":
+        print(f"stream {done.name!r} registered in {where} (version {done.version})")
+    else:
+        print(f"stream {done.name!r} already registered with this configuration in {where} "
+              f"(version {done.version}); nothing changed")
+    return 0
+
+
+def _cmd_streams_update(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import StreamNotFoundError
+    from monitor.runner import register_stream_version
+
+    try:
+        done = register_stream_version(args.config, settings, update=True)
+    except StreamNotFoundError as exc:
+        raise UserError(f"{exc} with `monitor streams create CONFIG`") from None
+    if done.outcome == "updated":
+        print(f"stream {done.name!r} updated to version {done.version}")
+    else:
+        print(f"stream {done.name!r} unchanged at version {done.version}")
     return 0
 
 
@@ -338,7 +367,7 @@ def _cmd_streams_list(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(streams))
     else:
         for stream in streams:
-            print(f"{stream['name']}\t{stream['task']}")
+            print(f"{stream['name']}\t{stream['task']}\tversion {stream['version']}")
     return 0
 
 

@@ -128,7 +128,7 @@ class AckRequest(BaseModel):
 
 
 class StreamCreate(StreamConfig):
-    """A stream configuration (DESIGN.md "Stream configuration") with inline calibration rows.
+    """A stream configuration (docs/api.md, `POST /streams`) with inline calibration rows.
 
     ``calibration`` must be a list of labeled wire-format prediction events (``features``,
     ``prediction``, ``label``; optional ``logits``, ``embedding``); at least 20. A server-side
@@ -162,6 +162,7 @@ class StreamPublic(BaseModel):
                 {
                     "name": "bikes",
                     "task": "regression",
+                    "version": 1,
                     "config": {
                         "name": "bikes",
                         "task": "regression",
@@ -183,6 +184,11 @@ class StreamPublic(BaseModel):
 
     name: str
     task: Literal["regression", "classification"]
+    version: int = Field(
+        ge=1,
+        description="Configuration version: 1 at registration, + 1 at each `PUT` that changed "
+        "the configuration or the calibration rows.",
+    )
     config: dict[str, Any] = Field(description="The stream configuration without `calibration`.")
     calibration_events: int = Field(ge=0)
     events: int = Field(ge=0, description="Events processed so far (from the checkpoint).")

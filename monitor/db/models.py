@@ -102,13 +102,16 @@ class Base(DeclarativeBase):
 
 
 class StreamRow(Base):
-    """A registered stream: its configuration (``StreamConfig.model_dump(mode="json")``)."""
+    """A registered stream: its configuration (``StreamConfig.model_dump(mode="json")``) and
+    the configuration's version (1 at registration, + 1 at each explicit update that changes the
+    configuration or the calibration events)."""
 
     __tablename__ = "streams"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
     task: Mapped[str] = mapped_column(SHORT)
     config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
