@@ -416,6 +416,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from monitor.api import create_app
+    from monitor.api.app import guard_limits
+    from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
@@ -425,8 +427,17 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         "port": args.port,
         "log_level": "info",
         "access_log": settings.api_access_log,
+        # Slow or idle clients cannot starve the others (monitor/api/guard.py): header and body
+        # timeouts, a header size limit and an evicting connection cap, plus uvicorn's keep-alive
+        # timeout. uvicorn's limit_concurrency is not used: it answers 503 to every new request
+        # once that many connections are open, which is what a slow-connection flood wants.
+        "http": GuardedHttpToolsProtocol,
+        "timeout_keep_alive": settings.api_keep_alive_timeout,
+        "h11_max_incomplete_event_size": settings.api_max_header_bytes,
+        "backlog": 2048,
     }
     if workers == 1:
+        configure(guard_limits(settings))
         uvicorn.run(create_app(settings), **options)
         return 0
     _prepare_workers(settings)

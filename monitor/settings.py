@@ -51,6 +51,18 @@ class Settings(BaseSettings):
     api_workers: int = Field(default=1, ge=1)
     #: Log one line per HTTP request (uvicorn's access log).
     api_access_log: bool = True
+    #: ``monitor serve``: seconds a connection may take to send its request headers (from its
+    #: opening, or from the first byte of its next request), and a request its body; slower
+    #: ones are closed (docs/operations.md "The API under abuse").
+    api_header_timeout: float = Field(default=10.0, gt=0)
+    api_body_timeout: float = Field(default=60.0, gt=0)
+    #: Seconds an idle keep-alive connection stays open between requests.
+    api_keep_alive_timeout: float = Field(default=5.0, gt=0)
+    #: Largest request head (request line and headers), bytes.
+    api_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: Open connections per API process (lowered to stay below its file-descriptor limit); past
+    #: it the connection waiting longest for its headers or body is closed to make room.
+    api_max_connections: int = Field(default=10_000, ge=16)
 
     @field_validator("log_level")
     @classmethod

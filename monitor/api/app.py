@@ -110,8 +110,25 @@ def create_app(settings: Settings) -> FastAPI:
 
 def app_from_environment() -> FastAPI:
     """The app of one ``monitor serve --workers N`` worker process, with the settings of the
-    environment (``MONITOR_*``, which the serve command sets for its workers)."""
-    return create_app(Settings())
+    environment (``MONITOR_*``, which the serve command sets for its workers); also sets the
+    process's connection guard limits."""
+    from monitor.api.guard import configure
+
+    settings = Settings()
+    configure(guard_limits(settings))
+    return create_app(settings)
+
+
+def guard_limits(settings: Settings) -> Any:
+    """The connection guard limits (:class:`monitor.api.guard.GuardLimits`) of ``settings``."""
+    from monitor.api.guard import GuardLimits
+
+    return GuardLimits(
+        header_timeout=settings.api_header_timeout,
+        body_timeout=settings.api_body_timeout,
+        max_header_bytes=settings.api_max_header_bytes,
+        max_connections=settings.api_max_connections,
+    )
 
 
 def _engine_options(url: str) -> dict[str, Any]:
