@@ -90,8 +90,14 @@ class DatabaseSink:
         return None if checkpoint is None else checkpoint.state
 
     def persist(
-        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
+        self,
+        out: BatchOutput,
+        offsets: list[SourceOffset],
+        states: Mapping[str, dict[str, Any]],
+        **ingest: Any,
     ) -> None:
+        """Store a batch atomically (``ingest``: HTTP ingest's ``ingested`` event keys and
+        ``ingest_request``, see :func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
         from monitor.state import Checkpoint
 
@@ -108,6 +114,7 @@ class DatabaseSink:
                 checkpoints=checkpoints,
                 offsets=offsets,
                 dead_letters=out.dead_letters,
+                **ingest,
             )
 
     def register(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:

@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     api_workers: int = Field(default=1, ge=1)
     #: Log one line per HTTP request (uvicorn's access log).
     api_access_log: bool = True
+    #: ``POST /events`` batches waiting or processing per API process; more answer 429.
+    api_ingest_queue: int = Field(default=16, ge=1)
+    #: Seconds ``POST /events`` remembers processed (stream, kind, id) and Idempotency-Key
+    #: answers: a retry within it counts nothing twice. At least the label-join window
+    #: (``labels.max_delay_seconds``, 7 days by default).
+    api_ingest_dedup_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
     #: ``monitor serve``: seconds a connection may take to send its request headers (from its
     #: opening, or from the first byte of its next request), and a request its body; slower
     #: ones are closed (docs/operations.md "The API under abuse").

@@ -77,7 +77,12 @@ def create_app(settings: Settings) -> FastAPI:
     sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
     if not len(tokens):
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
-    ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
+    ingestor = Ingestor(
+        sink,
+        max_event_bytes=settings.max_event_bytes,
+        max_queue=settings.api_ingest_queue,
+        dedup_seconds=settings.api_ingest_dedup_seconds,
+    )
     context = ApiContext(settings, engine, read_engine, sessions, read_sessions, tokens, ingestor)
 
     @asynccontextmanager

@@ -310,7 +310,9 @@ class EventsAccepted(BaseModel):
                 {
                     "accepted": 2,
                     "dead_letters": [{"index": 2, "reason": "field 'features': Field required"}],
+                    "duplicates": [],
                     "alarms": [],
+                    "replayed": False,
                 }
             ]
         }
@@ -318,4 +320,14 @@ class EventsAccepted(BaseModel):
 
     accepted: int = Field(ge=0, description="Items processed by their stream's monitors.")
     dead_letters: list[DeadLetterItem]
+    duplicates: list[int] = Field(
+        default_factory=list,
+        description="Indexes of items skipped because an earlier request processed the same "
+        "(stream, kind, id) within the de-duplication window.",
+    )
     alarms: list[AlarmPublic] = Field(description="Alarms raised by this batch.")
+    replayed: bool = Field(
+        default=False,
+        description="This is the stored answer of an earlier request with the same "
+        "Idempotency-Key; nothing was processed now.",
+    )

@@ -38,6 +38,8 @@ __all__ = [
     "CalibrationEventRow",
     "CheckpointRow",
     "DeadLetterRow",
+    "IngestRequestRow",
+    "IngestedEventRow",
     "OODFlagRow",
     "OODWindowRow",
     "SourceOffsetRow",
@@ -331,6 +333,33 @@ class DeadLetterRow(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     stream: Mapped[str | None] = mapped_column(NAME)
     ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+
+
+class IngestedEventRow(Base):
+    """An event ``POST /events`` processed: ``(stream, kind, id)``, kept for the ingest
+    de-duplication window so that a retried event is not counted twice (``event_id`` is
+    :func:`source_key` of the id: ids of any length)."""
+
+    __tablename__ = "ingested_events"
+    __table_args__ = (Index("ix_ingested_events_created_at", "created_at"),)
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    kind: Mapped[str] = mapped_column(SHORT, primary_key=True)
+    event_id: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    created_at: Mapped[datetime] = _created()
+
+
+class IngestRequestRow(Base):
+    """A ``POST /events`` request sent with an ``Idempotency-Key``: the hash of its body and the
+    answer it got, committed with its results, so that a retry answers the same."""
+
+    __tablename__ = "ingest_requests"
+    __table_args__ = (Index("ix_ingest_requests_created_at", "created_at"),)
+
+    key: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    body_sha256: Mapped[str] = mapped_column(SHORT)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = _created()
 
 

@@ -34,6 +34,8 @@ from monitor.db.models import (
     Base,
     CheckpointRow,
     DeadLetterRow,
+    IngestedEventRow,
+    IngestRequestRow,
     OODFlagRow,
     OODWindowRow,
     SourceOffsetRow,
@@ -69,6 +71,8 @@ def persist_batch(
     checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
     offsets: Sequence[SourceOffset] = (),
     dead_letters: Sequence[DeadLetter] = (),
+    ingested: Sequence[tuple[str, str, str]] = (),
+    ingest_request: tuple[str, str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -83,6 +87,9 @@ def persist_batch(
         Detector state per stream name after this batch; replaces the stored one.
     offsets
         Next offset to read per source partition after this batch.
+    ingested, ingest_request
+        HTTP ingest only: the ``(stream, kind, id)`` of the events processed, and the request's
+        ``(Idempotency-Key, body SHA-256, answer)``, committed with the results.
 
     Raises
     ------
@@ -127,6 +134,19 @@ def persist_batch(
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
+        now = utcnow()
+        if ingested:
+            keyed = [
+                {"stream": s, "kind": k, "event_id": source_key(i), "created_at": now}
+                for s, k, i in ingested
+            ]
+            session.execute(_insert(dialect, _table(IngestedEventRow)).on_conflict_do_nothing(),
+                            keyed)
+        if ingest_request is not None:
+            key, digest, answer = ingest_request
+            session.execute(_insert(dialect, _table(IngestRequestRow)), [
+                {"key": key, "body_sha256": digest, "response": dict(answer), "created_at": now}
+            ])
 
 
 def load_state(session: Session, stream: str) -> Checkpoint | None:
