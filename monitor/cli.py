@@ -1,7 +1,12 @@
-"""The ``monitor`` command line (DESIGN.md "Command line").
+"""The ``monitor`` command line.
 
 The only place besides the API's app factory that reads :class:`~monitor.settings.Settings`.
 Heavy modules are imported inside each command so that ``--help`` stays instant.
+
+Every mistake a user can fix at start-up (a bad option, setting, database URL, token list or
+configuration file; an unreachable database) ends in one line on stderr saying what to do, with
+exit code 2 (usage and configuration) or 1 (the database or a source cannot be reached); never a
+traceback. Only a bug prints one.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from monitor.settings import Settings
 
@@ -21,11 +26,12 @@ Handler = Callable[[argparse.Namespace, Settings], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitor`` console script; returns the process exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    settings = Settings()
-    if args.db:
-        settings = settings.model_copy(update={"database_url": args.db})
+    try:
+        args = _parser().parse_args(argv)
+        settings = _settings(args.db)
+    except UserError as exc:
+        print(f"monitor: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,
@@ -41,30 +47,131 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"monitor: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        if not _is_operational(exc):
+        explained = _explain(exc, settings)
+        if explained is None:
             raise
-        print(f"monitor: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        code, message = explained
+        print(f"monitor: error: {message}", file=sys.stderr)
+        return code
 
 
 class UserError(Exception):
     """A problem the user can fix (bad file, bad configuration); printed without a traceback."""
 
 
-def _is_operational(exc: Exception) -> bool:
-    """Errors with a message a user can act on (configuration, source, database, worker):
-    printed as one line, exit code 1 (2 for usage errors), never a traceback."""
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``main`` prints it, exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _settings(db: str | None) -> Settings:
+    """The settings of the environment (and ``--db``); a bad value is one line naming it."""
+    from pydantic import ValidationError
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = "_".join(str(part) for part in error["loc"])
+            problems.append(
+                f"MONITOR_{field.upper()}={error.get('input')!r}: {error['msg'].lower()}"
+            )
+        raise UserError(
+            "bad setting " + "; ".join(problems) + " (fix or unset the environment variable)"
+        ) from None
+    if db:
+        settings = settings.model_copy(update={"database_url": db})
+    from monitor.db.engine import normalise_url
+
+    try:
+        normalise_url(settings.database_url)
+    except Exception as exc:  # ArgumentError, ValueError (a bad port), UnsupportedDatabaseError
+        raise UserError(_bad_url(settings.database_url, exc)) from None
+    return settings
+
+
+def _bad_url(url: str, exc: Exception) -> str:
+    shown = url if "@" not in url else _safe_url(url)
+    return (
+        f"bad database URL {shown!r} ({_first_line(exc)}): give --db or MONITOR_DATABASE_URL as "
+        "postgresql+psycopg://USER@HOST:PORT/DB or sqlite:///PATH"
+    )
+
+
+def _explain(exc: Exception, settings: Settings) -> tuple[int, str] | None:
+    """(exit code, one-line message) of an error a user can act on; ``None`` for a bug.
+
+    Configuration, source, database and worker errors are printed as one line, exit code 1
+    (2 for mistakes in what was given: URL, token list, configuration); never a traceback."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
     from connectors.errors import SourceError
+    from monitor.api.auth import TokenConfigError
     from monitor.calibration import CalibrationError
     from monitor.config import ConfigError
+    from monitor.db.errors import UnsupportedDatabaseError
     from monitor.runner import RunError
     from monitor.worker import WorkerError
 
-    return isinstance(exc, SourceError | WorkerError | RunError | ConfigError | CalibrationError)
+    if isinstance(exc, ConfigError | CalibrationError | TokenConfigError):
+        return 2, _one_line(exc)
+    if isinstance(exc, SourceError | WorkerError | RunError):
+        return 1, _one_line(exc)
+    if isinstance(exc, ArgumentError | UnsupportedDatabaseError):
+        return 2, _bad_url(settings.database_url, exc)
+    if isinstance(exc, DBAPIError) and _is_connect(exc):
+        return 1, (
+            f"cannot connect to the database at {_safe_url(settings.database_url)} "
+            f"({_first_line(exc.orig)}): start the server, or fix --db / MONITOR_DATABASE_URL"
+        )
+    return None
+
+
+def _is_connect(exc: Exception) -> bool:
+    """A database error raised while connecting (not by a statement)."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    return isinstance(exc, OperationalError | InterfaceError) and getattr(
+        exc, "statement", None
+    ) is None
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` with its lines joined (pydantic's are several)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"a port is between 0 and 65535, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="monitor",
         description="Online ML monitoring with anytime-valid sequential tests.",
     )
@@ -96,10 +203,12 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
-    p.add_argument("--batch-size", type=int, default=None, help="records per transaction")
+    p.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="records per transaction"
+    )
     p.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=_positive_int,
         default=None,
         help="store detector states and offsets every N batches (default: "
         "MONITOR_CHECKPOINT_EVERY or 5; results are stored every batch)",
@@ -113,6 +222,11 @@ def _add_streams(sub: Any) -> None:
     create = s.add_parser("create", help="register a stream with its calibration data")
     create.add_argument("config", help="stream configuration (YAML or JSON)")
     create.set_defaults(handler=_cmd_streams_create)
+    update = s.add_parser(
+        "update", help="store a changed configuration of a registered stream as a new version"
+    )
+    update.add_argument("config", help="stream configuration (YAML or JSON)")
+    update.set_defaults(handler=_cmd_streams_update)
     lst = s.add_parser("list", help="list registered streams")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_streams_list)
@@ -124,7 +238,7 @@ def _add_alarms(sub: Any) -> None:
     lst = s.add_parser("list", help="list alarms, newest first")
     lst.add_argument("--stream")
     lst.add_argument("--kind")
-    lst.add_argument("--limit", type=int, default=100)
+    lst.add_argument("--limit", type=_positive_int, default=100)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_alarms_list)
 
@@ -143,7 +257,7 @@ def _add_db(sub: Any) -> None:
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the HTTP API")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000)
     p.add_argument(
         "--workers",
         type=int,
@@ -214,10 +328,34 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_streams_create(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.runner import register_stream
+    from monitor.db.errors import StreamChangedError
+    from monitor.runner import register_stream_version
 
-    name = register_stream(args.config, settings)
-    print(f"stream {name!r} registered in {_safe_url(settings.database_url)}")
+    try:
+        done = register_stream_version(args.config, settings)
+    except StreamChangedError as exc:
+        raise UserError(str(exc)) from None
+    where = _safe_url(settings.database_url)
+    if done.outcome == "created":
+        print(f"stream {done.name!r} registered in {where} (version {done.version})")
+    else:
+        print(f"stream {done.name!r} already registered with this configuration in {where} "
+              f"(version {done.version}); nothing changed")
+    return 0
+
+
+def _cmd_streams_update(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import StreamNotFoundError
+    from monitor.runner import register_stream_version
+
+    try:
+        done = register_stream_version(args.config, settings, update=True)
+    except StreamNotFoundError as exc:
+        raise UserError(f"{exc} with `monitor streams create CONFIG`") from None
+    if done.outcome == "updated":
+        print(f"stream {done.name!r} updated to version {done.version}")
+    else:
+        print(f"stream {done.name!r} unchanged at version {done.version}")
     return 0
 
 
@@ -229,7 +367,7 @@ def _cmd_streams_list(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(streams))
     else:
         for stream in streams:
-            print(f"{stream['name']}\t{stream['task']}")
+            print(f"{stream['name']}\t{stream['task']}\tversion {stream['version']}")
     return 0
 
 
@@ -278,6 +416,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from monitor.api import create_app
+    from monitor.api.app import guard_limits
+    from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
@@ -287,8 +427,17 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         "port": args.port,
         "log_level": "info",
         "access_log": settings.api_access_log,
+        # Slow or idle clients cannot starve the others (monitor/api/guard.py): header and body
+        # timeouts, a header size limit and an evicting connection cap, plus uvicorn's keep-alive
+        # timeout. uvicorn's limit_concurrency is not used: it answers 503 to every new request
+        # once that many connections are open, which is what a slow-connection flood wants.
+        "http": GuardedHttpToolsProtocol,
+        "timeout_keep_alive": settings.api_keep_alive_timeout,
+        "h11_max_incomplete_event_size": settings.api_max_header_bytes,
+        "backlog": 2048,
     }
     if workers == 1:
+        configure(guard_limits(settings))
         uvicorn.run(create_app(settings), **options)
         return 0
     _prepare_workers(settings)
@@ -298,7 +447,11 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _prepare_workers(settings: Settings) -> None:
-    """Migrate once (not once per worker) and hand the settings to the worker processes."""
+    """Check the token list, migrate once (not once per worker) and hand the settings to the
+    worker processes."""
+    from monitor.api.auth import TokenStore
+
+    TokenStore.from_setting(settings.api_tokens)  # a bad list is one line here, not N tracebacks
     if settings.auto_migrate:
         from monitor.db.migrate import upgrade
 

@@ -1,4 +1,4 @@
-"""Stream configuration: the YAML/JSON a user writes (DESIGN.md "Stream configuration").
+"""Stream configuration: the YAML/JSON a user writes (docs/detectors.md).
 
 Every field but ``name``, ``task`` and ``calibration`` has a documented default.
 """
@@ -114,6 +114,12 @@ def load_stream_config(path: str | Path) -> StreamConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read stream configuration {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}): "
+            "save it as UTF-8"
+        ) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from monitor.calibration import Calibration, CalibrationError
@@ -89,8 +90,14 @@ class DatabaseSink:
         return None if checkpoint is None else checkpoint.state
 
     def persist(
-        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
+        self,
+        out: BatchOutput,
+        offsets: list[SourceOffset],
+        states: Mapping[str, dict[str, Any]],
+        **ingest: Any,
     ) -> None:
+        """Store a batch atomically (``ingest``: HTTP ingest's ``ingested`` event keys and
+        ``ingest_request``, see :func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
         from monitor.state import Checkpoint
 
@@ -107,18 +114,30 @@ class DatabaseSink:
                 checkpoints=checkpoints,
                 offsets=offsets,
                 dead_letters=out.dead_letters,
+                **ingest,
             )
 
-    def register(self, config: StreamConfig, calibration: Calibration) -> None:
-        from monitor.db.errors import StreamExistsError
-        from monitor.db.store import upsert_stream
+    def register(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
+        """Register the stream unless it is registered with this very configuration and
+        calibration; ``(version, created)``.
 
-        rows = calibration.to_rows()
+        Raises ``StreamChangedError`` (one line pointing to ``monitor streams update``) when the
+        name is registered with another configuration: the stored one is never replaced here.
+        """
+        from monitor.db.repositories import register_stream
+
         with self.sessions() as session:
-            try:
-                upsert_stream(session, config, rows)
-            except StreamExistsError:  # another worker registered it since our check: update it
-                upsert_stream(session, config, rows)
+            row, created = register_stream(session, config, calibration.to_rows())
+            return row.version, created
+
+    def update(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
+        """Store a changed configuration of a registered stream as its next version;
+        ``(version, changed)`` (an unchanged one stores nothing)."""
+        from monitor.db.repositories import new_stream_version
+
+        with self.sessions() as session:
+            row, changed = new_stream_version(session, config, calibration.to_rows())
+            return row.version, changed
 
     def registered(self) -> list[tuple[StreamConfig, Calibration]]:
         from monitor.db.store import load_streams
@@ -213,8 +232,13 @@ def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor
         parsed = read_configs(configs)
         monitors = build_monitors(parsed)
         if isinstance(sink, DatabaseSink):
+            from monitor.db.errors import StreamChangedError
+
             for config in parsed:
-                sink.register(config, monitors[config.name].calibration)
+                try:
+                    sink.register(config, monitors[config.name].calibration)
+                except StreamChangedError as exc:
+                    raise RunError(str(exc)) from None
         return monitors
     if not isinstance(sink, DatabaseSink):
         raise RunError("--no-store needs --config: there is no registry to read streams from")
@@ -225,19 +249,59 @@ def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor
 
 
 def register_stream(path: str, settings: Settings) -> str:
+    """``monitor streams create``: the stream's name (see :func:`register_stream_version`)."""
+    return register_stream_version(path, settings).name
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What registering or updating a stream did."""
+
+    name: str
+    version: int
+    #: ``"created"``, ``"unchanged"`` (registered already with this configuration) or
+    #: ``"updated"`` (a new version was stored).
+    outcome: str
+
+
+def register_stream_version(path: str, settings: Settings, update: bool = False) -> Registration:
+    """Register the stream of a configuration file (``update``: store it as a new version of a
+    registered one). Registering never changes a registered stream: another configuration under
+    its name raises ``StreamChangedError``; updating a stream that is not registered raises
+    ``StreamNotFoundError``."""
     config = read_configs([path])[0]
     calibration = load_calibration(config)
     StreamMonitor(config, calibration)  # validates that the stream can be monitored
-    DatabaseSink(settings.database_url, settings.auto_migrate).register(config, calibration)
-    return config.name
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        if update:
+            version, changed = sink.update(config, calibration)
+            return Registration(config.name, version, "updated" if changed else "unchanged")
+        version, created = sink.register(config, calibration)
+        return Registration(config.name, version, "created" if created else "unchanged")
+    finally:
+        sink.close()
 
 
 def list_streams(settings: Settings) -> list[dict[str, Any]]:
+    from monitor.db.repositories import list_streams as query_streams
+
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
-    return [
-        {"name": c.name, "task": c.task, "calibration_events": len(cal)}
-        for c, cal in sink.registered()
-    ]
+    try:
+        with sink.sessions() as session:
+            versions = {row.name: row.version for row in query_streams(session)}
+        return [
+            {
+                "name": c.name,
+                "task": c.task,
+                "version": versions.get(c.name, 1),
+                "calibration_events": len(cal),
+                "config": c.model_dump(mode="json", exclude={"calibration"}),
+            }
+            for c, cal in sink.registered()
+        ]
+    finally:
+        sink.close()
 
 
 def list_alarms(

@@ -7,7 +7,7 @@ environment.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,12 +31,12 @@ class Settings(BaseSettings):
     #: HMAC key used to sign webhook bodies.
     webhook_secret: str = ""
     #: Largest accepted HTTP request body, bytes.
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     #: Largest accepted event (one Kafka message, JSONL line or HTTP item), bytes.
-    max_event_bytes: int = 256 * 1024
+    max_event_bytes: int = Field(default=256 * 1024, ge=1)
     #: Records per processing batch (one database transaction each). Each transaction rewrites
     #: the touched streams' checkpoints, so larger batches amortise that (docs/streaming.md).
-    batch_size: int = 2000
+    batch_size: int = Field(default=2000, ge=1)
     #: Batches per checkpoint of ``monitor run``: the detector states and source offsets are
     #: stored (and offsets committed) every this many batches, the results of every batch at
     #: once. 1 stores everything each batch; larger values replay up to that many batches after
@@ -45,10 +45,35 @@ class Settings(BaseSettings):
     checkpoint_every: int = Field(default=5, ge=1)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
-    #: Logging level of the service.
+    #: Logging level of the service (DEBUG, INFO, WARNING, ERROR or CRITICAL).
     log_level: str = "INFO"
     #: Processes of ``monitor serve`` (uvicorn workers sharing the port); one per core is the
     #: usual choice. Each keeps its own connection pool (up to 40 connections).
     api_workers: int = Field(default=1, ge=1)
     #: Log one line per HTTP request (uvicorn's access log).
     api_access_log: bool = True
+    #: ``POST /events`` batches waiting or processing per API process; more answer 429.
+    api_ingest_queue: int = Field(default=16, ge=1)
+    #: Seconds ``POST /events`` remembers processed (stream, kind, id) and Idempotency-Key
+    #: answers: a retry within it counts nothing twice. At least the label-join window
+    #: (``labels.max_delay_seconds``, 7 days by default).
+    api_ingest_dedup_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: ``monitor serve``: seconds a connection may take to send its request headers (from its
+    #: opening, or from the first byte of its next request), and a request its body; slower
+    #: ones are closed (docs/operations.md "The API under abuse").
+    api_header_timeout: float = Field(default=10.0, gt=0)
+    api_body_timeout: float = Field(default=60.0, gt=0)
+    #: Seconds an idle keep-alive connection stays open between requests.
+    api_keep_alive_timeout: float = Field(default=5.0, gt=0)
+    #: Largest request head (request line and headers), bytes.
+    api_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: Open connections per API process (lowered to stay below its file-descriptor limit); past
+    #: it the connection waiting longest for its headers or body is closed to make room.
+    api_max_connections: int = Field(default=10_000, ge=16)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value

@@ -67,8 +67,6 @@ def create_app(settings: Settings) -> FastAPI:
     ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack']
     """
     tokens = TokenStore.from_setting(settings.api_tokens)
-    if not len(tokens):
-        log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     # Requests run in a pool of 40 threads; with fewer connections a burst waits on the pool.
     engine = make_engine(settings.database_url, **_engine_options(settings.database_url))
     read_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -77,7 +75,14 @@ def create_app(settings: Settings) -> FastAPI:
     # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
     # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
     sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
-    ingestor = Ingestor(sink, max_event_bytes=settings.max_event_bytes)
+    if not len(tokens):
+        log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
+    ingestor = Ingestor(
+        sink,
+        max_event_bytes=settings.max_event_bytes,
+        max_queue=settings.api_ingest_queue,
+        dedup_seconds=settings.api_ingest_dedup_seconds,
+    )
     context = ApiContext(settings, engine, read_engine, sessions, read_sessions, tokens, ingestor)
 
     @asynccontextmanager
@@ -110,8 +115,25 @@ def create_app(settings: Settings) -> FastAPI:
 
 def app_from_environment() -> FastAPI:
     """The app of one ``monitor serve --workers N`` worker process, with the settings of the
-    environment (``MONITOR_*``, which the serve command sets for its workers)."""
-    return create_app(Settings())
+    environment (``MONITOR_*``, which the serve command sets for its workers); also sets the
+    process's connection guard limits."""
+    from monitor.api.guard import configure
+
+    settings = Settings()
+    configure(guard_limits(settings))
+    return create_app(settings)
+
+
+def guard_limits(settings: Settings) -> Any:
+    """The connection guard limits (:class:`monitor.api.guard.GuardLimits`) of ``settings``."""
+    from monitor.api.guard import GuardLimits
+
+    return GuardLimits(
+        header_timeout=settings.api_header_timeout,
+        body_timeout=settings.api_body_timeout,
+        max_header_bytes=settings.api_max_header_bytes,
+        max_connections=settings.api_max_connections,
+    )
 
 
 def _engine_options(url: str) -> dict[str, Any]:

@@ -91,8 +91,9 @@ class TokenStore:
 
         Raises
         ------
-        ValueError
-            For an entry without a scope, with an unknown scope or with an empty token.
+        TokenConfigError
+            (a ``ValueError``) for an entry without a scope, with an unknown scope or with an
+            empty token.
         """
         return cls(_parse_entry(item.strip()) for item in spec.split(",") if item.strip())
 
@@ -107,21 +108,31 @@ class TokenStore:
         return None if found is None else Principal(found, digest.hex()[:12])
 
 
+class TokenConfigError(ValueError):
+    """``MONITOR_API_TOKENS`` cannot be parsed; the message names the entry (never the token)
+    and says how to fix it."""
+
+
 def _parse_entry(item: str) -> tuple[TokenScope, bytes]:
     scope_text, sep, token = item.partition(":")
     valid = ", ".join(s.value for s in TokenScope)
     if not sep:
-        raise ValueError(
+        raise TokenConfigError(
             f"API token entry {_redact(item)!r} needs a scope: write SCOPE:TOKEN "
-            f"with SCOPE one of {valid}"
+            f"with SCOPE one of {valid} in MONITOR_API_TOKENS"
         )
     try:
         scope = TokenScope(scope_text.strip().lower())
     except ValueError:
-        raise ValueError(f"unknown API token scope {scope_text!r}; valid scopes: {valid}") from None
+        raise TokenConfigError(
+            f"unknown API token scope {scope_text!r}; valid scopes: {valid} "
+            "(fix MONITOR_API_TOKENS)"
+        ) from None
     token = token.strip()
     if not token:
-        raise ValueError(f"API token entry for scope {scope.value!r} has an empty token")
+        raise TokenConfigError(
+            f"API token entry for scope {scope.value!r} has an empty token in MONITOR_API_TOKENS"
+        )
     match = _DIGEST.match(token)
     digest = bytes.fromhex(match.group(1)) if match else hashlib.sha256(token.encode()).digest()
     return scope, digest

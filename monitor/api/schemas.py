@@ -128,7 +128,7 @@ class AckRequest(BaseModel):
 
 
 class StreamCreate(StreamConfig):
-    """A stream configuration (DESIGN.md "Stream configuration") with inline calibration rows.
+    """A stream configuration (docs/api.md, `POST /streams`) with inline calibration rows.
 
     ``calibration`` must be a list of labeled wire-format prediction events (``features``,
     ``prediction``, ``label``; optional ``logits``, ``embedding``); at least 20. A server-side
@@ -162,6 +162,7 @@ class StreamPublic(BaseModel):
                 {
                     "name": "bikes",
                     "task": "regression",
+                    "version": 1,
                     "config": {
                         "name": "bikes",
                         "task": "regression",
@@ -183,6 +184,11 @@ class StreamPublic(BaseModel):
 
     name: str
     task: Literal["regression", "classification"]
+    version: int = Field(
+        ge=1,
+        description="Configuration version: 1 at registration, + 1 at each `PUT` that changed "
+        "the configuration or the calibration rows.",
+    )
     config: dict[str, Any] = Field(description="The stream configuration without `calibration`.")
     calibration_events: int = Field(ge=0)
     events: int = Field(ge=0, description="Events processed so far (from the checkpoint).")
@@ -304,7 +310,9 @@ class EventsAccepted(BaseModel):
                 {
                     "accepted": 2,
                     "dead_letters": [{"index": 2, "reason": "field 'features': Field required"}],
+                    "duplicates": [],
                     "alarms": [],
+                    "replayed": False,
                 }
             ]
         }
@@ -312,4 +320,14 @@ class EventsAccepted(BaseModel):
 
     accepted: int = Field(ge=0, description="Items processed by their stream's monitors.")
     dead_letters: list[DeadLetterItem]
+    duplicates: list[int] = Field(
+        default_factory=list,
+        description="Indexes of items skipped because an earlier request processed the same "
+        "(stream, kind, id) within the de-duplication window.",
+    )
     alarms: list[AlarmPublic] = Field(description="Alarms raised by this batch.")
+    replayed: bool = Field(
+        default=False,
+        description="This is the stored answer of an earlier request with the same "
+        "Idempotency-Key; nothing was processed now.",
+    )

@@ -8,6 +8,7 @@ Hierarchy::
     ├── InvalidCursorError         a pagination cursor not produced by this API (ValueError)
     ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
     ├── StreamExistsError          creating a stream whose name is taken
+    │   └── StreamChangedError     ... with another configuration (update it instead)
     └── NotFoundError              (also a LookupError)
         ├── StreamNotFoundError
         └── AlarmNotFoundError
@@ -55,6 +56,20 @@ class UnsupportedDatabaseError(PersistenceError, ValueError):
 
 class StreamExistsError(PersistenceError):
     """A stream with this name is already registered."""
+
+
+class StreamChangedError(StreamExistsError):
+    """Registering a name that is registered with another configuration or calibration: the
+    stored one is kept; a new version is stored only by an explicit update."""
+
+    def __init__(self, name: str, version: int) -> None:
+        super().__init__(
+            f"stream {name!r} is already registered with another configuration (version "
+            f"{version}); nothing was changed. To store this one as version {version + 1}, run "
+            f"`monitor streams update CONFIG` or PUT /streams/{name}"
+        )
+        self.name = name
+        self.version = version
 
 
 class NotFoundError(PersistenceError, LookupError):

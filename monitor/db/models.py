@@ -8,6 +8,7 @@ a registered stream and go with it (``ON DELETE CASCADE``).
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,12 +38,15 @@ __all__ = [
     "CalibrationEventRow",
     "CheckpointRow",
     "DeadLetterRow",
+    "IngestRequestRow",
+    "IngestedEventRow",
     "OODFlagRow",
     "OODWindowRow",
     "SourceOffsetRow",
     "StreamRow",
     "TracePointRow",
     "WebhookDeliveryRow",
+    "source_key",
 ]
 
 #: Deterministic constraint names, so migrations can refer to (and drop) them on every dialect.
@@ -57,6 +61,31 @@ NAMING_CONVENTION = {
 NAME = String(128)  # stream names: config.NAME_PATTERN allows up to 128 characters
 SHORT = String(64)  # enumerations: detector, kind, rule, task
 LABEL = String(255)  # sources, event ids, user names
+
+
+#: Longest stored source key (the ``source`` columns).
+SOURCE_KEY_LENGTH = 255
+
+
+def source_key(name: str) -> str:
+    """The bounded key under which a source's offsets and dead letters are stored.
+
+    The name itself when it fits in :data:`SOURCE_KEY_LENGTH` characters (so rows stored before
+    keys existed keep matching); else a readable prefix of it, ``~`` and the SHA-256 of the whole
+    name. The whole name is stored beside the key (``source_name``).
+
+    Examples
+    --------
+    >>> source_key("file:/data/events.jsonl")
+    'file:/data/events.jsonl'
+    >>> key = source_key("file:/" + "d" * 300)
+    >>> len(key), key[:8], key[183:191]
+    (255, 'file:/dd', '~sha256:')
+    """
+    if len(name) <= SOURCE_KEY_LENGTH:
+        return name
+    digest = "~sha256:" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return name[: SOURCE_KEY_LENGTH - len(digest)] + digest
 
 
 def utcnow() -> datetime:
@@ -75,13 +104,16 @@ class Base(DeclarativeBase):
 
 
 class StreamRow(Base):
-    """A registered stream: its configuration (``StreamConfig.model_dump(mode="json")``)."""
+    """A registered stream: its configuration (``StreamConfig.model_dump(mode="json")``) and
+    the configuration's version (1 at registration, + 1 at each explicit update that changes the
+    configuration or the calibration events)."""
 
     __tablename__ = "streams"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
     task: Mapped[str] = mapped_column(SHORT)
     config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
@@ -265,11 +297,16 @@ class CheckpointRow(Base):
 
 
 class SourceOffsetRow(Base):
-    """Next offset to read per source partition (last processed + 1); only ever increases."""
+    """Next offset to read per source partition (last processed + 1); only ever increases.
+
+    ``source`` is the bounded key of the source's name (:func:`source_key`: the name itself up
+    to 255 characters); ``source_name`` the whole name (NULL in rows stored before it existed,
+    whose key is their name)."""
 
     __tablename__ = "source_offsets"
 
     source: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    source_name: Mapped[str | None] = mapped_column(Text)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     offset: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(
@@ -288,13 +325,41 @@ class DeadLetterRow(Base):
     )
 
     id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
-    source: Mapped[str] = mapped_column(LABEL)
+    source: Mapped[str] = mapped_column(LABEL)  # source_key(source_name), as in source_offsets
+    source_name: Mapped[str | None] = mapped_column(Text)
     partition: Mapped[int] = mapped_column(Integer)
     offset: Mapped[int] = mapped_column(BigInteger)
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     stream: Mapped[str | None] = mapped_column(NAME)
     ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+
+
+class IngestedEventRow(Base):
+    """An event ``POST /events`` processed: ``(stream, kind, id)``, kept for the ingest
+    de-duplication window so that a retried event is not counted twice (``event_id`` is
+    :func:`source_key` of the id: ids of any length)."""
+
+    __tablename__ = "ingested_events"
+    __table_args__ = (Index("ix_ingested_events_created_at", "created_at"),)
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    kind: Mapped[str] = mapped_column(SHORT, primary_key=True)
+    event_id: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    created_at: Mapped[datetime] = _created()
+
+
+class IngestRequestRow(Base):
+    """A ``POST /events`` request sent with an ``Idempotency-Key``: the hash of its body and the
+    answer it got, committed with its results, so that a retry answers the same."""
+
+    __tablename__ = "ingest_requests"
+    __table_args__ = (Index("ix_ingest_requests_created_at", "created_at"),)
+
+    key: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    body_sha256: Mapped[str] = mapped_column(SHORT)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = _created()
 
 

@@ -40,6 +40,7 @@ from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import (
     AlarmNotFoundError,
     InvalidCursorError,
+    StreamChangedError,
     StreamExistsError,
     StreamNotFoundError,
 )
@@ -53,6 +54,7 @@ from monitor.db.models import (
     SourceOffsetRow,
     StreamRow,
     TracePointRow,
+    source_key,
     utcnow,
 )
 
@@ -79,9 +81,12 @@ __all__ = [
     "list_ood_windows",
     "list_streams",
     "list_traces",
+    "new_stream_version",
     "offsets_query",
     "ood_flags_query",
     "ood_windows_query",
+    "register_stream",
+    "source_key",
     "streams_query",
     "traces_query",
     "update_stream",
@@ -439,7 +444,9 @@ def create_stream(
     if session.get(StreamRow, config.name) is not None:
         session.rollback()
         raise exists
-    row = StreamRow(name=config.name, task=config.task, config=config.model_dump(mode="json"))
+    row = StreamRow(
+        name=config.name, task=config.task, config=config.model_dump(mode="json"), version=1
+    )
     session.add(row)
     try:
         session.flush()
@@ -456,19 +463,105 @@ def update_stream(
     config: StreamConfig,
     calibration: Sequence[Mapping[str, Any]] | None = None,
 ) -> StreamRow:
-    """Replace a registered stream's configuration (and, if given, its calibration) and commit."""
+    """Replace a registered stream's configuration (and, if given, its calibration), store it as
+    the next version, and commit."""
     _begin_write(session)
     row = session.get(StreamRow, config.name, with_for_update=True)
     if row is None:
         session.rollback()
         raise StreamNotFoundError(f"no stream named {config.name!r}; create it first")
+    _replace(session, row, config, calibration)
+    session.commit()
+    return row
+
+
+def register_stream(
+    session: Session, config: StreamConfig, calibration: Sequence[Mapping[str, Any]] | None
+) -> tuple[StreamRow, bool]:
+    """Register a stream unless it is registered already, and commit; ``(row, created)``.
+
+    A name already registered with the same configuration and calibration events is left as it
+    is (``created`` is false): registering is idempotent. With another configuration it is
+    refused: changing a stream is :func:`new_stream_version`'s job.
+
+    Raises
+    ------
+    StreamChangedError
+        The name is registered with another configuration or calibration (nothing changes).
+    """
+    try:
+        return create_stream(session, config, calibration), True
+    except StreamExistsError:
+        pass
+    with session.begin():
+        row = session.get(StreamRow, config.name)
+        same = row is not None and _same(session, row, config, calibration)
+    if row is None:  # deleted since: register it after all
+        return register_stream(session, config, calibration)
+    if not same:
+        raise StreamChangedError(config.name, row.version)
+    return row, False
+
+
+def new_stream_version(
+    session: Session, config: StreamConfig, calibration: Sequence[Mapping[str, Any]] | None
+) -> tuple[StreamRow, bool]:
+    """Store a changed configuration (and calibration) of a registered stream as its next
+    version, and commit; ``(row, changed)``. The same configuration again stores nothing.
+
+    Raises
+    ------
+    StreamNotFoundError
+        No stream of that name is registered.
+    """
+    _begin_write(session)
+    row = session.get(StreamRow, config.name, with_for_update=True)
+    if row is None:
+        session.rollback()
+        raise StreamNotFoundError(f"no stream named {config.name!r}; create it first")
+    if _same(session, row, config, calibration):
+        session.rollback()
+        return row, False
+    _replace(session, row, config, calibration)
+    session.commit()
+    return row, True
+
+
+def _replace(
+    session: Session,
+    row: StreamRow,
+    config: StreamConfig,
+    calibration: Sequence[Mapping[str, Any]] | None,
+) -> None:
     row.task = config.task
     row.config = config.model_dump(mode="json")
+    row.version = row.version + 1
     if calibration is not None:
         session.execute(delete(CalibrationEventRow).where(CalibrationEventRow.stream == row.name))
         _store_calibration(session, config, calibration)
-    session.commit()
-    return row
+
+
+def _same(
+    session: Session,
+    row: StreamRow,
+    config: StreamConfig,
+    calibration: Sequence[Mapping[str, Any]] | None,
+) -> bool:
+    """Whether ``config`` and ``calibration`` are what ``row`` stores. Where the calibration
+    came from (a file path or inline rows) does not count, only the rows do."""
+    def settings(dumped: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in dumped.items() if k != "calibration"}
+
+    if settings(row.config) != settings(config.model_dump(mode="json")):
+        return False
+    if calibration is None:
+        return True
+    stored = [calibration_event(r) for r in session.scalars(calibration_query(row.name))]
+    given = [
+        {k: event.get(k) for k in ("id", *CALIBRATION_FIELDS) if event.get(k) is not None}
+        for event in calibration
+    ]
+    return bool(json.loads(json.dumps(given)) == stored)
 
 
 def delete_stream(session: Session, name: str) -> None:
@@ -521,10 +614,11 @@ def dead_letters_query(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Select[DeadLetterRow]:
-    """Dead letters matching the filters, newest first (by ``ts``, then id)."""
+    """Dead letters matching the filters, newest first (by ``ts``, then id); ``source`` is a
+    source's whole name."""
     query = select(DeadLetterRow)
     if source is not None:
-        query = query.where(DeadLetterRow.source == source)
+        query = query.where(DeadLetterRow.source == source_key(source))
     if stream is not None:
         query = query.where(DeadLetterRow.stream == stream)
     if since is not None:
@@ -548,10 +642,10 @@ def list_dead_letters(
 
 
 def offsets_query(source: str) -> Select[SourceOffsetRow]:
-    """Stored offsets of a source's partitions."""
+    """Stored offsets of a source's partitions (``source``: its whole name, of any length)."""
     return (
         select(SourceOffsetRow)
-        .where(SourceOffsetRow.source == source)
+        .where(SourceOffsetRow.source == source_key(source))
         .order_by(SourceOffsetRow.partition)
     )
 

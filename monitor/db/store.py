@@ -34,10 +34,13 @@ from monitor.db.models import (
     Base,
     CheckpointRow,
     DeadLetterRow,
+    IngestedEventRow,
+    IngestRequestRow,
     OODFlagRow,
     OODWindowRow,
     SourceOffsetRow,
     TracePointRow,
+    source_key,
     utcnow,
 )
 from monitor.db.repositories import (
@@ -68,6 +71,8 @@ def persist_batch(
     checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
     offsets: Sequence[SourceOffset] = (),
     dead_letters: Sequence[DeadLetter] = (),
+    ingested: Sequence[tuple[str, str, str]] = (),
+    ingest_request: tuple[str, str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -82,6 +87,9 @@ def persist_batch(
         Detector state per stream name after this batch; replaces the stored one.
     offsets
         Next offset to read per source partition after this batch.
+    ingested, ingest_request
+        HTTP ingest only: the ``(stream, kind, id)`` of the events processed, and the request's
+        ``(Idempotency-Key, body SHA-256, answer)``, committed with the results.
 
     Raises
     ------
@@ -126,6 +134,19 @@ def persist_batch(
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
+        now = utcnow()
+        if ingested:
+            keyed = [
+                {"stream": s, "kind": k, "event_id": source_key(i), "created_at": now}
+                for s, k, i in ingested
+            ]
+            session.execute(_insert(dialect, _table(IngestedEventRow)).on_conflict_do_nothing(),
+                            keyed)
+        if ingest_request is not None:
+            key, digest, answer = ingest_request
+            session.execute(_insert(dialect, _table(IngestRequestRow)), [
+                {"key": key, "body_sha256": digest, "response": dict(answer), "created_at": now}
+            ])
 
 
 def load_state(session: Session, stream: str) -> Checkpoint | None:
@@ -234,7 +255,7 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
     """Raise if any offset is below the stored one (locking the stored rows on PostgreSQL)."""
     stored: dict[tuple[str, int], int] = {}
     for source in sorted({o.source for o in offsets}):
-        query = offsets_query(source).with_for_update()
+        query = offsets_query(source).with_for_update()  # by the source's key
         stored.update({(source, r.partition): r.offset for r in session.scalars(query)})
     for o in offsets:
         previous = stored.get((o.source, o.partition))
@@ -261,7 +282,11 @@ def _upsert_offsets(session: Session, dialect: str, rows: list[Row]) -> None:
     # The guard keeps offsets monotonic even against a writer that raced past _check_offsets.
     stmt = stmt.on_conflict_do_update(
         index_elements=["source", "partition"],
-        set_={"offset": stmt.excluded.offset, "updated_at": stmt.excluded.updated_at},
+        set_={
+            "offset": stmt.excluded.offset,
+            "source_name": stmt.excluded.source_name,
+            "updated_at": stmt.excluded.updated_at,
+        },
         where=SourceOffsetRow.offset <= stmt.excluded.offset,
     )
     session.execute(stmt, rows)
@@ -328,9 +353,9 @@ def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
 
 
 def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
-    _check_length(letter.source, 255, "dead letter source")
     return {
-        "source": letter.source,
+        "source": source_key(letter.source),
+        "source_name": letter.source,
         "partition": letter.partition,
         "offset": letter.offset,
         "reason": letter.reason,
@@ -360,12 +385,11 @@ def _checkpoint_row(stream: str, checkpoint: Checkpoint, now: datetime) -> Row:
 def _offset_rows(offsets: Sequence[SourceOffset], now: datetime) -> list[Row]:
     latest: dict[tuple[str, int], int] = {}
     for o in offsets:
-        _check_length(o.source, 255, "offset source")
         if o.offset < 0:
             raise InvalidRecordError(f"offset of {o.source} partition {o.partition} is negative")
         latest[(o.source, o.partition)] = o.offset
     return [
-        {"source": s, "partition": p, "offset": v, "updated_at": now}
+        {"source": source_key(s), "source_name": s, "partition": p, "offset": v, "updated_at": now}
         for (s, p), v in latest.items()
     ]
 

@@ -52,6 +52,7 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("GET", "/streams"),
                 ("POST", "/streams"),
                 ("GET", "/streams/{name}"),
+                ("PUT", "/streams/{name}"),
                 ("GET", "/streams/{name}/trace"),
                 ("GET", "/streams/{name}/ood"),
                 ("GET", "/alarms"),

@@ -67,7 +67,8 @@ def post(client: TestClient, batch: list[Any]) -> dict[str, Any]:
 def test_valid_batch_is_processed_and_persisted(client: TestClient, session: Session) -> None:
     create(client)
     body = post(client, events(50, seed=1))
-    assert body == {"accepted": 50, "dead_letters": [], "alarms": []}
+    assert body == {"accepted": 50, "dead_letters": [], "duplicates": [], "alarms": [],
+                    "replayed": False}
     checkpoint = session.get(CheckpointRow, "bikes")
     assert checkpoint is not None and checkpoint.event_index == 50
     assert session.scalars(select(TracePointRow)).first() is not None

@@ -48,10 +48,11 @@ def test_create_stream_stores_config_and_calibration(client: TestClient, session
 
 
 def test_create_existing_stream_is_409(client: TestClient, session: Session) -> None:
+    # The same configuration again is a 200 (tests/api/test_stream_versions.py); another is 409.
     assert client.post("/streams", json=stream_config("bikes"), headers=WRITE).status_code == 201
-    response = client.post("/streams", json=stream_config("bikes"), headers=WRITE)
+    response = client.post("/streams", json=stream_config("bikes", seed=1), headers=WRITE)
     assert response.status_code == 409
-    assert "already exists" in response.json()["detail"]
+    assert "already registered" in response.json()["detail"]
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,8 @@ TABLES = {
     "calibration_events",
     "checkpoints",
     "dead_letters",
+    "ingest_requests",
+    "ingested_events",
     "ood_flags",
     "ood_windows",
     "source_offsets",

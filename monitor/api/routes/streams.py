@@ -49,22 +49,57 @@ def list_streams(session: ReadSessionDep) -> StreamsPublic:
     "",
     summary="Register a stream",
     status_code=status.HTTP_201_CREATED,
-    responses={**WRITE_ERRORS, **responses(409)},
+    responses={
+        200: {
+            "model": StreamPublic,
+            "description": "Registered already with this configuration: nothing changed.",
+        },
+        **WRITE_ERRORS,
+        **responses(409),
+    },
 )
 def create_stream(body: StreamCreate, session: SessionDep, response: Response) -> StreamPublic:
     """Register a stream with its configuration and inline calibration rows (write scope).
 
     The calibration rows are validated the way the worker will use them (shape, labels, task);
-    any problem is a 422 naming the row or field. A name already registered is a 409.
+    any problem is a 422 naming the row or field. A name already registered with the same
+    configuration and calibration rows is a 200 that changes nothing (a retry is safe); with
+    another one, a 409 that changes nothing: `PUT /streams/{name}` stores a new version.
     """
+    config, rows = _validated(body)
+    row, created = repo.register_stream(session, config, rows)
+    response.headers["Location"] = f"/streams/{config.name}"
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return _public(row, _stream_stats(session, config.name))
+
+
+@router.put(
+    "/{name}",
+    summary="Store a new version of a stream's configuration",
+    responses={**WRITE_ERRORS, **responses(404)},
+)
+def update_stream(name: StreamPath, body: StreamCreate, session: SessionDep) -> StreamPublic:
+    """Replace a registered stream's configuration and calibration rows (write scope), stored
+    as its next `version`; the same configuration and rows again store nothing. The body is
+    what `POST /streams` takes, with the path's name. Workers pick the new version up as
+    docs/operations.md "Stream configuration versions" says.
+    """
+    if body.name != name:
+        raise body_error(("name",), f"the body's name must be the path's, {name!r}", body.name)
+    config, rows = _validated(body)
+    row, _ = repo.new_stream_version(session, config, rows)
+    return _public(row, _stream_stats(session, config.name))
+
+
+def _validated(body: StreamCreate) -> tuple[StreamConfig, list[dict[str, Any]]]:
+    """The configuration to store (without its rows) and the calibration rows; 422 unless the
+    worker could monitor the stream with them."""
     rows = body.calibration
     _check_monitorable(StreamConfig.model_validate(body.model_dump()), rows)
     # The rows live in calibration_events; keeping them in the configuration too would double
     # the row size of every stream read.
-    config = StreamConfig.model_validate({**body.model_dump(), "calibration": []})
-    row = repo.create_stream(session, config, rows)
-    response.headers["Location"] = f"/streams/{config.name}"
-    return _public(row, _stream_stats(session, config.name))
+    return StreamConfig.model_validate({**body.model_dump(), "calibration": []}), rows
 
 
 @router.get("/{name}", summary="Read one stream", responses=responses(404))
@@ -175,6 +210,7 @@ def _public(row: StreamRow, stats: dict[str, dict[str, Any]]) -> StreamPublic:
     return StreamPublic(
         name=row.name,
         task=row.task,
+        version=row.version,
         config=config,
         calibration_events=own.get("calibration_events", 0),
         events=own.get("events", 0),

@@ -1,0 +1,155 @@
+"""Re-registration is explicit (issue #14): registering an existing name never changes its stored
+configuration; an identical configuration is accepted silently; a changed one is refused with one
+line pointing to ``monitor streams update`` / ``PUT /streams/{name}``, which store a new version.
+
+CLI (``monitor streams create``, ``monitor run --config``, ``monitor streams update``) on SQLite
+and PostgreSQL; the API over the module's PostgreSQL database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from monitor.cli import main
+from monitor.datasets import build_example
+from monitor.db.models import StreamRow
+from tests.api.factories import READ, WRITE, stream_config
+from tests.conftest import postgres_database
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/monitor.db"
+        return
+    admin: Engine = request.getfixturevalue("postgres_admin")
+    with postgres_database(admin) as url:
+        yield url
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> dict[str, Path]:
+    """The example stream's configuration, and a copy with another alarm threshold."""
+    paths = build_example(tmp_path / "ex", seed=4, n_calibration=100, phases=[("stable", 40)])
+    data = yaml.safe_load(paths["config"].read_text())
+    data["alarm"] = {"rule": "shiryaev_roberts", "threshold": 777.0}
+    changed = paths["config"].with_name("changed.yaml")
+    changed.write_text(yaml.safe_dump(data))
+    return {"config": paths["config"], "changed": changed, "events": paths["events"]}
+
+
+def stored(capsys: pytest.CaptureFixture[str], db: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["--db", db, "streams", "list", "--json"]) == 0
+    [stream] = json.loads(capsys.readouterr().out)
+    return dict(stream)
+
+
+def test_streams_create_refuses_a_changed_configuration(
+    db: str, configs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--db", db, "streams", "create", str(configs["config"])]) == 0
+    assert stored(capsys, db)["version"] == 1
+    # The same configuration again: accepted silently, nothing changes.
+    assert main(["--db", db, "streams", "create", str(configs["config"])]) == 0
+    assert "already registered" in capsys.readouterr().out
+    # A changed one: refused in one line that points to `streams update`.
+    assert main(["--db", db, "streams", "create", str(configs["changed"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "monitor streams update" in err and "PUT /streams/" in err
+    assert stored(capsys, db)["config"]["alarm"]["threshold"] == 10_000.0
+
+
+def test_run_with_config_refuses_a_changed_configuration(
+    db: str, configs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = ["--db", db, "run", "--source", f"file:{configs['events']}", "--json", "--config"]
+    assert main([*run, str(configs["config"])]) == 0
+    assert main([*run, str(configs["config"])]) == 0  # every start re-reads it: identical is fine
+    capsys.readouterr()
+    assert main([*run, str(configs["changed"])]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "monitor streams update" in err
+    now = stored(capsys, db)
+    assert (now["version"], now["config"]["alarm"]["threshold"]) == (1, 10_000.0)
+
+
+def test_streams_update_stores_a_new_version(
+    db: str, configs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--db", db, "streams", "update", str(configs["config"])]) == 2  # not registered
+    assert "monitor streams create" in capsys.readouterr().err
+    assert main(["--db", db, "streams", "create", str(configs["config"])]) == 0
+    assert main(["--db", db, "streams", "update", str(configs["changed"])]) == 0
+    assert "version 2" in capsys.readouterr().out
+    assert main(["--db", db, "streams", "update", str(configs["changed"])]) == 0  # no change
+    assert "unchanged at version 2" in capsys.readouterr().out
+    now = stored(capsys, db)
+    assert (now["version"], now["config"]["alarm"]["threshold"]) == (2, 777.0)
+    # The new version is what `run --config` now accepts silently.
+    run = ["--db", db, "run", "--source", f"file:{configs['events']}", "--json", "--config"]
+    assert main([*run, str(configs["changed"])]) == 0
+
+
+# --- API ------------------------------------------------------------------------------------------
+
+
+def changed_config(name: str) -> dict[str, Any]:
+    return stream_config(name) | {"alarm": {"rule": "shiryaev_roberts", "threshold": 777.0}}
+
+
+def test_post_of_an_identical_configuration_is_accepted(client: TestClient,
+                                                        session: Session) -> None:
+    assert client.post("/streams", json=stream_config("bikes"), headers=WRITE).status_code == 201
+    again = client.post("/streams", json=stream_config("bikes"), headers=WRITE)
+    assert again.status_code == 200 and again.json()["version"] == 1
+
+
+def test_post_of_a_changed_configuration_is_409_and_changes_nothing(
+    client: TestClient, session: Session
+) -> None:
+    assert client.post("/streams", json=stream_config("bikes"), headers=WRITE).status_code == 201
+    response = client.post("/streams", json=changed_config("bikes"), headers=WRITE)
+    assert response.status_code == 409
+    assert "PUT /streams/bikes" in response.json()["detail"]
+    body = client.get("/streams/bikes", headers=READ).json()
+    assert body["version"] == 1 and body["config"]["alarm"]["threshold"] == 10_000.0
+
+
+def test_put_stores_a_new_version(client: TestClient, session: Session) -> None:
+    assert client.put("/streams/bikes", json=stream_config("bikes"), headers=WRITE
+                      ).status_code == 404
+    assert client.post("/streams", json=stream_config("bikes"), headers=WRITE).status_code == 201
+    response = client.put("/streams/bikes", json=changed_config("bikes"), headers=WRITE)
+    assert response.status_code == 200, response.text
+    assert response.json()["version"] == 2
+    body = client.get("/streams/bikes", headers=READ).json()
+    assert body["version"] == 2 and body["config"]["alarm"]["threshold"] == 777.0
+    same = client.put("/streams/bikes", json=changed_config("bikes"), headers=WRITE)
+    assert same.status_code == 200 and same.json()["version"] == 2  # unchanged: no new version
+    row = session.get(StreamRow, "bikes")
+    assert row is not None and row.version == 2
+    # New calibration rows are a new version too.
+    rows = stream_config("bikes")["calibration"][:-1]
+    again = client.put("/streams/bikes", json=changed_config("bikes") | {"calibration": rows},
+                       headers=WRITE)
+    assert again.json()["version"] == 3 and again.json()["calibration_events"] == len(rows)
+
+
+def test_put_needs_the_name_of_the_path(client: TestClient, session: Session) -> None:
+    assert client.post("/streams", json=stream_config("bikes"), headers=WRITE).status_code == 201
+    response = client.put("/streams/bikes", json=stream_config("other"), headers=WRITE)
+    assert response.status_code == 422
+    assert client.put("/streams/bikes", json=stream_config("bikes"), headers=READ
+                      ).status_code == 403
