@@ -226,7 +226,7 @@ def source_consume_rate(
 
 
 def wire_events(n: int) -> tuple[list[bytes], list[str]]:
-    """``n`` prediction events in the DESIGN.md wire format, keyed by stream name."""
+    """``n`` prediction events in the wire format (README "Event format"), keyed by stream name."""
     values, keys = [], []
     for i in range(n):
         stream = f"stream-{i % STREAMS:02d}"

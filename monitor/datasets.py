@@ -303,7 +303,7 @@ def _weighted_sample(
 
 
 # ---------------------------------------------------------------------------------------------
-# Wire-format writer (DESIGN.md "Wire format" and "Stream configuration")
+# Wire-format writer (README "Event format" and "Stream configuration")
 
 
 def build_example(
@@ -316,7 +316,7 @@ def build_example(
     alarm: dict[str, Any] | None = None,
     covariate_alarm: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Write an example stream from the Shuttle task as DESIGN.md wire-format files.
+    """Write an example stream from the Shuttle task as wire-format files (README "Event format").
 
     Writes ``<stream>_calibration.jsonl`` (labeled prediction events), ``<stream>_events.jsonl``
     (prediction events; labels inline when ``label_delay`` is 0, else as separate label events

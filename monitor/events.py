@@ -1,4 +1,4 @@
-"""The wire format (DESIGN.md "Wire format"): decoding and validation of one raw event.
+"""The wire format (README "Event format"): decoding and validation of one raw event.
 
 A raw event is the bytes of one Kafka message value, one JSONL line or one item of an HTTP batch.
 :func:`decode_event` returns a validated :class:`PredictionEvent` or :class:`LabelEvent`, or raises

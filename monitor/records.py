@@ -50,7 +50,7 @@ def iso(ts: datetime) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """One alarm with its diagnosis (DESIGN.md "Alarm record")."""
+    """One alarm with its diagnosis (README "HTTP API", docs/api.md)."""
 
     stream: str
     detector: str

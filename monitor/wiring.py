@@ -22,7 +22,7 @@ def calibration_scores(config: StreamConfig, calibration: Calibration) -> np.nda
 
 
 def build_detectors(config: StreamConfig, calibration: Calibration) -> StreamDetectors:
-    """Covariate + conditional monitors with diagnosis (DESIGN.md "per stream")."""
+    """Covariate + conditional monitors with diagnosis (docs/detectors.md)."""
     return StreamDetectors.from_config(
         config, calibration.features, calibration_scores(config, calibration)
     )

@@ -162,7 +162,7 @@ class RetryPolicy:
 
 @dataclass
 class RunSummary:
-    """What a run did (DESIGN.md: the summary object of ``monitor run --json``).
+    """What a run did (the summary object of ``monitor run --json``, README "Command line").
 
     ``limit`` bounds the alarms and OOD-flagged ids kept (the most recent ones), for workers that
     run for months; the counters stay exact. ``None`` keeps everything (finite sources).

@@ -80,7 +80,7 @@ class Health(BaseModel):
 
 
 class AlarmPublic(BaseModel):
-    """An alarm (DESIGN.md "Alarm record") with its acknowledgement."""
+    """An alarm (docs/api.md) with its acknowledgement."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [ALARM_EXAMPLE]})
 

@@ -144,7 +144,7 @@ class CalibrationEventRow(Base):
 
 
 class AlarmRow(Base):
-    """An alarm (DESIGN.md "Alarm record") plus its acknowledgement."""
+    """An alarm (docs/api.md) plus its acknowledgement."""
 
     __tablename__ = "alarms"
     __table_args__ = (

@@ -95,7 +95,7 @@ __all__ = [
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
 
-#: Calibration event fields stored in their own columns (DESIGN.md wire format).
+#: Calibration event fields stored in their own columns (README "Event format").
 CALIBRATION_FIELDS = ("features", "prediction", "label", "logits", "embedding")
 
 

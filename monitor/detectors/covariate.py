@@ -1,4 +1,4 @@
-"""Covariate monitor: a conformal test martingale on an x-only score (DESIGN.md, diagnosis)."""
+"""Covariate monitor: a conformal test martingale on an x-only score (docs/detectors.md)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ __all__ = ["PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
 #: poll batches, so that a delayed label's support check still finds its prediction's score.
 PREPARED_ROWS = 8192
 
-#: Defaults for scorers given by name: the tabular x-only scores of DESIGN.md (1-NN distance in
+#: Defaults for scorers given by name: the tabular x-only scores of docs/detectors.md (1-NN distance in
 #: standardised feature space; Mahalanobis distance to the calibration mean).
 TABULAR_SCORERS: dict[str, dict[str, Any]] = {
     "knn": {"standardize": True, "normalize": False, "k": 1},

@@ -1,6 +1,6 @@
 """A seeded generator of malformed events, and a mixer that hides them in good traffic.
 
-Every generated record is one that the wire format (DESIGN.md, README "Event format") says must
+Every generated record is one that the wire format (README "Event format") says must
 go to the dead letters, each with the reason the pipeline documents for it: not UTF-8, not JSON,
 not an object, NaN / Infinity / overflowing numbers, magnitudes above 1e100, wrong types (numeric
 strings and booleans included), missing or unknown fields, an unknown kind or stream, a wrong
