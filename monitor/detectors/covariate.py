@@ -35,8 +35,8 @@ __all__ = ["PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
 #: poll batches, so that a delayed label's support check still finds its prediction's score.
 PREPARED_ROWS = 8192
 
-#: Defaults for scorers given by name: the tabular x-only scores of docs/detectors.md (1-NN distance in
-#: standardised feature space; Mahalanobis distance to the calibration mean).
+#: Defaults for scorers given by name: the tabular x-only scores of docs/detectors.md (1-NN
+#: distance in standardised feature space; Mahalanobis distance to the calibration mean).
 TABULAR_SCORERS: dict[str, dict[str, Any]] = {
     "knn": {"standardize": True, "normalize": False, "k": 1},
     "mahalanobis": {"standardize": True},
