@@ -146,6 +146,24 @@ class DatabaseSink:
             rows = load_streams(session)
         return [(StreamConfig.model_validate(cfg), Calibration.from_rows(cal)) for cfg, cal in rows]
 
+    def stream_versions(self) -> dict[str, int]:
+        """Every registered stream's configuration version, by name."""
+        from monitor.db.store import stream_versions
+
+        with self.sessions() as session:
+            return stream_versions(session)
+
+    def registered_stream(self, name: str) -> tuple[StreamConfig, Calibration, int] | None:
+        """One registered stream's configuration, calibration and version, or None."""
+        from monitor.db.store import load_stream
+
+        with self.sessions() as session:
+            found = load_stream(session, name)
+        if found is None:
+            return None
+        config, events, version = found
+        return StreamConfig.model_validate(config), Calibration.from_rows(events), version
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -236,16 +254,21 @@ def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor
 
             for config in parsed:
                 try:
-                    sink.register(config, monitors[config.name].calibration)
+                    version, _ = sink.register(config, monitors[config.name].calibration)
                 except StreamChangedError as exc:
                     raise RunError(str(exc)) from None
+                monitors[config.name].config_version = version
         return monitors
     if not isinstance(sink, DatabaseSink):
         raise RunError("--no-store needs --config: there is no registry to read streams from")
     registered = sink.registered()
     if not registered:
         raise RunError("no stream is registered: use `monitor streams create CONFIG` or --config")
-    return build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
+    monitors = build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
+    for name, version in sink.stream_versions().items():
+        if name in monitors:
+            monitors[name].config_version = version
+    return monitors
 
 
 def register_stream(path: str, settings: Settings) -> str:

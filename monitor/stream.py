@@ -34,11 +34,19 @@ class StreamMonitor:
         The stream's configuration.
     calibration
         Labeled events from the model's validation data (never seen in training).
+    config_version
+        The registered version of ``config`` (1 at registration, + 1 at each update). It is
+        stored with the state and named in each alarm's evidence (``config_version``).
     """
 
-    def __init__(self, config: StreamConfig, calibration: Calibration) -> None:
+    def __init__(
+        self, config: StreamConfig, calibration: Calibration, config_version: int = 1
+    ) -> None:
         _check_calibration(config, calibration)
         self.config = config
+        self.config_version = config_version
+        #: The event index from which this configuration version is in force.
+        self.version_since = 0
         self.calibration = calibration
         self.detectors = build_detectors(config, calibration)
         self.ood = build_ood(config, calibration)
@@ -300,7 +308,7 @@ class StreamMonitor:
             statistic=raised.statistic,
             threshold=self._threshold(raised.detector),
             rule=raised.rule,
-            evidence=_json_safe(raised.evidence),
+            evidence=_json_safe({**raised.evidence, "config_version": self.config_version}),
         )
 
     def _threshold(self, detector: str) -> float:
@@ -447,9 +455,18 @@ class StreamMonitor:
             "detectors": self.detectors.state_dict(),
             "ood": None if self.ood is None else self.ood.state_dict(),
             "join": self.join.state_dict(),
+            "config_version": self.config_version,
+            "version_since": self.version_since,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` output.
+
+        A state written under another configuration version (the stream was updated) gives its
+        counters and its label store only: the detectors and the OOD rule start afresh from this
+        version's calibration at the state's event index (:attr:`version_since`), so event
+        indexes and alarm ids go on without repeating.
+        """
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported stream state version {state.get('version')!r}")
         self.event_index = state["event_index"]
@@ -458,10 +475,14 @@ class StreamMonitor:
         self.last_ts = (
             None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
         )
+        self.join.load_state(state["join"])
+        if int(state.get("config_version", 1)) != self.config_version:
+            self.version_since = self.event_index
+            return
+        self.version_since = int(state.get("version_since", 0))
         self.detectors = type(self.detectors).from_state(state["detectors"])
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
-        self.join.load_state(state["join"])
 
 
 @dataclass(slots=True)

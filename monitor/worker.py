@@ -49,7 +49,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
@@ -57,6 +58,10 @@ from threadpoolctl import threadpool_limits
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline
 from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import StreamMonitor
+
+if TYPE_CHECKING:
+    from monitor.calibration import Calibration
+    from monitor.config import StreamConfig
 
 __all__ = [
     "DatabaseUnavailableError",
@@ -106,6 +111,14 @@ class Sink(Protocol):
         """Store a batch's results, states and offsets atomically (all or nothing)."""
         ...
 
+    def stream_versions(self) -> dict[str, int] | None:
+        """The registered streams' configuration versions, or None without a registry."""
+        ...
+
+    def registered_stream(self, name: str) -> tuple[StreamConfig, Calibration, int] | None:
+        """One registered stream's configuration, calibration and version."""
+        ...
+
 
 class NullSink:
     """Keeps nothing: for ``monitor run --no-store`` and benchmarks of the bare pipeline."""
@@ -121,6 +134,12 @@ class NullSink:
     def persist(
         self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
     ) -> None:
+        return None
+
+    def stream_versions(self) -> dict[str, int] | None:
+        return None
+
+    def registered_stream(self, name: str) -> tuple[StreamConfig, Calibration, int] | None:
         return None
 
 
@@ -333,6 +352,7 @@ class Worker:
         retry: RetryPolicy | None = None,
         summary_limit: int | None = None,
         checkpoint_every: int = 1,
+        streams_refresh_s: float | None = 5.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -351,6 +371,8 @@ class Worker:
         self.retry = retry or RetryPolicy()
         self.summary_limit = summary_limit
         self.checkpoint_every = checkpoint_every
+        self.streams_refresh_s = streams_refresh_s
+        self._next_refresh = time.monotonic() + (streams_refresh_s or 0.0)
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
         # Records are processed one at a time, each its own checkpoint, until every partition
@@ -404,6 +426,9 @@ class Worker:
 
     def _step(self) -> bool:
         """One poll and its batch; False once a finite source is exhausted (and flushed)."""
+        if self.streams_refresh_s is not None and time.monotonic() >= self._next_refresh:
+            self._refresh_streams()
+            self._next_refresh = time.monotonic() + self.streams_refresh_s
         size = 1 if self._isolate_until else self.batch_size
         records = self.source.poll(size, self.poll_timeout_s)
         if records:
@@ -420,6 +445,48 @@ class Worker:
         else:
             self._checkpoint()  # caught up (an empty poll): store the progress since the last one
         return True
+
+    # -- streams registered or updated while running ------------------------------------------
+
+    def _refresh_streams(self) -> None:
+        """Pick up streams registered, or given a new configuration version, since the worker
+        started (every ``streams_refresh_s`` seconds, between batches).
+
+        A new stream is monitored from the next batch on (from its stored state, if any). A new
+        version replaces the stream's monitor after the progress so far is checkpointed: the
+        detectors restart from the new version's calibration at the current event index, the
+        counters and the label store go on (:meth:`StreamMonitor.load_state`).
+        """
+        versions = self._durably(self.sink.stream_versions, "reading the registered streams")
+        for name, version in sorted((versions or {}).items()):
+            current = self.pipeline.streams.get(name)
+            if current is not None and current.config_version >= version:
+                continue
+            found = self._durably(partial(self.sink.registered_stream, name),
+                                  "loading a registered stream")
+            if found is None:
+                continue
+            config, calibration, version = found
+            try:
+                monitor = StreamMonitor(config, calibration, version)
+            except Exception as exc:  # a configuration this worker cannot run: keep the old one
+                log.error("stream %r version %d cannot be monitored (%s); keeping version %s",
+                          name, version, exc, None if current is None else current.config_version)
+                continue
+            if current is None:
+                state = self._durably(partial(self.sink.load_state, name),
+                                      "loading detector state")
+                if state is not None:
+                    monitor.load_state(state)
+                log.info("stream %r (configuration version %d) registered while running: "
+                         "monitored from now on", name, version)
+            else:
+                self._checkpoint()  # the old version's progress, stored under the old version
+                monitor.load_state(current.state_dict())
+                log.info("stream %r: configuration version %d in force from event index %d "
+                         "(the detectors restart from its calibration)", name, version,
+                         monitor.version_since)
+            self.pipeline.streams[name] = monitor
 
     # -- one batch ------------------------------------------------------------------------------
 
@@ -629,7 +696,9 @@ class Worker:
             if state is not None:
                 monitor.load_state(state)
             elif name in reset:
-                self.pipeline.streams[name] = StreamMonitor(monitor.config, monitor.calibration)
+                self.pipeline.streams[name] = StreamMonitor(
+                    monitor.config, monitor.calibration, monitor.config_version
+                )
 
 
 @dataclass

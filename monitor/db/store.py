@@ -22,7 +22,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -39,6 +39,7 @@ from monitor.db.models import (
     OODFlagRow,
     OODWindowRow,
     SourceOffsetRow,
+    StreamRow,
     TracePointRow,
     source_key,
     utcnow,
@@ -183,6 +184,27 @@ def load_streams(session: Session) -> list[tuple[dict[str, Any], list[dict[str, 
         for row in session.scalars(calibration_query()):
             events.setdefault(row.stream, []).append(calibration_event(row))
         return [(s.config, events.get(s.name, [])) for s in list_streams(session)]
+
+
+def stream_versions(session: Session) -> dict[str, int]:
+    """Every registered stream's configuration version, by name (a light query: the worker
+    asks it every few seconds to pick up streams registered or updated while it runs)."""
+    with _read(session):
+        return {name: int(version) for name, version in session.execute(
+            select(StreamRow.name, StreamRow.version)
+        )}
+
+
+def load_stream(
+    session: Session, name: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
+    """One registered stream's configuration, calibration events and version, or None."""
+    with _read(session):
+        row = session.get(StreamRow, name)
+        if row is None:
+            return None
+        events = [calibration_event(r) for r in session.scalars(calibration_query(name))]
+        return row.config, events, int(row.version)
 
 
 @contextmanager
