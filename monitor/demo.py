@@ -8,6 +8,7 @@ arrive ``LABEL_DELAY`` predictions after their prediction, through the delayed-l
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def _print_table(console: Any, alarms: list[Alarm], truth: dict[str, Any]) -> No
     table = Table(title="alarms (diagnosis, changepoint, phase at the alarm)")
     for column in ("event", "detector", "kind", "changepoint", "statistic", "phase"):
         table.add_column(column)
-    for a in alarms:
+    for a in sorted(alarms, key=lambda a: (a.event_index, a.detector)):
         table.add_row(
             f"{a.event_id} (#{a.event_index})",
             a.detector,
@@ -117,50 +118,68 @@ def _print_table(console: Any, alarms: list[Alarm], truth: dict[str, Any]) -> No
 def plot_demo(
     traces: list[TracePoint], alarms: list[Alarm], truth: dict[str, Any], path: Path
 ) -> None:
-    """Martingale traces per detector, thresholds, alarms and phase boundaries as a PNG."""
+    """Each detector's alarm statistic and test martingale (log₁₀), its threshold, the alarms
+    and the re-baselining after each, and the scripted phases, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
+    to10 = 1.0 / math.log(10.0)  # the traces hold natural logs
+    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
     for ax, detector in zip(axes, ("covariate", "conditional"), strict=True):
         points = sorted((t for t in traces if t.detector == detector), key=lambda t: t.event_index)
         xs = [t.event_index for t in points]
-        ax.plot(xs, [t.log_statistic for t in points], lw=1.2, label="log statistic")
-        ax.plot(xs, [t.log_martingale for t in points], lw=0.8, alpha=0.7, label="log martingale")
+        # After an alarm the detector collects a fresh reference (no p-values, the statistic is
+        # frozen at the alarm): not a statistic to read, so the lines break there.
+        idle = [math.isnan(t.p_value) and i > 0 for i, t in enumerate(points)]
+        pairs = list(zip(points, idle, strict=True))
+        stat = [math.nan if q else t.log_statistic * to10 for t, q in pairs]
+        mart = [math.nan if q else t.log_martingale * to10 for t, q in pairs]
+        ax.plot(xs, stat, lw=1.3, color="tab:blue", label="alarm statistic")
+        ax.plot(xs, mart, lw=0.8, alpha=0.7, color="tab:orange", label="test martingale")
         if points:
-            ax.axhline(points[-1].log_threshold, color="k", ls="--", lw=0.8, label="log threshold")
-        for a in alarms:
-            if a.detector == detector:
-                ax.axvline(a.event_index, color="red", lw=1.0, alpha=0.8)
-                ax.text(
-                    a.event_index,
-                    ax.get_ylim()[1],
-                    a.kind.replace("_", " "),
-                    rotation=90,
-                    va="top",
-                    ha="right",
-                    fontsize=7,
-                    color="red",
-                )
+            ax.axhline(points[-1].log_threshold * to10, color="k", ls="--", lw=0.8,
+                       label="alarm threshold")
+        for start, stop in _runs(xs, idle):
+            ax.axvspan(start, stop, color="red", alpha=0.08, lw=0)
+            ax.text((start + stop) / 2, 0.03, "re-baselining", transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=7, color="firebrick")
         for i, phase in enumerate(truth["phases"]):
-            ax.axvspan(phase["start"], phase["stop"], alpha=0.05 if i % 2 else 0.12, color="gray")
-        ax.set_ylabel(f"{detector}\n(log scale)")
-        ax.legend(loc="upper left", fontsize=7)
+            ax.axvspan(phase["start"], phase["stop"], alpha=0.04 if i % 2 else 0.10, color="gray")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high + 0.35 * (high - low))  # room for the alarm labels
+        for a in (a for a in alarms if a.detector == detector):
+            ax.axvline(a.event_index, color="red", lw=1.0, alpha=0.8)
+            ax.text(a.event_index, 0.97, f" {a.kind.replace('_', ' ')} @{a.event_index}",
+                    transform=ax.get_xaxis_transform(), rotation=90, va="top", ha="right",
+                    fontsize=7, color="red",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+        ax.set_ylabel(f"{detector} monitor\nlog₁₀ value")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     for phase in truth["phases"]:
-        axes[0].text(
-            (phase["start"] + phase["stop"]) / 2,
-            axes[0].get_ylim()[1],
-            phase["kind"],
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
+        axes[0].text((phase["start"] + phase["stop"]) / 2, 1.01, phase["kind"].replace("_", " "),
+                     transform=axes[0].get_xaxis_transform(), ha="center", va="bottom",
+                     fontsize=8)
     axes[-1].set_xlabel("event index")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _runs(xs: list[int], flags: list[bool]) -> list[tuple[int, int]]:
+    """The spans of consecutive flagged points, as (first x, last x).
+
+    >>> _runs([0, 10, 20, 30, 40], [False, True, True, False, True])
+    [(10, 20), (40, 40)]
+    """
+    spans: list[tuple[int, int]] = []
+    for i, (x, flag) in enumerate(zip(xs, flags, strict=True)):
+        if flag and i > 0 and flags[i - 1] and spans:
+            spans[-1] = (spans[-1][0], x)
+        elif flag:
+            spans.append((x, x))
+    return spans
 
 
 def _serve(settings: Settings) -> None:
