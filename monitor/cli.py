@@ -462,7 +462,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
     table = Table("ts", "id", "stream", "where", "reason", "payload")
     for d in letters:
         stream = d["stream"] or (f"({d['payload_stream']})" if d["payload_stream"] else "")
-        payload = d["payload"] if len(d["payload"]) <= 60 else d["payload"][:59] + "…"
+        payload = d["payload"] if len(d["payload"]) <= 40 else d["payload"][:39] + "…"
         table.add_row(
             d["ts"], str(d["id"]), stream, f"{d['source']} [{d['partition']}]@{d['offset']}",
             d["reason"], payload,
