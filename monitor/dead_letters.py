@@ -18,13 +18,15 @@ One transaction per replay batch. Replay writes the streams' detector states: it
 while a worker processes the same streams. Each batch checks, in its transaction, that the
 checkpoints it replaces are the ones it started from, and stops with
 :class:`~monitor.db.store.CheckpointMovedError` otherwise (the batches before it stay stored).
+On PostgreSQL the replay holds HTTP ingest's advisory lock throughout, so ``POST /events`` waits.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -210,16 +212,38 @@ def replay_dead_letters(
         )
     monitors = build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
     pipeline = Pipeline(monitors, source="", max_event_bytes=max_event_bytes)
-    marks = _restore(sink, pipeline, set(names))
     report = ReplayReport(dry_run=dry_run)
-    ids = _ordered_ids(sink, where)
-    report.matched = len(ids)
-    for start in range(0, len(ids), batch_size):
-        rows = _rows(sink, ids[start:start + batch_size])
-        records = [_record(row) for row in rows]
-        out = _process(sink, pipeline, records, marks)
-        _settle(sink, pipeline, rows, out, marks, report)
+    with _http_ingest_paused(sink, not dry_run):
+        marks = _restore(sink, pipeline, set(names))
+        ids = _ordered_ids(sink, where)
+        report.matched = len(ids)
+        for start in range(0, len(ids), batch_size):
+            rows = _rows(sink, ids[start:start + batch_size])
+            records = [_record(row) for row in rows]
+            out = _process(sink, pipeline, records, marks)
+            _settle(sink, pipeline, rows, out, marks, report)
     return report
+
+
+@contextmanager
+def _http_ingest_paused(sink: DatabaseSink, active: bool) -> Iterator[None]:
+    """On PostgreSQL, hold the lock that serialises HTTP ingest (``POST /events`` restores and
+    writes stream states too) from the replay's first read to its last commit."""
+    if not active or sink.engine.dialect.name != "postgresql":
+        yield
+        return
+    from sqlalchemy import text
+
+    from monitor.api.ingest import _ADVISORY_KEY  # one key for every writer of HTTP ingest
+
+    with sink.engine.connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+            connection.commit()
 
 
 def _ordered_ids(sink: DatabaseSink, where: DeadLetterFilter) -> list[int]:
