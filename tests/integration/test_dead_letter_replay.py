@@ -242,3 +242,58 @@ def test_a_moved_checkpoint_refuses_the_replay_batch(db: str, files: Files) -> N
             assert session.scalars(select(DeadLetterRow.id)).all() == []
     finally:
         sink.close()
+
+
+def test_replayed_events_follow_what_the_stream_processed_live(
+    db: str, files: Files, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stream processed the first half of its events live; the second half are dead letters
+    (stored by hand here, as if their stream had been unknown). Replay gives them the event
+    indexes after the live ones: the results are those of one uninterrupted run."""
+    lines = files.late_events.read_bytes().splitlines()
+    half = len(lines) // 2
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"".join(line + b"\n" for line in lines[:half]))
+    assert cli(capsys, db, "streams", "create", str(files.late))[0] == 0
+    run_to_end(first, files.late, db, half)
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    rest = list(enumerate(lines[half:], start=half))
+    # Stored in reverse (ids against offset order) and beside another source's dead letter:
+    # replay takes source, partition, offset order, and --source keeps only its source.
+    stored = [DeadLetter("kafka:late", 0, k, "unknown stream 'late'", line, ts)
+              for k, line in reversed(rest)]
+    stored.append(DeadLetter("kafka:elsewhere", 0, 0, "unknown stream 'late'", lines[0], ts))
+    sink = DatabaseSink(db)
+    try:
+        with sink.sessions() as session:
+            persist_batch(session, dead_letters=stored)
+    finally:
+        sink.close()
+    done = replay(capsys, db, "--source", "kafka:late")
+    assert (done["replayed"], done["failed"]) == (len(rest), 0)
+    assert snapshot(db).checkpoints["late"] == interrupted_reference(files, tmp_path, lines)
+    assert [bytes(r.payload) for r in letters(db)] == [lines[0]]  # the other source's
+    assert replay(capsys, db, "--source", "kafka:late")["matched"] == 0
+
+
+def run_to_end(path: Path, config: Path, url: str, n: int) -> None:
+    """A worker over ``path`` that stops when it is read, before the end-of-file flush."""
+    sink = DatabaseSink(url)
+    source = FileSource(path)
+    pipeline = Pipeline(build_monitors(read_configs([str(config)])), source.name)
+    stop = StopFlag()
+    worker = Worker(source, pipeline, sink, "file", batch_size=100,
+                    on_batch=lambda _: stop.set() if source.position >= n else None)
+    try:
+        worker.run(stop)
+    finally:
+        source.close()
+        sink.close()
+
+
+def interrupted_reference(files: Files, folder: Path, lines: list[bytes]) -> Any:
+    path = folder / "reference.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    url = f"sqlite:///{folder}/reference2.db"
+    run_to_end(path, files.late, url, len(lines))
+    return snapshot(url).checkpoints["late"]
