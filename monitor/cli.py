@@ -464,7 +464,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
         stream = d["stream"] or (f"({d['payload_stream']})" if d["payload_stream"] else "")
         payload = d["payload"] if len(d["payload"]) <= 40 else d["payload"][:39] + "…"
         table.add_row(
-            d["ts"], str(d["id"]), stream, f"{d['source']} [{d['partition']}]@{d['offset']}",
+            d["ts"][:19], str(d["id"]), stream, f"{d['source']} [{d['partition']}]@{d['offset']}",
             d["reason"], payload,
         )
     Console().print(table)

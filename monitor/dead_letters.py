@@ -220,7 +220,7 @@ def replay_dead_letters(
         for start in range(0, len(ids), batch_size):
             rows = _rows(sink, ids[start:start + batch_size])
             records = [_record(row) for row in rows]
-            out = _process(sink, pipeline, records, marks)
+            out = _process(sink, pipeline, records)
             _settle(sink, pipeline, rows, out, marks, report)
     return report
 
@@ -308,12 +308,7 @@ def _restore(
     return marks
 
 
-def _process(
-    sink: DatabaseSink,
-    pipeline: Pipeline,
-    records: Sequence[RawRecord],
-    marks: dict[str, tuple[int, int] | None],
-) -> BatchOutput:
+def _process(sink: DatabaseSink, pipeline: Pipeline, records: Sequence[RawRecord]) -> BatchOutput:
     """The batch through the pipeline; a stream whose batch step fails on a bug is reloaded and
     the batch is processed one record at a time (the failing record stays a dead letter with an
     ``internal error`` reason), as the worker does."""
