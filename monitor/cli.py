@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from monitor.settings import Settings
@@ -182,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_streams(sub)
     _add_alarms(sub)
+    _add_dead_letters(sub)
     _add_db(sub)
     _add_serve(sub)
     _add_dashboards(sub)
@@ -241,6 +243,40 @@ def _add_alarms(sub: Any) -> None:
     lst.add_argument("--limit", type=_positive_int, default=100)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_alarms_list)
+
+
+def _iso_time(text: str) -> datetime:
+    """An ISO 8601 time (``Z`` accepted); one without a zone is UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (e.g. 2026-12-01T09:00:00Z)"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _add_dead_letters(sub: Any) -> None:
+    p = sub.add_parser("dead-letters", help="list and replay records that could not be processed")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lst = s.add_parser("list", help="list dead letters, newest first")
+    replay = s.add_parser(
+        "replay",
+        help="process stored dead letters again (e.g. after registering their stream)",
+    )
+    for q in (lst, replay):
+        q.add_argument("--stream", help="of this stream (stored, or named by the record)")
+        q.add_argument("--source", help="of this source (e.g. kafka:predictions)")
+        q.add_argument("--since", type=_iso_time, help="record time at or after this ISO time")
+        q.add_argument("--reason-contains", metavar="TEXT", help="reason contains TEXT (any case)")
+    lst.add_argument("--limit", type=_positive_int, default=100)
+    lst.add_argument("--json", action="store_true", help="one JSON object per line")
+    lst.set_defaults(handler=_cmd_dead_letters_list)
+    replay.add_argument(
+        "--dry-run", action="store_true", help="report what would be replayed; change nothing"
+    )
+    replay.add_argument("--json", action="store_true", help="a machine-readable report")
+    replay.set_defaults(handler=_cmd_dead_letters_replay)
 
 
 def _add_db(sub: Any) -> None:
@@ -393,6 +429,87 @@ def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
             f"{a['statistic']:.4g} ≥ {a['threshold']:.4g}",
         )
     Console().print(table)
+    return 0
+
+
+def _dead_letter_filter(args: argparse.Namespace) -> Any:
+    from monitor.dead_letters import DeadLetterFilter
+
+    return DeadLetterFilter(
+        stream=args.stream,
+        source=args.source,
+        since=args.since,
+        reason_contains=args.reason_contains,
+    )
+
+
+def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.dead_letters import list_dead_letters
+    from monitor.runner import DatabaseSink
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        letters = list_dead_letters(sink, _dead_letter_filter(args), limit=args.limit)
+    finally:
+        sink.close()
+    if args.json:
+        for letter in letters:
+            print(json.dumps(letter))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("ts", "id", "stream", "where", "reason", "payload")
+    for d in letters:
+        stream = d["stream"] or (f"({d['payload_stream']})" if d["payload_stream"] else "")
+        payload = d["payload"] if len(d["payload"]) <= 40 else d["payload"][:39] + "…"
+        table.add_row(
+            d["ts"][:19], str(d["id"]), stream, f"{d['source']} [{d['partition']}]@{d['offset']}",
+            d["reason"], payload,
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.store import CheckpointMovedError
+    from monitor.dead_letters import replay_dead_letters
+    from monitor.runner import DatabaseSink, RunError
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        report = replay_dead_letters(
+            sink,
+            _dead_letter_filter(args),
+            dry_run=args.dry_run,
+            max_event_bytes=settings.max_event_bytes,
+        )
+    except CheckpointMovedError as exc:
+        raise RunError(f"replay stopped: {exc} (earlier batches are stored)") from None
+    finally:
+        sink.close()
+    if args.json:
+        print(json.dumps(report.to_json()))
+        return 0
+    failed = len(report.failures)
+    if args.dry_run:
+        print(f"dry run: {report.replayed} of {report.matched} dead letters would be replayed, "
+              f"{failed} would still fail; nothing was changed")
+    else:
+        print(f"replayed {report.replayed} of {report.matched} dead letters "
+              f"({failed} failed again and stay dead letters)")
+    for name, n in sorted(report.by_stream.items()):
+        print(f"  {name}: {n} events")
+    if report.failures:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("id", "stream", "where", "reason")
+        for f in report.failures:
+            table.add_row(
+                str(f.id), f.stream or "", f"{f.source} [{f.partition}]@{f.offset}", f.reason
+            )
+        Console().print(table)
     return 0
 
 

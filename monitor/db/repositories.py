@@ -29,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     tuple_,
 )
@@ -653,3 +654,31 @@ def offsets_query(source: str) -> Select[SourceOffsetRow]:
 def checkpoint_query(stream: str) -> Select[CheckpointRow]:
     """A stream's checkpoint row."""
     return select(CheckpointRow).where(CheckpointRow.stream == stream)
+
+
+def dead_letter_candidates_query(
+    *,
+    source: str | None = None,
+    stream: str | None = None,
+    since: datetime | None = None,
+    reason_contains: str | None = None,
+) -> Select[DeadLetterRow]:
+    """Dead letters that may match the filters of ``monitor dead-letters list|replay``, unordered.
+
+    ``stream`` keeps the rows stored under that stream *and* those stored without one (a
+    record of a stream that was not registered yet, or that did not decode): the caller keeps
+    those whose payload names the stream. ``reason_contains`` is matched case-insensitively;
+    ``since`` bounds the record time ``ts``; ``source`` is a source's whole name.
+    """
+    query = select(DeadLetterRow)
+    if source is not None:
+        query = query.where(DeadLetterRow.source == source_key(source))
+    if stream is not None:
+        query = query.where(or_(DeadLetterRow.stream == stream, DeadLetterRow.stream.is_(None)))
+    if since is not None:
+        query = query.where(DeadLetterRow.ts >= since)
+    if reason_contains:
+        query = query.where(
+            func.lower(DeadLetterRow.reason).contains(reason_contains.lower(), autoescape=True)
+        )
+    return query

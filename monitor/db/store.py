@@ -22,7 +22,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -57,7 +57,16 @@ from monitor.db.repositories import (
 from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
 from monitor.state import Checkpoint
 
-__all__ = ["load_offsets", "load_state", "load_streams", "persist_batch", "upsert_stream"]
+__all__ = [
+    "CheckpointMovedError",
+    "checkpoint_mark",
+    "load_offsets",
+    "load_state",
+    "load_streams",
+    "persist_batch",
+    "persist_replay",
+    "upsert_stream",
+]
 
 Row = dict[str, Any]
 _NO_CHECKPOINTS: Mapping[str, Checkpoint] = MappingProxyType({})
@@ -423,3 +432,96 @@ def _nan_to_none(value: float | None) -> float | None:
 def _check_length(text: str, limit: int, what: str) -> None:
     if len(text) > limit:
         raise InvalidRecordError(f"{what} is {len(text)} characters long (at most {limit})")
+
+
+# --- dead-letter replay -------------------------------------------------------------------------
+
+
+class CheckpointMovedError(PersistenceError):
+    """A stream's checkpoint changed between the replay's load and its write (a worker is
+    processing the stream): the replay batch was not stored."""
+
+    def __init__(self, stream: str, expected: tuple[int, int] | None,
+                 found: tuple[int, int] | None) -> None:
+        def show(mark: tuple[int, int] | None) -> str:
+            return "no checkpoint" if mark is None else f"event index {mark[1]}"
+
+        super().__init__(
+            f"stream {stream!r}: its checkpoint moved from {show(expected)} to {show(found)} "
+            "while dead letters were being replayed (a worker is processing it); nothing of this "
+            "replay batch was stored: stop the worker of this stream and replay again"
+        )
+        self.stream = stream
+
+
+def checkpoint_mark(session: Session, stream: str) -> tuple[int, int] | None:
+    """``(version, event_index)`` of the stream's stored checkpoint, or ``None``."""
+    with _read(session):
+        row = session.execute(
+            select(CheckpointRow.version, CheckpointRow.event_index).where(
+                CheckpointRow.stream == stream
+            )
+        ).one_or_none()
+        return None if row is None else (row.version, row.event_index)
+
+
+def persist_replay(
+    session: Session,
+    *,
+    alarms: Sequence[Alarm] = (),
+    trace_points: Sequence[TracePoint] = (),
+    ood_windows: Sequence[OODWindow] = (),
+    checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
+    expected: Mapping[str, tuple[int, int] | None] = MappingProxyType({}),
+    replayed: Sequence[int] = (),
+    failed: Mapping[int, tuple[str, str | None]] = MappingProxyType({}),
+) -> set[int]:
+    """Store one batch of replayed dead letters in one transaction, and commit it.
+
+    The results and checkpoints are written as :func:`persist_batch` writes them (no source
+    offset moves); in the same transaction the dead letters whose record was processed
+    (``replayed``: row ids) are deleted, and those that failed again (``failed``: row id →
+    ``(reason, stream)``) get their new reason and stream. ``expected`` holds, per stream
+    whose checkpoint is written, the ``(version, event_index)`` the replay started from
+    (``None``: no checkpoint): if the stored one differs (another writer moved it), raises
+    :class:`CheckpointMovedError` and writes nothing.
+
+    Returns the ids of the dead-letter rows deleted (a row another replay deleted already is
+    not among them).
+    """
+    if session.in_transaction():
+        raise PersistenceError(
+            "persist_replay commits its own transaction: call it with a session that has none in "
+            "progress (commit or roll back the session first)"
+        )
+    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, (), ())
+    with session.begin():
+        dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
+        for stream in sorted(checkpoints):
+            query = select(CheckpointRow.version, CheckpointRow.event_index).where(
+                CheckpointRow.stream == stream
+            )
+            row = session.execute(query.with_for_update()).one_or_none()
+            found = None if row is None else (row.version, row.event_index)
+            if found != expected.get(stream):
+                raise CheckpointMovedError(stream, expected.get(stream), found)
+        for table, table_rows in rows.inserts():
+            if table_rows:
+                session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _upsert_checkpoints(session, dialect, rows.checkpoints)
+        deleted: set[int] = set()
+        ids = list(replayed)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            locked = select(DeadLetterRow.id).where(DeadLetterRow.id.in_(chunk)).with_for_update()
+            present = set(session.scalars(locked))
+            if present:
+                session.execute(delete(DeadLetterRow).where(DeadLetterRow.id.in_(present)))
+            deleted |= present
+        for row_id, (reason, stream_name) in failed.items():
+            session.execute(
+                update(DeadLetterRow)
+                .where(DeadLetterRow.id == row_id)
+                .values(reason=reason, stream=stream_name)
+            )
+    return deleted
