@@ -288,8 +288,8 @@ class DatabaseCollector(Collector):
             )
         ).all()
         dead = _zeros([*SOURCE_KINDS, UNKNOWN], streams)
-        for source, s, n in letters:
-            dead[(source_kind(source), _bounded(s, registered))] += n
+        for source, letter_stream, n in letters:
+            dead[(source_kind(source), _bounded(letter_stream, registered))] += n
         yield _counter(
             "monitor_dead_letters",
             "Records that could not be processed, by source kind and stream.",
