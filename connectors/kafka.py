@@ -221,6 +221,38 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
 
+    def lag(self, timeout_s: float = 2.0) -> dict[TopicPartition, int]:
+        """Records between the position and the end of each assigned partition.
+
+        Read-only: asks the broker for the partitions' end offsets and compares them with the
+        consumer's positions; nothing is fetched, moved or committed. Call it from the thread
+        that polls (the consumer is not thread-safe), at most every few seconds.
+
+        Raises
+        ------
+        SourceError
+            No broker answered within ``timeout_s`` (the broker is unreachable).
+        """
+        self._check_open()
+        partitions = list(self._consumer.assignment())
+        if not partitions:
+            return {}
+        timeout_ms = max(1, int(timeout_s * 1000))
+        try:
+            fetcher = getattr(self._consumer, "_fetcher", None)
+            if fetcher is not None and hasattr(fetcher, "end_offsets"):
+                ends = fetcher.end_offsets(partitions, timeout_ms)  # bounded wait
+            else:  # pragma: no cover - other kafka-python layouts
+                ends = self._consumer.end_offsets(partitions)
+            out: dict[TopicPartition, int] = {}
+            for tp in partitions:
+                position = self._consumer.position(tp, timeout_ms=timeout_ms)
+                if position is not None and ends.get(tp) is not None:
+                    out[(tp.topic, tp.partition)] = max(0, int(ends[tp]) - int(position))
+        except KafkaError as exc:
+            raise SourceError(f"cannot read the end offsets of {self.name}: {exc!r}") from exc
+        return out
+
     def on_assign(self, callback: PartitionsCallback) -> None:
         self._callbacks.on_assign(callback)
 

@@ -215,6 +215,13 @@ def _add_run(sub: Any) -> None:
         help="store detector states and offsets every N batches (default: "
         "MONITOR_CHECKPOINT_EVERY or 5; results are stored every batch)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve /healthz and /metrics of this worker on this port (default: "
+        "MONITOR_WORKER_METRICS_PORT; off when neither is set)",
+    )
     p.set_defaults(handler=_cmd_run)
 
 
@@ -355,12 +362,27 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         batch_size=args.batch_size or settings.batch_size,
         checkpoint_every=args.checkpoint_every or settings.checkpoint_every,
         on_alarm=lambda alarm: print(json.dumps(alarm.to_json()), flush=True),
+        metrics_port=_metrics_port(args.metrics_port),
+        health_bound_s=float(os.environ.get("MONITOR_WORKER_HEALTH_BOUND_S") or 30.0),
     )
     if args.json:
         print(json.dumps(summary.to_json()))
     else:
         summary.print_human(sys.stderr)
     return 0
+
+
+def _metrics_port(given: int | None) -> int | None:
+    """``--metrics-port``, else ``MONITOR_WORKER_METRICS_PORT``, else None (no server)."""
+    if given is not None:
+        return given
+    text = os.environ.get("MONITOR_WORKER_METRICS_PORT", "").strip()
+    if not text:
+        return None
+    try:
+        return _port(text)
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"monitor: MONITOR_WORKER_METRICS_PORT: {exc}") from None
 
 
 def _cmd_streams_create(args: argparse.Namespace, settings: Settings) -> int:

@@ -4,12 +4,19 @@
 (checkpoints, alarms, dead letters, trace points, OOD windows, webhook deliveries), so any number
 of API replicas report the same values and a restart loses nothing.
 
+Labels are bounded: ``stream`` is a registered stream's name, or ``unknown`` for results of a
+stream that is not registered (``monitor run --config``) and dead letters that name no stream;
+``source`` is the source *kind* (``file``, ``kafka``, ``http``, ``memory``, else ``unknown``),
+never a path or topic. Every series of every registered stream and every known label value is
+reported from the first scrape on, at 0 until something happens.
+
 Metric names (labels in braces):
 
-- ``monitor_events_processed_total{stream}``: events folded into the stream's checkpoint
+- ``monitor_events_processed_total{stream,kind}``: events folded into the stream's checkpoint,
+  by ``kind``: ``prediction``, or ``label`` (labels received, separately or inside a prediction)
 - ``monitor_alarms_total{stream,detector,kind}``: alarms stored
 - ``monitor_alarms_unacknowledged{stream}``: alarms not yet acknowledged
-- ``monitor_dead_letters_total{source}``: records that could not be processed
+- ``monitor_dead_letters_total{source,stream}``: records that could not be processed
 - ``monitor_ood_windows_total{stream}``: OOD decision windows closed
 - ``monitor_ood_flagged_total{stream}``: events flagged out-of-distribution
 - ``monitor_label_join_pending_predictions{stream}``: predictions waiting for their label
@@ -20,8 +27,9 @@ Metric names (labels in braces):
 - ``monitor_log_martingale{stream,detector}``: latest log test-martingale (natural log)
 - ``monitor_p_value{stream,detector}``: latest conformal p-value
 - ``monitor_log_statistic{stream,detector}``: latest log of the alarm rule's statistic
-- ``monitor_log_threshold{stream,detector}`` and ``monitor_threshold{stream,detector}``: the alarm
-  rule's threshold (log and plain)
+- ``monitor_log_threshold{stream,detector}``: log of the alarm rule's threshold (latest trace)
+- ``monitor_threshold{stream,detector}``: the alarm rule's threshold as configured
+  (``threshold``, or ``1/alpha`` for ``ville``; detectors ``covariate`` and ``conditional``)
 - ``monitor_trace_event_index{stream,detector}``: event index of that latest trace point
 - ``monitor_webhook_deliveries_total{result}``: delivery attempts by ``result``: ``success``,
   ``http_error``, ``error`` (no answer) or ``dropped``
@@ -32,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,16 +56,75 @@ from monitor.db.models import (
     CheckpointRow,
     DeadLetterRow,
     OODWindowRow,
+    StreamRow,
     TracePointRow,
     WebhookDeliveryRow,
 )
 from monitor.db.store import load_state
-from monitor.records import DETECTORS
+from monitor.records import ALARM_KINDS, DETECTORS
 from monitor.state import StateFormatError
 
-__all__ = ["DatabaseCollector", "JoinStats"]
+__all__ = [
+    "SOURCE_KINDS",
+    "UNKNOWN",
+    "DatabaseCollector",
+    "JoinStats",
+    "configured_thresholds",
+    "source_kind",
+]
 
 log = logging.getLogger(__name__)
+
+#: The label value of anything outside a bounded set (unregistered streams, other sources).
+UNKNOWN = "unknown"
+#: Source kinds, the only values of the ``source`` label.
+SOURCE_KINDS: tuple[str, ...] = ("file", "kafka", "http", "memory")
+#: Detectors with a martingale alarm rule (and so a threshold).
+RULE_DETECTORS: tuple[str, ...] = ("covariate", "conditional")
+EVENT_KINDS: tuple[str, ...] = ("prediction", "label")
+WEBHOOK_RESULTS: tuple[str, ...] = ("success", "http_error", "error", "dropped")
+
+
+def source_kind(source: str | None) -> str:
+    """The bounded ``source`` label of a stored source name or key.
+
+    Examples
+    --------
+    >>> source_kind("file:/data/events.jsonl"), source_kind("kafka:events"), source_kind("http")
+    ('file', 'kafka', 'http')
+    >>> source_kind("s3://bucket/x"), source_kind(None)
+    ('unknown', 'unknown')
+    """
+    kind = (source or "").split(":", 1)[0]
+    return kind if kind in SOURCE_KINDS else UNKNOWN
+
+
+def configured_thresholds(config: dict[str, Any]) -> dict[str, float]:
+    """The alarm threshold of each detector of a stored stream configuration, exactly as
+    configured (``ville``: ``1/alpha``).
+
+    Examples
+    --------
+    >>> configured_thresholds({"alarm": {"rule": "shiryaev_roberts", "threshold": 10000.0},
+    ...                        "covariate_alarm": {"rule": "ville", "alpha": 0.01}})
+    {'covariate': 100.0, 'conditional': 10000.0}
+    >>> configured_thresholds({})
+    {'covariate': 10000.0, 'conditional': 10000.0}
+    """
+    from monitor.config import AlarmConfig
+
+    conditional = AlarmConfig.model_validate(config.get("alarm") or {})
+    covariate_raw = config.get("covariate_alarm")
+    covariate = conditional if covariate_raw is None else AlarmConfig.model_validate(covariate_raw)
+
+    def value(rule: AlarmConfig) -> float:
+        return 1.0 / rule.alpha if rule.rule == "ville" else float(rule.threshold)
+
+    return {"covariate": value(covariate), "conditional": value(conditional)}
+
+
+def _bounded(name: str | None, registered: set[str]) -> str:
+    return name if name is not None and name in registered else UNKNOWN
 
 _TRACE_GAUGES = (
     ("log_martingale", "Latest log test-martingale (natural log) of the detector."),
@@ -76,6 +143,8 @@ class JoinStats:
     lag_seconds: float
     expired_predictions: int
     expired_labels: int
+    #: Labels received: joined, waiting, or expired unjoined.
+    labels_received: int = 0
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> JoinStats:
@@ -88,6 +157,8 @@ class JoinStats:
         >>> stats = JoinStats.from_state({"join": join, "last_ts": "1970-01-01T00:02:30+00:00"})
         >>> stats.pending_predictions, stats.lag_seconds, stats.expired_predictions
         (1, 50.0, 3)
+        >>> stats.labels_received  # 7 joined + 1 expired
+        8
         """
         join = state.get("join") or {}
         predictions = join.get("predictions") or []
@@ -97,8 +168,10 @@ class JoinStats:
         if predictions and last:
             oldest = min(float(row[2]) for row in predictions)
             lag = max(0.0, datetime.fromisoformat(last).timestamp() - oldest)
+        pending_labels = len(join.get("labels") or [])
+        received = int(counts[2]) + pending_labels + int(counts[1]) if len(counts) > 2 else 0
         return cls(
-            len(predictions), len(join.get("labels") or []), lag, int(counts[0]), int(counts[1])
+            len(predictions), pending_labels, lag, int(counts[0]), int(counts[1]), received
         )
 
 
@@ -150,24 +223,40 @@ class DatabaseCollector(Collector):
         yield up
 
     def _families(self, session: Session) -> Iterator[Metric]:
+        configs = {
+            name: config
+            for name, config in session.execute(select(StreamRow.name, StreamRow.config))
+        }
+        registered = set(configs)
+        streams = [*sorted(registered), UNKNOWN]
         checkpoints = session.execute(
             select(
                 CheckpointRow.stream, CheckpointRow.event_index, CheckpointRow.updated_at
             ).order_by(CheckpointRow.stream)
         ).all()
+        stats = [
+            (_bounded(s, registered), n, self._join_stats(session, s, (n, t)))
+            for s, n, t in checkpoints
+        ]
+        events = _zeros(streams, EVENT_KINDS)
+        for stream, n, join in stats:
+            events[(stream, "prediction")] += n
+            events[(stream, "label")] += 0 if join is None else join.labels_received
         yield _counter(
             "monitor_events_processed",
-            "Events folded into the stream's checkpoint.",
-            ["stream"],
-            [((s,), n) for s, n, _ in checkpoints],
+            "Events folded into the stream's checkpoint, by kind (prediction, label).",
+            ["stream", "kind"],
+            events.items(),
         )
-        yield from self._alarm_families(session)
-        yield from self._ood_families(session)
-        yield from self._join_families(session, checkpoints)
-        yield from _trace_families(session, [s for s, _, _ in checkpoints])
+        yield from self._alarm_families(session, registered, streams)
+        yield from self._ood_families(session, registered, streams)
+        yield from _join_families(stats, streams)
+        yield from _trace_families(session, sorted(registered), configs)
         yield _webhook_family(session)
 
-    def _alarm_families(self, session: Session) -> Iterator[Metric]:
+    def _alarm_families(
+        self, session: Session, registered: set[str], streams: list[str]
+    ) -> Iterator[Metric]:
         rows = session.execute(
             select(
                 AlarmRow.stream,
@@ -177,77 +266,57 @@ class DatabaseCollector(Collector):
                 func.count(case((AlarmRow.acknowledged_at.is_(None), 1))),
             ).group_by(AlarmRow.stream, AlarmRow.detector, AlarmRow.kind)
         ).all()
+        alarms = _zeros(streams, DETECTORS, ALARM_KINDS)
+        open_by_stream = _zeros(streams)
+        for s, d, k, n, unacked in rows:
+            stream = _bounded(s, registered)
+            key = (stream, d if d in DETECTORS else UNKNOWN, k if k in ALARM_KINDS else UNKNOWN)
+            alarms[key] = alarms.get(key, 0.0) + n
+            open_by_stream[(stream,)] += unacked
         yield _counter(
-            "monitor_alarms",
-            "Alarms stored.",
-            ["stream", "detector", "kind"],
-            [((s, d, k), n) for s, d, k, n, _ in rows],
+            "monitor_alarms", "Alarms stored.", ["stream", "detector", "kind"], alarms.items()
         )
-        open_by_stream: dict[str, int] = {}
-        for s, _, _, _, unacked in rows:
-            open_by_stream[s] = open_by_stream.get(s, 0) + unacked
         yield _gauge(
             "monitor_alarms_unacknowledged",
             "Alarms not yet acknowledged.",
             ["stream"],
-            [((s,), n) for s, n in sorted(open_by_stream.items())],
+            open_by_stream.items(),
         )
         letters = session.execute(
-            select(DeadLetterRow.source, func.count()).group_by(DeadLetterRow.source)
+            select(DeadLetterRow.source, DeadLetterRow.stream, func.count()).group_by(
+                DeadLetterRow.source, DeadLetterRow.stream
+            )
         ).all()
+        dead = _zeros([*SOURCE_KINDS, UNKNOWN], streams)
+        for source, letter_stream, n in letters:
+            dead[(source_kind(source), _bounded(letter_stream, registered))] += n
         yield _counter(
             "monitor_dead_letters",
-            "Records that could not be processed.",
-            ["source"],
-            [((s,), n) for s, n in letters],
+            "Records that could not be processed, by source kind and stream.",
+            ["source", "stream"],
+            dead.items(),
         )
 
-    def _ood_families(self, session: Session) -> Iterator[Metric]:
+    def _ood_families(
+        self, session: Session, registered: set[str], streams: list[str]
+    ) -> Iterator[Metric]:
         rows = session.execute(
             select(OODWindowRow.stream, func.count(), func.sum(OODWindowRow.n_flagged)).group_by(
                 OODWindowRow.stream
             )
         ).all()
+        windows, flagged = _zeros(streams), _zeros(streams)
+        for s, n, f in rows:
+            windows[(_bounded(s, registered),)] += n
+            flagged[(_bounded(s, registered),)] += f or 0
         yield _counter(
-            "monitor_ood_windows",
-            "OOD decision windows closed.",
-            ["stream"],
-            [((s,), n) for s, n, _ in rows],
+            "monitor_ood_windows", "OOD decision windows closed.", ["stream"], windows.items()
         )
         yield _counter(
             "monitor_ood_flagged",
             "Events flagged out-of-distribution.",
             ["stream"],
-            [((s,), f) for s, _, f in rows],
-        )
-
-    def _join_families(self, session: Session, checkpoints: Sequence[Any]) -> Iterator[Metric]:
-        stats = [(s, self._join_stats(session, s, (n, t))) for s, n, t in checkpoints]
-        known = [(s, j) for s, j in stats if j is not None]
-        yield _gauge(
-            "monitor_label_join_pending_predictions",
-            "Predictions waiting for their label.",
-            ["stream"],
-            [((s,), j.pending_predictions) for s, j in known],
-        )
-        yield _gauge(
-            "monitor_label_join_pending_labels",
-            "Labels waiting for their prediction.",
-            ["stream"],
-            [((s,), j.pending_labels) for s, j in known],
-        )
-        yield _gauge(
-            "monitor_label_join_lag_seconds",
-            "Event time between the oldest waiting prediction and the latest event.",
-            ["stream"],
-            [((s,), j.lag_seconds) for s, j in known],
-        )
-        yield _counter(
-            "monitor_label_join_expired",
-            "Predictions or labels dropped unjoined.",
-            ["stream", "kind"],
-            [((s, "prediction"), j.expired_predictions) for s, j in known]
-            + [((s, "label"), j.expired_labels) for s, j in known],
+            flagged.items(),
         )
 
     def _join_stats(
@@ -268,8 +337,52 @@ class DatabaseCollector(Collector):
         return stats
 
 
-def _trace_families(session: Session, streams: list[str]) -> Iterator[Metric]:
-    """Latest trace point per stream and detector (one primary-key lookup each)."""
+def _join_families(
+    stats: Sequence[tuple[str, int, JoinStats | None]], streams: list[str]
+) -> Iterator[Metric]:
+    """Label-join backlog per stream (``unknown``: summed over unregistered streams; the lag is
+    their largest)."""
+    predictions, labels, lag = _zeros(streams), _zeros(streams), _zeros(streams)
+    expired = _zeros(streams, EVENT_KINDS)
+    for stream, _, join in stats:
+        if join is None:
+            continue
+        predictions[(stream,)] += join.pending_predictions
+        labels[(stream,)] += join.pending_labels
+        lag[(stream,)] = max(lag[(stream,)], join.lag_seconds)
+        expired[(stream, "prediction")] += join.expired_predictions
+        expired[(stream, "label")] += join.expired_labels
+    yield _gauge(
+        "monitor_label_join_pending_predictions",
+        "Predictions waiting for their label.",
+        ["stream"],
+        predictions.items(),
+    )
+    yield _gauge(
+        "monitor_label_join_pending_labels",
+        "Labels waiting for their prediction.",
+        ["stream"],
+        labels.items(),
+    )
+    yield _gauge(
+        "monitor_label_join_lag_seconds",
+        "Event time between the oldest waiting prediction and the latest event.",
+        ["stream"],
+        lag.items(),
+    )
+    yield _counter(
+        "monitor_label_join_expired",
+        "Predictions or labels dropped unjoined.",
+        ["stream", "kind"],
+        expired.items(),
+    )
+
+
+def _trace_families(
+    session: Session, streams: list[str], configs: Mapping[str, Any]
+) -> Iterator[Metric]:
+    """Latest trace point per registered stream and detector (one primary-key lookup each), and
+    the configured thresholds."""
     latest = []
     for stream in streams:
         for detector in DETECTORS:
@@ -289,11 +402,19 @@ def _trace_families(session: Session, streams: list[str]) -> Iterator[Metric]:
             labels,
             [((p.stream, p.detector), _value(getattr(p, column))) for p in latest],
         )
+    thresholds = []
+    for stream in streams:
+        try:
+            configured = configured_thresholds(dict(configs[stream] or {}))
+        except (ValueError, TypeError) as exc:
+            log.warning("metrics: cannot read the alarm rule of stream %r: %s", stream, exc)
+            continue
+        thresholds += [((stream, d), configured[d]) for d in RULE_DETECTORS]
     yield _gauge(
         "monitor_threshold",
-        "The detector's alarm-rule threshold.",
+        "The detector's alarm-rule threshold as configured (ville: 1/alpha).",
         labels,
-        [((p.stream, p.detector), _exp(p.log_threshold)) for p in latest],
+        thresholds,
     )
     yield _gauge(
         "monitor_trace_event_index",
@@ -310,12 +431,14 @@ def _webhook_family(session: Session) -> Metric:
         (WebhookDeliveryRow.status_code.is_not(None), "http_error"),
         else_="error",
     )
-    rows = session.execute(select(result, func.count()).group_by(result)).all()
+    counts = _zeros(WEBHOOK_RESULTS)
+    for r, n in session.execute(select(result, func.count()).group_by(result)).all():
+        counts[(r,)] = counts.get((r,), 0.0) + n
     return _counter(
         "monitor_webhook_deliveries",
         "Webhook delivery attempts by result.",
         ["result"],
-        [((r,), n) for r, n in rows],
+        counts.items(),
     )
 
 
@@ -337,11 +460,13 @@ def _gauge(
     return family
 
 
+def _zeros(*axes: Iterable[str]) -> dict[tuple[str, ...], float]:
+    """Every combination of the label values of ``axes``, at 0 (series exist before events)."""
+    out: dict[tuple[str, ...], float] = {(): 0.0}
+    for axis in axes:
+        out = {(*key, value): 0.0 for key in out for value in axis}
+    return out
+
+
 def _value(value: float | None) -> float:
     return math.nan if value is None else value
-
-
-def _exp(log_value: float | None) -> float:
-    if log_value is None:
-        return math.nan
-    return math.exp(min(log_value, 709.0))  # exp(709.8) overflows a double

@@ -185,6 +185,9 @@ def run_source(
     source_options: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     checkpoint_every: int = 1,
+    metrics_port: int | None = None,
+    health_bound_s: float = 30.0,
+    metrics_host: str = "0.0.0.0",
 ) -> RunSummary:
     """``monitor run``: process a source to its end (file) or until stopped (Kafka).
 
@@ -193,6 +196,10 @@ def run_source(
     ``checkpoint_every`` stores detector states and offsets every this many batches (the
     batches in between store their results only; see ``Worker``).
     A source that never ends keeps only the last 10 000 alarms and OOD flags in the summary.
+
+    ``metrics_port`` (None: off; 0: any free port) serves the worker's ``/healthz`` and
+    ``/metrics`` on ``metrics_host`` while it runs (:mod:`monitor.health`; ``health_bound_s``
+    bounds how long the loop, the database or the broker may fail before ``/healthz`` is 503).
     """
     from connectors import open_source
 
@@ -202,26 +209,90 @@ def run_source(
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
     hooks = _webhooks(settings, sink)
+    watched = _watch(metrics_port, metrics_host, health_bound_s, store, pipeline, source, sink)
     worker = Worker(
-        source,
+        source if watched is None else watched.source,
         pipeline,
-        sink,
+        sink if watched is None else watched.sink,
         source_kind=kind,
         batch_size=batch_size,
         on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.submit),
-        on_batch=on_batch,
+        on_batch=on_batch if watched is None else _batch_fan_out(watched.batch_done, on_batch),
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
         checkpoint_every=checkpoint_every,
     )
     stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
+    ended = "the source ended"
     try:
         with stop.on_signals():
             return worker.run(stop)
+    except BaseException as exc:
+        ended = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        raise
     finally:
+        if watched is not None:
+            watched.health.end(ended)
         source.close()
         if hooks is not None:
             hooks.close()
+        if watched is not None:
+            watched.server.close()
+
+
+@dataclass
+class _Watched:
+    """The health and metrics of one run: wrapped source and sink, and the HTTP server."""
+
+    health: Any
+    source: Any
+    sink: Any
+    server: Any
+
+    def batch_done(self, out: BatchOutput) -> None:
+        self.health.batch_done(out)
+
+
+def _watch(
+    port: int | None,
+    host: str,
+    bound_s: float,
+    store: bool,
+    pipeline: Pipeline,
+    source: Any,
+    sink: Sink,
+) -> _Watched | None:
+    """Wrap the run's source and sink to record its health, and serve it (None: no port)."""
+    if port is None:
+        return None
+    from monitor.health import (
+        HealthServer,
+        StreamEvents,
+        WatchedSink,
+        WatchedSource,
+        WorkerHealth,
+    )
+
+    health = WorkerHealth(bound_s=bound_s, uses_database=store)
+    health.registry.register(StreamEvents(lambda: pipeline.streams))
+    try:
+        server = HealthServer(health, port, host).start()
+    except OSError as exc:
+        source.close()
+        raise RunError(f"cannot serve worker metrics on {host}:{port}: {exc}") from None
+    return _Watched(health, WatchedSource(source, health), WatchedSink(sink, health), server)
+
+
+def _batch_fan_out(
+    *callbacks: Callable[[BatchOutput], None] | None,
+) -> Callable[[BatchOutput], None]:
+    active = [c for c in callbacks if c is not None]
+
+    def call(out: BatchOutput) -> None:
+        for callback in active:
+            callback(out)
+
+    return call
 
 
 def _webhooks(settings: Settings, sink: Sink) -> Any:

@@ -10,11 +10,12 @@ from typing import Any
 import anyio
 import pydantic_core
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from monitor.api.auth import AuthMiddleware, TokenStore
 from monitor.api.deps import ApiContext
 from monitor.api.errors import install_error_handlers
+from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
 from monitor.api.routes import alarms, events, health, metrics, streams
@@ -104,12 +105,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.context = context
     app.state.registry = CollectorRegistry(auto_describe=False)
     app.state.registry.register(DatabaseCollector(read_sessions))
+    ProcessCollector(registry=app.state.registry)
+    PlatformCollector(registry=app.state.registry)
     for module in (health, metrics, streams, alarms, events):
         app.include_router(module.router)
     install_error_handlers(app)
     # The last middleware added runs first: authentication before the body is read.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=tokens)
+    # Outermost: every request is counted and timed, refused ones included.
+    app.add_middleware(
+        HttpMetricsMiddleware,
+        registry=app.state.registry,
+        templates=lambda: list(app.openapi().get("paths", {})),
+    )
     return app
 
 

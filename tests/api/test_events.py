@@ -178,7 +178,7 @@ def test_alarm_is_returned_listed_and_measured(client: TestClient, session: Sess
         'monitor_alarms_total{detector="conditional",kind="concept_shift",stream="bikes"}'
         in metrics
     )
-    assert 'monitor_events_processed_total{stream="bikes"} 200.0' in metrics
+    assert 'monitor_events_processed_total{kind="prediction",stream="bikes"} 200.0' in metrics
 
 
 def test_concurrent_batches_are_serialised(client: TestClient, session: Session) -> None:
