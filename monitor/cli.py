@@ -175,9 +175,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="monitor",
         description="Online ML monitoring with anytime-valid sequential tests.",
     )
-    parser.add_argument(
-        "--db", help="database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"
-    )
+    parser.add_argument("--db", help=_DB_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)
     _add_streams(sub)
@@ -187,7 +185,24 @@ def _parser() -> argparse.ArgumentParser:
     _add_dashboards(sub)
     _add_demo(sub)
     _add_bench(sub)
+    _db_everywhere(parser)
     return parser
+
+
+_DB_HELP = "database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"
+
+
+def _db_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``--db`` after any subcommand too (``monitor alarms list --db URL``).
+
+    Each subcommand's copy has no default (``SUPPRESS``), so it sets ``args.db`` only when given
+    and never overwrites a ``--db`` given before the subcommand."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in dict.fromkeys(action.choices.values()):
+                if "--db" not in subparser._option_string_actions:
+                    subparser.add_argument("--db", default=argparse.SUPPRESS, help=_DB_HELP)
+                _db_everywhere(subparser)
 
 
 def _add_run(sub: Any) -> None:
