@@ -39,7 +39,7 @@ try:  # pragma: no cover - exercised by whichever environment runs the tests
 
     # numba may have been imported (by a dependency) before this module: its cache locator
     # reads the setting when a kernel is cached, so setting it here still takes effect.
-    _numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+    _numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
     HAVE_NUMBA = False
 
