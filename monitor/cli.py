@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from monitor.diagnosis import ALARM_KINDS
 from monitor.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -176,9 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="monitor",
         description="Online ML monitoring with anytime-valid sequential tests.",
     )
-    parser.add_argument(
-        "--db", help="database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"
-    )
+    parser.add_argument("--db", help=_DB_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)
     _add_streams(sub)
@@ -189,7 +188,24 @@ def _parser() -> argparse.ArgumentParser:
     _add_dashboards(sub)
     _add_demo(sub)
     _add_bench(sub)
+    _db_everywhere(parser)
     return parser
+
+
+_DB_HELP = "database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"
+
+
+def _db_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``--db`` after any subcommand too (``monitor alarms list --db URL``).
+
+    Each subcommand's copy has no default (``SUPPRESS``), so it sets ``args.db`` only when given
+    and never overwrites a ``--db`` given before the subcommand."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in dict.fromkeys(action.choices.values()):
+                if "--db" not in subparser._option_string_actions:
+                    subparser.add_argument("--db", default=argparse.SUPPRESS, help=_DB_HELP)
+                _db_everywhere(subparser)
 
 
 def _add_run(sub: Any) -> None:
@@ -246,7 +262,7 @@ def _add_alarms(sub: Any) -> None:
     s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     lst = s.add_parser("list", help="list alarms, newest first")
     lst.add_argument("--stream")
-    lst.add_argument("--kind")
+    lst.add_argument("--kind", choices=ALARM_KINDS)
     lst.add_argument("--limit", type=_positive_int, default=100)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_alarms_list)
@@ -437,21 +453,55 @@ def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(alarms))
         return 0
     from rich.console import Console
+
+    console = Console()
+    console.print(_alarm_table(alarms, console.width))
+    return 0
+
+
+#: Terminals at least this wide get every column of the alarm table.
+_WIDE_TABLE = 120
+
+
+def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
+    """The alarms as a rich table for a terminal ``width`` columns wide.
+
+    Below 120 columns only what tells alarms apart is kept, each on one line: time (UTC, to
+    the second), stream, kind (which implies the detector), event index and statistic; the
+    event id, detector, changepoint and threshold are in the wide table and in ``--json``."""
+    from rich import box
     from rich.table import Table
 
-    table = Table("ts", "stream", "detector", "kind", "event", "changepoint", "statistic")
+    wide = width >= _WIDE_TABLE
+    table = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True
+    )
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("stream", overflow="fold", min_width=6)
+    if wide:
+        table.add_column("detector", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("event", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("changepoint", no_wrap=True, justify="right")
+    table.add_column("statistic", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("threshold", no_wrap=True, justify="right")
     for a in alarms:
-        table.add_row(
-            a["ts"],
-            a["stream"],
-            a["detector"],
-            a["kind"],
-            f"{a['event_id']} (#{a['event_index']})",
-            str(a["changepoint"]),
-            f"{a['statistic']:.4g} ≥ {a['threshold']:.4g}",
-        )
-    Console().print(table)
-    return 0
+        when = str(a["ts"]).replace("T", " ").removesuffix("Z")[:19]
+        event = f"{a['event_id']} (#{a['event_index']})" if wide else f"#{a['event_index']}"
+        statistic = "-" if a["statistic"] is None else f"{a['statistic']:.4g}"
+        cells = [when, a["stream"]]
+        if wide:
+            cells.append(a["detector"])
+        cells += [a["kind"], event]
+        if wide:
+            cells.append(str(a["changepoint"]))
+        cells.append(statistic)
+        if wide:
+            cells.append(f"{a['threshold']:.4g}")
+        table.add_row(*cells)
+    return table
 
 
 def _dead_letter_filter(args: argparse.Namespace) -> Any:

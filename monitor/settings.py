@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     webhook_urls: str = ""
     #: HMAC key used to sign webhook bodies.
     webhook_secret: str = ""
+    #: HMAC key of the API's pagination cursors (an edited or forged cursor is a 422). Empty: a
+    #: built-in key, which detects edits but not a forger who read the source; set it (the same
+    #: on every replica) to deny forgeries.
+    cursor_secret: str = ""
     #: Largest accepted HTTP request body, bytes.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     #: Largest accepted event (one Kafka message, JSONL line or HTTP item), bytes.

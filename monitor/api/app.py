@@ -19,6 +19,7 @@ from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
 from monitor.api.routes import alarms, events, health, metrics, streams
+from monitor.db import repositories as repo
 from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.metrics import DatabaseCollector
 from monitor.runner import DatabaseSink
@@ -68,6 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
     ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack']
     """
     tokens = TokenStore.from_setting(settings.api_tokens)
+    repo.set_cursor_key(settings.cursor_secret)
     # Requests run in a pool of 40 threads; with fewer connections a burst waits on the pool.
     engine = make_engine(settings.database_url, **_engine_options(settings.database_url))
     read_engine = engine.execution_options(isolation_level="AUTOCOMMIT")

@@ -1,5 +1,7 @@
 """Time-range query parameters: ISO 8601 text, naive times are UTC, ``since`` before ``until``.
 
+A plain date (``2026-11-30``) means midnight UTC of that day, for either bound.
+
 The parameters are declared as strings with a pattern (not pydantic datetimes), so that what the
 OpenAPI schema promises is exactly what is accepted: pydantic would also take numbers as Unix
 times, which the schema cannot say.
@@ -17,15 +19,19 @@ from pydantic import AfterValidator
 
 __all__ = ["ISO_8601", "Since", "Until", "check_range"]
 
-#: Date and time with optional seconds, fraction and UTC offset (naive times are taken as UTC).
-ISO_8601 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?$"
+#: A date, or a date and time with optional seconds, fraction and UTC offset (naive times and
+#: plain dates are taken as UTC; a date is its midnight).
+ISO_8601 = (
+    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$"
+)
 
 
 def _iso_text(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(ISO_8601, value):
         raise ValueError(
             "expected an ISO 8601 date and time such as 2026-11-30T12:00:00Z "
-            "(seconds, fraction and UTC offset optional)"
+            "(seconds, fraction and UTC offset optional) or a date such as 2026-11-30 "
+            "(midnight UTC)"
         )
     return value
 
@@ -37,7 +43,7 @@ Since = Annotated[
     Query(
         json_schema_extra={"pattern": ISO_8601},
         examples=["2026-11-30T12:00:00Z"],
-        description="ISO 8601 date and time, inclusive; naive = UTC.",
+        description="ISO 8601 date and time, inclusive; naive = UTC; a date = its midnight UTC.",
     ),
     AfterValidator(_iso_text),
 ]
@@ -46,7 +52,7 @@ Until = Annotated[
     Query(
         json_schema_extra={"pattern": ISO_8601},
         examples=["2026-12-01T00:00:00Z"],
-        description="ISO 8601 date and time, exclusive; naive = UTC.",
+        description="ISO 8601 date and time, exclusive; naive = UTC; a date = its midnight UTC.",
     ),
     AfterValidator(_iso_text),
 ]

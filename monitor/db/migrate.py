@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from importlib import resources
 
 from alembic import command
 from alembic.config import Config
@@ -14,13 +14,24 @@ from monitor.db.engine import SQLITE_BEGIN, make_engine
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "upgrade"]
 
-#: The migrations live at the top of the repository (``alembic/`` beside ``alembic.ini``).
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def alembic_config() -> Config:
-    """Alembic configuration of the project's ``alembic.ini`` (URL left unset)."""
-    return Config(str(ROOT / "alembic.ini"))
+    """Alembic configuration whose scripts are the package's ``monitor.db.migrations`` (URL
+    left unset).
+
+    The scripts are package data, found with :mod:`importlib.resources`, so an installed wheel
+    migrates without the source tree; ``alembic.ini`` serves only the ``alembic`` command in a
+    checkout and points at the same folder."""
+    config = Config()
+    scripts = resources.files("monitor.db.migrations")
+    config.set_main_option("script_location", str(scripts))
+    config.set_main_option("path_separator", "os")
+    config.set_main_option("timezone", "UTC")
+    config.set_main_option(
+        "file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s"
+    )
+    return config
 
 
 def upgrade(url: str | URL, revision: str = "head") -> None:

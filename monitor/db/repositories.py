@@ -7,14 +7,18 @@ statements. Write executors (stream CRUD, acknowledgement) commit their own tran
 Time ranges are half-open everywhere: ``since`` is inclusive, ``until`` exclusive.
 
 Keyset pagination: a page ends with an opaque ``next_cursor`` (URL-safe base64 of the last row's
-sort key); passing it back returns the rows strictly after that key, so concurrent inserts never
-make a page skip or repeat a row that already existed.
+sort key, a dot, and an HMAC-SHA256 tag of that text); passing it back returns the rows strictly
+after that key, so concurrent inserts never make a page skip or repeat a row that already existed.
+A cursor whose tag does not match (edited, forged, or signed with another key) is refused; the
+key is ``MONITOR_CURSOR_SECRET`` (:func:`set_cursor_key`), else a built-in one.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +91,7 @@ __all__ = [
     "ood_flags_query",
     "ood_windows_query",
     "register_stream",
+    "set_cursor_key",
     "source_key",
     "streams_query",
     "traces_query",
@@ -117,19 +122,52 @@ def count(session: Session, query: Select[Any]) -> int:
 # --- cursors ----------------------------------------------------------------------------------
 
 
+#: Key of the cursors' tags when no secret is configured: a tag then detects an edited or
+#: truncated cursor; forging one takes this module's source, which a configured secret denies.
+_BUILT_IN_CURSOR_KEY = b"monitor pagination cursor v1"
+_cursor_key = _BUILT_IN_CURSOR_KEY
+_TAG_BYTES = 16
+_INVALID = "cursor is not valid: pass the next_cursor of a page"
+
+
+def set_cursor_key(secret: str) -> None:
+    """Sign cursors with ``secret`` from now on (empty: the built-in key).
+
+    Every process that serves the same clients must use the same secret (``monitor serve``
+    passes ``MONITOR_CURSOR_SECRET`` to its workers); changing it invalidates open cursors."""
+    global _cursor_key
+    _cursor_key = secret.encode() if secret else _BUILT_IN_CURSOR_KEY
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _tag(body: str) -> str:
+    digest = hmac.new(_cursor_key, body.encode(), hashlib.sha256).digest()
+    return _b64encode(digest[:_TAG_BYTES])
+
+
 def encode_cursor(payload: Mapping[str, Any]) -> str:
-    """Opaque, URL-safe cursor text for a sort key."""
+    """Opaque, URL-safe, signed cursor text for a sort key."""
     text = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    body = _b64encode(text.encode())
+    return f"{body}.{_tag(body)}"
 
 
 def decode_cursor(cursor: str, kind: str, order: Order) -> dict[str, Any]:
-    """Sort key of a cursor made by :func:`encode_cursor` for the same kind of query and order."""
+    """Sort key of a cursor made by :func:`encode_cursor` for the same kind of query and order.
+
+    Raises :class:`InvalidCursorError` if the tag does not match (the cursor was edited, forged
+    or signed with another key) or the cursor is of another query."""
+    body, dot, tag = cursor.partition(".")
+    if not dot or not hmac.compare_digest(tag.encode(), _tag(body).encode()):
+        raise InvalidCursorError(_INVALID)
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         payload = json.loads(raw)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+        raise InvalidCursorError(_INVALID) from exc
     if not isinstance(payload, dict) or payload.get("k") != kind or payload.get("o") != order:
         raise InvalidCursorError(
             f"cursor does not belong to a {kind} query in {order} order: pass the next_cursor "
@@ -256,9 +294,12 @@ def alarm_cursor_key(cursor: str, order: Order) -> tuple[datetime, str]:
     """The ``(ts, id)`` sort key of an :func:`alarm_cursor`."""
     key = decode_cursor(cursor, "alarms", order)
     try:
-        return datetime.fromisoformat(key["ts"]), str(key["id"])
+        ts, alarm_id = datetime.fromisoformat(key["ts"]), key["id"]
     except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidCursorError("cursor is not valid: pass the next_cursor of a page") from exc
+        raise InvalidCursorError(_INVALID) from exc
+    if set(key) != {"k", "o", "ts", "id"} or ts.tzinfo is None or not isinstance(alarm_id, str):
+        raise InvalidCursorError(_INVALID)
+    return ts, alarm_id
 
 
 def get_alarm(session: Session, alarm_id: str) -> AlarmRow | None:

@@ -8,16 +8,38 @@ interpreted kernels perform the same IEEE operations in the same order and call 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def numba_cache_dir() -> str:
+    """Where numba keeps compiled kernels: ``NUMBA_CACHE_DIR`` if the user set it, else
+    ``$XDG_CACHE_HOME/monitor/numba`` (``~/.cache/monitor/numba``), never beside the modules
+    (an installed package's folder may be read-only or shared)."""
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "monitor" / "numba")
+
+
+# numba reads NUMBA_CACHE_DIR when it is first imported, so it is set before that import.
+os.environ["NUMBA_CACHE_DIR"] = numba_cache_dir()
 
 try:  # pragma: no cover - exercised by whichever environment runs the tests
     from numba import njit as _njit
     from numba import typeof as _typeof
 
     HAVE_NUMBA = True
+    import numba as _numba
+
+    # numba may have been imported (by a dependency) before this module: its cache locator
+    # reads the setting when a kernel is cached, so setting it here still takes effect.
+    _numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
     HAVE_NUMBA = False
 
@@ -25,7 +47,7 @@ except ImportError:  # pragma: no cover
 def jit(func: F) -> F:
     """Compile ``func`` with numba on first call (no fastmath: results equal the interpreted code).
 
-    Cached on disk (``__pycache__`` beside the module, else numba's user cache directory): a
+    Cached on disk (in :func:`numba_cache_dir`, a user cache directory): a
     fresh process, e.g. each worker of a consumer group, loads the kernels in about a second
     instead of compiling them for about ten. numba keys the cache by source file and its
     modification time, so an edited kernel is recompiled.

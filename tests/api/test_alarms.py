@@ -127,7 +127,10 @@ def test_alarms_stored_between_pages_do_not_shift_the_next_page(
     ("params", "fragment"),
     [
         ({"cursor": "garbage!"}, "cursor is not valid"),
-        ({"cursor": "eyJrIjoidHJhY2VzIiwibyI6ImFzYyJ9"}, "does not belong to a alarms query"),
+        (
+            {"cursor": repo.encode_cursor({"k": "traces", "o": "asc"})},
+            "does not belong to a alarms query",
+        ),
         ({"limit": 0}, "greater than or equal to 1"),
         ({"limit": 1001}, "less than or equal to 1000"),
         ({"kind": "fire"}, "concept_shift"),

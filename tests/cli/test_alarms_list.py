@@ -1,0 +1,59 @@
+"""``monitor alarms list``: an unknown ``--kind`` is refused with the valid kinds, and the table
+is readable in an 80-column terminal."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from monitor.cli import _alarm_table, main
+from monitor.diagnosis import ALARM_KINDS
+from tests.api.factories import alarm
+
+
+def test_unknown_kind_is_refused_with_the_valid_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["alarms", "list", "--kind", "typo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "typo" in err
+    for kind in ALARM_KINDS:
+        assert kind in err
+
+
+def test_every_valid_kind_is_accepted() -> None:
+    from monitor.cli import _parser
+
+    for kind in ALARM_KINDS:
+        assert _parser().parse_args(["alarms", "list", "--kind", kind]).kind == kind
+
+
+def _render(width: int) -> list[str]:
+    rows = [
+        alarm(stream, i, kind=kind).to_json()
+        for i, (stream, kind) in enumerate(
+            (stream, kind) for stream in ("bikes", "taxis-eu-west") for kind in ALARM_KINDS
+        )
+    ]
+    console = Console(width=width, record=True, color_system=None)
+    console.print(_alarm_table(rows, width))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_table_fits_and_keeps_the_key_fields_whole(width: int) -> None:
+    lines = _render(width)
+    assert max(len(line) for line in lines) <= width
+    text = "\n".join(lines)
+    for kind in ALARM_KINDS:
+        assert kind in text  # never wrapped inside the name
+    for expected in ("2026-11-30 12:00:00", "2026-11-30 12:00:05", "bikes", "taxis-eu-west"):
+        assert expected in text
+    for i in range(6):
+        assert f"#{i}" in text
+    # one line per alarm (plus the header and rules): nothing is wrapped
+    assert sum("2026-11-30" in line for line in lines) == 6
+
+
+def test_wide_table_has_every_column() -> None:
+    text = "\n".join(_render(160))
+    for header in ("detector", "changepoint", "statistic", "threshold"):
+        assert header in text

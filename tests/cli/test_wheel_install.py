@@ -1,0 +1,119 @@
+"""An installed wheel, outside the checkout, migrates a new database and runs the demo.
+
+The wheel is built from this checkout (pip's build isolation fetches the build backend from the
+configured package index; no network is needed when that index is local) and installed with
+``--no-deps --target`` into a temporary folder; its dependencies come from the running
+environment. The commands run from another folder, with that folder first on ``PYTHONPATH``, and
+the test checks that ``monitor`` was imported from the installed copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _python(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(root / "dist"),
+            str(CHECKOUT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"building the wheel failed (is a package index reachable?):\n{built.stderr}")
+    (wheel,) = (root / "dist").glob("monitor-*.whl")
+    target = root / "site"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+def _env(installed: Path, work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MONITOR_", "NUMBA_"))}
+    return env | {"PYTHONPATH": str(installed), "XDG_CACHE_HOME": str(work / "cache")}
+
+
+def test_imported_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    probe = _python(
+        [
+            "-c",
+            "import monitor, monitor.db.migrate as m; print(monitor.__file__); "
+            "print(m.alembic_config().get_main_option('script_location'))",
+        ],
+        tmp_path,
+        _env(installed, tmp_path),
+    )
+    assert probe.returncode == 0, probe.stderr
+    module, scripts = probe.stdout.split()
+    assert Path(module).is_relative_to(installed), module
+    assert Path(scripts).is_relative_to(installed), scripts
+    assert not Path(module).is_relative_to(CHECKOUT)
+
+
+def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    env = _env(installed, tmp_path)
+    url = f"sqlite:///{tmp_path}/fresh.db"
+    up = _python(["-m", "monitor.cli", "db", "upgrade", "--db", url], tmp_path, env)
+    assert up.returncode == 0, up.stderr
+    assert "at revision head" in up.stdout
+    check = _python(
+        [
+            "-c",
+            "import sys; from monitor.db.migrate import current_revision; "
+            "print(current_revision(sys.argv[1]))",
+            url,
+        ],
+        tmp_path,
+        env,
+    )
+    assert check.returncode == 0 and check.stdout.strip() not in ("", "None"), check.stderr
+
+    demo = _python(["-m", "monitor.cli", "demo", "--out", "demo", "--json"], tmp_path, env)
+    assert demo.returncode == 0, demo.stderr
+    summary = json.loads(demo.stdout.strip().splitlines()[-1])
+    assert summary
+    assert (tmp_path / "demo" / "demo.db").exists()
+    # numba compiled into the user cache directory, not into the installed package
+    assert list((tmp_path / "cache" / "monitor" / "numba").rglob("*.nbi"))
+    assert not list(installed.rglob("*.nbi"))
