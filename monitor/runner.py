@@ -97,7 +97,8 @@ class DatabaseSink:
         **ingest: Any,
     ) -> None:
         """Store a batch atomically (``ingest``: HTTP ingest's ``ingested`` event keys and
-        ``ingest_request``, see :func:`monitor.db.store.persist_batch`)."""
+        ``ingest_request``, and the ``writer``, ``fences`` and ``streams`` of one writer per
+        stream; see :func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
         from monitor.state import Checkpoint
 
@@ -116,6 +117,15 @@ class DatabaseSink:
                 dead_letters=out.dead_letters,
                 **ingest,
             )
+
+    def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:
+        """Take ``partitions`` of ``source`` for ``group``: the offset key to store them under and
+        each partition's new fencing epoch (:func:`monitor.db.writers.claim_partitions`)."""
+        from monitor.db.models import source_key
+        from monitor.db.writers import claim_partitions
+
+        with self.sessions() as session:
+            return claim_partitions(session, source_key(source), group, partitions)
 
     def register(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
         """Register the stream unless it is registered with this very configuration and
