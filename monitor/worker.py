@@ -555,10 +555,12 @@ class Worker:
             return
         for topic in sorted({t for t, _ in partitions}):
             ours = {p for t, p in partitions if t == topic}
-            key, epochs = self._durably(
-                lambda topic=topic, ours=ours: claim(f"{self.source_kind}:{topic}", self._group,
-                                                     ours),
-                "claiming partitions")
+            source = f"{self.source_kind}:{topic}"
+
+            def take(source: str = source, ours: set[int] = ours) -> tuple[str, dict[int, int]]:
+                return claim(source, self._group, ours)
+
+            key, epochs = self._durably(take, "claiming partitions")
             self._keys[topic] = key
             self._epochs.update({(topic, p): e for p, e in epochs.items()})
 

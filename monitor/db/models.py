@@ -368,7 +368,8 @@ class IngestRequestRow(Base):
 class StreamWriterRow(Base):
     """The one source of writes a stream is bound to: the first writer that stored results for
     it (``source``: a source key such as ``kafka:TOPIC`` or ``file:PATH``, or ``http``;
-    ``group_id``: the Kafka consumer group, ``""`` for the others). Moved only by ``monitor streams rebind``."""
+    ``group_id``: the Kafka consumer group, ``""`` for the others).
+    Moved only by ``monitor streams rebind``."""
 
     __tablename__ = "stream_writers"
 
