@@ -314,6 +314,45 @@ def list_streams(settings: Settings) -> list[dict[str, Any]]:
         sink.close()
 
 
+def rebind_stream(
+    settings: Settings,
+    stream: str,
+    *,
+    group: str | None = None,
+    source: str | None = None,
+    http: bool = False,
+    file: str | None = None,
+) -> tuple[str | None, str]:
+    """``monitor streams rebind``: bind ``stream`` to a consumer group (of ``source``, or of the
+    source it is bound to), to a file source or to HTTP ingest; ``(old, new)`` descriptions."""
+    from pathlib import Path
+
+    from monitor.db.models import source_key
+    from monitor.db.writers import HTTP, Writer, get_binding
+    from monitor.db.writers import rebind_stream as rebind
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            current = get_binding(session, stream)
+            session.rollback()
+        if http:
+            writer = HTTP
+        elif file is not None:
+            writer = Writer(source_key(f"file:{Path(file).resolve()}"))
+        else:
+            key = source or (current.source if current is not None else None)
+            if key is None or key == "http":
+                raise ValueError(f"stream {stream!r} is not bound to a Kafka source: give "
+                                 "--source kafka:TOPIC with --group")
+            writer = Writer(source_key(key), group or "")
+        with sink.sessions() as session:
+            old = rebind(session, stream, writer)
+        return (None if old is None else old.describe()), writer.describe()
+    finally:
+        sink.close()
+
+
 def list_alarms(
     settings: Settings, stream: str | None, kind: str | None, limit: int
 ) -> list[dict[str, Any]]:

@@ -541,7 +541,10 @@ class Worker:
         """The pipeline's ``unknown stream`` dead letter of a set-aside stream, with the reason."""
         for name, (bound, _) in self._elsewhere.items():
             if letter.reason == f"unknown stream {name!r}":
-                return replace(letter, reason=f"stream {name!r} is bound to {bound}", stream=name)
+                # Under this group's own location, beside the bound writer's dead letters.
+                where = f"{letter.source}#{self._group}" if self._group else letter.source
+                return replace(letter, reason=f"stream {name!r} is bound to {bound}",
+                               stream=name, source=where)
         return letter
 
     def _claim(self, partitions: set[TopicPartition]) -> None:
