@@ -57,6 +57,8 @@ class Writer:
         """The ``monitor streams rebind`` options that bind a stream to this writer."""
         if self.source == "http":
             return "--http"
+        if self.source.startswith("file:") and not self.group:
+            return f"--file {self.source[len('file:'):]}"
         group = f" --group {self.group}" if self.group else ""
         return f"--source {self.source}{group}"
 
