@@ -547,15 +547,17 @@ class Worker:
                                stream=name, source=where)
         return letter
 
-    def _claim(self, partitions: set[TopicPartition]) -> None:
+    def _claim(self, partitions: set[TopicPartition]) -> set[str]:
         """Take the partitions' fencing tokens (a zombie of them is refused from now on) and
-        give back the streams set aside (a binding may have moved: each is checked again)."""
+        give back the streams set aside (a binding may have moved: each is checked again); the
+        names given back."""
+        back = set(self._elsewhere)
         for name, (_, monitor) in self._elsewhere.items():
             self.pipeline.streams.setdefault(name, monitor)
         self._elsewhere.clear()
         claim = getattr(self.sink, "claim", None)
         if not callable(claim):
-            return
+            return back
         for topic in sorted({t for t, _ in partitions}):
             ours = {p for t, p in partitions if t == topic}
             source = f"{self.source_kind}:{topic}"
@@ -566,6 +568,7 @@ class Worker:
             key, epochs = self._durably(take, "claiming partitions")
             self._keys[topic] = key
             self._epochs.update({(topic, p): e for p, e in epochs.items()})
+        return back
 
     def _unstorable(self, records: Sequence[Any], touched: set[str], exc: Exception) -> None:
         """A batch the database refuses for its content (not its availability).
@@ -591,7 +594,9 @@ class Worker:
                           offsets={(record.topic, record.partition): record.offset + 1})
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
                                 record.offset + 1)]
-        self._durably(lambda: self.sink.persist(out, offsets, {}), "persisting a dead letter")
+        fencing = self._fencing(out.offsets, set())
+        self._durably(lambda: self.sink.persist(out, offsets, {}, **fencing),
+                      "persisting a dead letter")
         self.source.seek(out.offsets)
         self._stored.update(out.offsets)
         self._commit(out.offsets)
@@ -652,8 +657,10 @@ class Worker:
     def _on_assign(self, partitions: set[TopicPartition]) -> None:
         """Restore every stream from the database and seek to the stored offsets."""
         self._checkpoint()  # (nothing is pending unless partitions arrive without a revoke)
-        self._claim(partitions)  # before restoring: no zombie can write after the state is read
-        self._restore_streams(reset=set())
+        # Before restoring: no zombie can write after the state is read. Streams given back
+        # start afresh unless stored (their monitors advanced on a refused batch).
+        back = self._claim(partitions)
+        self._restore_streams(reset=back)
         stored = self._durably(
             lambda: self.sink.load_offsets(partitions, self.offset_key), "loading offsets"
         )
