@@ -255,6 +255,16 @@ def _add_streams(sub: Any) -> None:
     lst = s.add_parser("list", help="list registered streams")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_streams_list)
+    rebind = s.add_parser(
+        "rebind", help="move a stream to another source of writes (consumer group, HTTP ingest)"
+    )
+    rebind.add_argument("stream")
+    to = rebind.add_mutually_exclusive_group(required=True)
+    to.add_argument("--group", help="Kafka consumer group (with --source, or the bound source)")
+    to.add_argument("--http", action="store_true", help="HTTP ingest (POST /events)")
+    to.add_argument("--file", metavar="PATH", help="a JSONL file source")
+    rebind.add_argument("--source", help="source key, e.g. kafka:TOPIC (default: the bound one)")
+    rebind.set_defaults(handler=_cmd_streams_rebind)
 
 
 def _add_alarms(sub: Any) -> None:
@@ -442,6 +452,20 @@ def _cmd_streams_list(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for stream in streams:
             print(f"{stream['name']}\t{stream['task']}\tversion {stream['version']}")
+    return 0
+
+
+def _cmd_streams_rebind(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import StreamNotFoundError
+    from monitor.runner import rebind_stream
+
+    try:
+        old, new = rebind_stream(settings, args.stream, group=args.group, source=args.source,
+                                 http=args.http, file=args.file)
+    except (StreamNotFoundError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    print(f"stream {args.stream!r} is bound to {new} (was: {old or 'unbound'}); its records "
+          "dead-lettered by other writers can be replayed there")
     return 0
 
 

@@ -97,7 +97,8 @@ class DatabaseSink:
         **ingest: Any,
     ) -> None:
         """Store a batch atomically (``ingest``: HTTP ingest's ``ingested`` event keys and
-        ``ingest_request``, see :func:`monitor.db.store.persist_batch`)."""
+        ``ingest_request``, and the ``writer``, ``fences`` and ``streams`` of one writer per
+        stream; see :func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
         from monitor.state import Checkpoint
 
@@ -116,6 +117,15 @@ class DatabaseSink:
                 dead_letters=out.dead_letters,
                 **ingest,
             )
+
+    def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:
+        """Take ``partitions`` of ``source`` for ``group``: the offset key to store them under and
+        each partition's new fencing epoch (:func:`monitor.db.writers.claim_partitions`)."""
+        from monitor.db.models import source_key
+        from monitor.db.writers import claim_partitions
+
+        with self.sessions() as session:
+            return claim_partitions(session, source_key(source), group, partitions)
 
     def register(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
         """Register the stream unless it is registered with this very configuration and
@@ -394,6 +404,45 @@ def list_streams(settings: Settings) -> list[dict[str, Any]]:
             }
             for c, cal in sink.registered()
         ]
+    finally:
+        sink.close()
+
+
+def rebind_stream(
+    settings: Settings,
+    stream: str,
+    *,
+    group: str | None = None,
+    source: str | None = None,
+    http: bool = False,
+    file: str | None = None,
+) -> tuple[str | None, str]:
+    """``monitor streams rebind``: bind ``stream`` to a consumer group (of ``source``, or of the
+    source it is bound to), to a file source or to HTTP ingest; ``(old, new)`` descriptions."""
+    from pathlib import Path
+
+    from monitor.db.models import source_key
+    from monitor.db.writers import HTTP, Writer, get_binding
+    from monitor.db.writers import rebind_stream as rebind
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            current = get_binding(session, stream)
+            session.rollback()
+        if http:
+            writer = HTTP
+        elif file is not None:
+            writer = Writer(source_key(f"file:{Path(file).resolve()}"))
+        else:
+            key = source or (current.source if current is not None else None)
+            if key is None or key == "http":
+                raise ValueError(f"stream {stream!r} is not bound to a Kafka source: give "
+                                 "--source kafka:TOPIC with --group")
+            writer = Writer(source_key(key), group or "")
+        with sink.sessions() as session:
+            old = rebind(session, stream, writer)
+        return (None if old is None else old.describe()), writer.describe()
     finally:
         sink.close()
 

@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -385,11 +385,19 @@ class Worker:
         self._delivered: set[str] = set()
         self._read_to: dict[TopicPartition, int] = {}
         self._stored: dict[TopicPartition, int] = {}
+        # One writer per stream (monitor.db.writers): the offset key of each topic (another
+        # group's than the source's first one stores under its own), the fencing epoch of each
+        # partition taken at assignment, and the streams bound to another writer (set aside:
+        # their records become dead letters here).
+        self._keys: dict[str, str] = {}
+        self._epochs: dict[TopicPartition, int] = {}
+        self._elsewhere: dict[str, tuple[str, StreamMonitor]] = {}
+        self._group = str(getattr(source, "group_id", "") or "")
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
     def offset_key(self, topic: str) -> str:
-        return f"{self.source_kind}:{topic}"
+        return self._keys.get(topic) or f"{self.source_kind}:{topic}"
 
     def run(self, stop: StopFlag | None = None, max_batches: int | None = None) -> RunSummary:
         """Process until the source is exhausted, ``stop`` is set or ``max_batches`` is reached.
@@ -459,6 +467,8 @@ class Worker:
         """
         versions = self._durably(self.sink.stream_versions, "reading the registered streams")
         for name, version in sorted((versions or {}).items()):
+            if name in self._elsewhere:  # bound to another writer: set aside until reassigned
+                continue
             current = self.pipeline.streams.get(name)
             if current is not None and current.config_version >= version:
                 continue
@@ -538,7 +548,7 @@ class Worker:
     def _persist(self, out: BatchOutput, records: Sequence[Any], checkpoint: bool) -> bool:
         """Store the batch (with, at a checkpoint, the states and offsets of every batch since
         the last one); False if it was not stored (and the worker has resynchronised)."""
-        from monitor.db.errors import InvalidRecordError, OffsetRegressionError
+        from monitor.db.errors import InvalidRecordError, OffsetRegressionError, StreamBoundError
 
         offsets: list[SourceOffset] = []
         states: dict[str, dict[str, Any]] = {}
@@ -551,10 +561,18 @@ class Worker:
             ]
             touched = sorted(self._pending.touched | out.touched)
             states = {name: self.pipeline.streams[name].state_dict() for name in touched}
+        fencing = self._fencing({**self._pending.offsets, **out.offsets}, out.touched)
+        if self._elsewhere:
+            out.dead_letters = [self._bound_elsewhere(letter) for letter in out.dead_letters]
         try:
-            self._durably(lambda: self.sink.persist(out, offsets, states), "persisting a batch")
+            self._durably(lambda: self.sink.persist(out, offsets, states, **fencing),
+                          "persisting a batch")
         except OffsetRegressionError as exc:
             log.warning("batch dropped: %s", exc)
+            self._resync(records, out.touched)
+            return False
+        except StreamBoundError as exc:
+            self._set_aside(exc)
             self._resync(records, out.touched)
             return False
         except (InvalidRecordError, DataError, IntegrityError) as exc:
@@ -563,6 +581,63 @@ class Worker:
             self._unstorable(records, out.touched, exc)
             return False
         return True
+
+    # -- one writer per stream ------------------------------------------------------------------
+
+    def _fencing(self, read: Mapping[TopicPartition, int], touched: set[str]) -> dict[str, Any]:
+        """The writer, fencing tokens and streams a transaction covering the partitions ``read``
+        is checked against (nothing for a sink without bindings)."""
+        if not callable(getattr(self.sink, "claim", None)):
+            return {}
+        from monitor.db.models import source_key
+        from monitor.db.writers import Writer
+
+        fences = {(self.offset_key(t), p): self._epochs[(t, p)]
+                  for t, p in read if (t, p) in self._epochs}
+        return {"writer": Writer(source_key(self.source.name), self._group), "fences": fences,
+                "streams": sorted(touched)}
+
+    def _set_aside(self, exc: Any) -> None:
+        """A stream bound to another writer: this worker stops writing it; its records become
+        dead letters (replayable once the stream is moved here)."""
+        name = exc.stream
+        log.error("%s; until then its records become dead letters here", exc)
+        monitor = self.pipeline.streams.pop(name, None)
+        if monitor is not None:
+            self._elsewhere[name] = (exc.bound, monitor)
+
+    def _bound_elsewhere(self, letter: DeadLetter) -> DeadLetter:
+        """The pipeline's ``unknown stream`` dead letter of a set-aside stream, with the reason."""
+        for name, (bound, _) in self._elsewhere.items():
+            if letter.reason == f"unknown stream {name!r}":
+                # Under this group's own location, beside the bound writer's dead letters.
+                where = f"{letter.source}#{self._group}" if self._group else letter.source
+                return replace(letter, reason=f"stream {name!r} is bound to {bound}",
+                               stream=name, source=where)
+        return letter
+
+    def _claim(self, partitions: set[TopicPartition]) -> set[str]:
+        """Take the partitions' fencing tokens (a zombie of them is refused from now on) and
+        give back the streams set aside (a binding may have moved: each is checked again); the
+        names given back."""
+        back = set(self._elsewhere)
+        for name, (_, monitor) in self._elsewhere.items():
+            self.pipeline.streams.setdefault(name, monitor)
+        self._elsewhere.clear()
+        claim = getattr(self.sink, "claim", None)
+        if not callable(claim):
+            return back
+        for topic in sorted({t for t, _ in partitions}):
+            ours = {p for t, p in partitions if t == topic}
+            source = f"{self.source_kind}:{topic}"
+
+            def take(source: str = source, ours: set[int] = ours) -> tuple[str, dict[int, int]]:
+                return claim(source, self._group, ours)
+
+            key, epochs = self._durably(take, "claiming partitions")
+            self._keys[topic] = key
+            self._epochs.update({(topic, p): e for p, e in epochs.items()})
+        return back
 
     def _unstorable(self, records: Sequence[Any], touched: set[str], exc: Exception) -> None:
         """A batch the database refuses for its content (not its availability).
@@ -588,7 +663,9 @@ class Worker:
                           offsets={(record.topic, record.partition): record.offset + 1})
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
                                 record.offset + 1)]
-        self._durably(lambda: self.sink.persist(out, offsets, {}), "persisting a dead letter")
+        fencing = self._fencing(out.offsets, set())
+        self._durably(lambda: self.sink.persist(out, offsets, {}, **fencing),
+                      "persisting a dead letter")
         self.source.seek(out.offsets)
         self._stored.update(out.offsets)
         self._commit(out.offsets)
@@ -649,7 +726,10 @@ class Worker:
     def _on_assign(self, partitions: set[TopicPartition]) -> None:
         """Restore every stream from the database and seek to the stored offsets."""
         self._checkpoint()  # (nothing is pending unless partitions arrive without a revoke)
-        self._restore_streams(reset=set())
+        # Before restoring: no zombie can write after the state is read. Streams given back
+        # start afresh unless stored (their monitors advanced on a refused batch).
+        back = self._claim(partitions)
+        self._restore_streams(reset=back)
         stored = self._durably(
             lambda: self.sink.load_offsets(partitions, self.offset_key), "loading offsets"
         )
@@ -663,7 +743,7 @@ class Worker:
         # partitions are still ours, so that their next owner resumes from it.
         self._checkpoint()
         for tp in partitions:
-            for progress in (self._read_to, self._stored, self._isolate_until):
+            for progress in (self._read_to, self._stored, self._isolate_until, self._epochs):
                 progress.pop(tp, None)
         log.info("revoked %s", sorted(partitions))
 

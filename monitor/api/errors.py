@@ -19,7 +19,12 @@ from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.api.schemas import ErrorResponse
-from monitor.db.errors import InvalidCursorError, NotFoundError, StreamExistsError
+from monitor.db.errors import (
+    InvalidCursorError,
+    NotFoundError,
+    StreamBoundError,
+    StreamExistsError,
+)
 
 __all__ = [
     "READ_ERRORS",
@@ -70,6 +75,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(NotFoundError, _status(404))
     app.add_exception_handler(StreamExistsError, _status(409))
+    app.add_exception_handler(StreamBoundError, _status(409))
     app.add_exception_handler(InvalidCursorError, _invalid_cursor)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(DataError, _data_error)

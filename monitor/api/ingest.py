@@ -41,6 +41,7 @@ from monitor.db.models import (
 )
 from monitor.db.repositories import CALIBRATION_FIELDS, calibration_query
 from monitor.db.store import load_offsets
+from monitor.db.writers import Writer
 from monitor.pipeline import Pipeline, RawRecord
 from monitor.records import Alarm, SourceOffset
 from monitor.runner import DatabaseSink
@@ -97,6 +98,9 @@ class IngestResult:
             alarm_json=list(data["alarms"]),
             replayed=True,
         )
+
+
+HTTP_WRITER = Writer("http")
 
 
 class IdempotencyKeyReusedError(ValueError):
@@ -247,7 +251,10 @@ class Ingestor:
             alarm_json=[a.to_json() for a in out.alarms],
         )
         answer = None if request is None else (*request, result.to_json())
-        self.sink.persist(out, offsets, states, ingested=ingested, ingest_request=answer)
+        # One writer per stream: a stream bound to a consumer group (or a file source) refuses
+        # the whole request (StreamBoundError, 409); the first request binds unbound streams.
+        self.sink.persist(out, offsets, states, ingested=ingested, ingest_request=answer,
+                          writer=HTTP_WRITER, streams=sorted(out.touched))
         return result
 
     def _already_ingested(self, keys: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:

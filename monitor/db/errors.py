@@ -4,6 +4,8 @@ Hierarchy::
 
     PersistenceError
     ├── OffsetRegressionError      a source offset would move backwards (stale or zombie writer)
+    │   └── FencedError            a writer whose fencing token was superseded (a zombie)
+    ├── StreamBoundError           writing a stream bound to another writer (another group)
     ├── InvalidRecordError         a record that cannot be stored as given (also a ValueError)
     ├── InvalidCursorError         a pagination cursor not produced by this API (ValueError)
     ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
@@ -40,6 +42,38 @@ class OffsetRegressionError(PersistenceError):
         self.partition = partition
         self.stored = stored
         self.attempted = attempted
+
+
+class FencedError(OffsetRegressionError):
+    """A writer's fencing token (the epoch it got when it was assigned the partition) is no longer
+    the stored one: another worker was assigned the partition since. Nothing is written; the
+    worker handles it as it handles an offset regression (drops the batch and resynchronises)."""
+
+    def __init__(self, source: str, partition: int, stored: int, attempted: int,
+                 why: str = "") -> None:
+        PersistenceError.__init__(
+            self,
+            f"source {source!r} partition {partition}: this writer's fencing epoch {attempted} "
+            f"was superseded by {why or f'epoch {stored}'}; another worker was assigned the "
+            "partition: restore from the database instead of writing this batch",
+        )
+        self.source = source
+        self.partition = partition
+        self.stored = stored
+        self.attempted = attempted
+
+
+class StreamBoundError(PersistenceError):
+    """Writing results of a stream bound to another source of writes; nothing is written."""
+
+    def __init__(self, stream: str, bound: str, writer: str, rebind: str) -> None:
+        super().__init__(
+            f"stream {stream!r} is bound to {bound}, not to this writer ({writer}): nothing is "
+            f"written for it here; to move it, run `monitor streams rebind {stream} {rebind}`"
+        )
+        self.stream = stream
+        self.bound = bound
+        self.writer = writer
 
 
 class InvalidRecordError(PersistenceError, ValueError):

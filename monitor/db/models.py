@@ -44,8 +44,10 @@ __all__ = [
     "OODWindowRow",
     "SourceOffsetRow",
     "StreamRow",
+    "StreamWriterRow",
     "TracePointRow",
     "WebhookDeliveryRow",
+    "WriterFenceRow",
     "source_key",
 ]
 
@@ -361,6 +363,41 @@ class IngestRequestRow(Base):
     body_sha256: Mapped[str] = mapped_column(SHORT)
     response: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = _created()
+
+
+class StreamWriterRow(Base):
+    """The one source of writes a stream is bound to: the first writer that stored results for
+    it (``source``: a source key such as ``kafka:TOPIC`` or ``file:PATH``, or ``http``;
+    ``group_id``: the Kafka consumer group, ``""`` for the others).
+    Moved only by ``monitor streams rebind``."""
+
+    __tablename__ = "stream_writers"
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    source: Mapped[str] = mapped_column(LABEL)
+    group_id: Mapped[str] = mapped_column(LABEL, default="", server_default="")
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+
+class WriterFenceRow(Base):
+    """Fencing tokens of the writers of a source.
+
+    ``partition = -1``: the consumer group owning the source's offset key (the first group that
+    claimed it); other groups keep their offsets under ``SOURCE#group``. ``partition >= 0``: the
+    epoch of the partition's writer under that offset key, bumped at every assignment; a
+    transaction carrying an older epoch is refused (a zombie)."""
+
+    __tablename__ = "writer_fences"
+
+    source: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    group_id: Mapped[str] = mapped_column(LABEL, default="", server_default="")
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
 
 
 class WebhookDeliveryRow(Base):

@@ -54,6 +54,7 @@ from monitor.db.repositories import (
     offsets_query,
     update_stream,
 )
+from monitor.db.writers import Writer, check_bindings, check_fences
 from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
 from monitor.state import Checkpoint
 
@@ -83,6 +84,9 @@ def persist_batch(
     dead_letters: Sequence[DeadLetter] = (),
     ingested: Sequence[tuple[str, str, str]] = (),
     ingest_request: tuple[str, str, Mapping[str, Any]] | None = None,
+    writer: Writer | None = None,
+    fences: Mapping[tuple[str, int], int] | None = None,
+    streams: Iterable[str] = (),
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -100,6 +104,12 @@ def persist_batch(
     ingested, ingest_request
         HTTP ingest only: the ``(stream, kind, id)`` of the events processed, and the request's
         ``(Idempotency-Key, body SHA-256, answer)``, committed with the results.
+    writer, streams
+        The source of writes (see :mod:`monitor.db.writers`): every stream of the results and
+        checkpoints, and ``streams``, must be bound to it (unbound ones are bound to it now).
+    fences
+        ``{(offset key, partition): epoch}``: the writer's fencing tokens, checked (and locked)
+        in this transaction.
 
     Raises
     ------
@@ -107,6 +117,10 @@ def persist_batch(
         An offset is smaller than the stored one (nothing is written).
     InvalidRecordError
         A record cannot be stored as given (nothing is written).
+    FencedError
+        A fencing token was superseded (a zombie writer; nothing is written).
+    StreamBoundError
+        A stream is bound to another writer (nothing is written).
 
     Examples
     --------
@@ -138,6 +152,11 @@ def persist_batch(
     with session.begin():
         # SQLite: take the write lock now rather than fail upgrading a read transaction later.
         dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
+        if writer is not None:
+            bound = {*streams, *checkpoints, *(a.stream for a in alarms),
+                     *(t.stream for t in trace_points), *(w.stream for w in ood_windows)}
+            check_bindings(session, writer, bound)
+            check_fences(session, fences or {}, writer.group)
         _check_offsets(session, offsets)
         for table, table_rows in rows.inserts():
             if table_rows:

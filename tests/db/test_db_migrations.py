@@ -32,9 +32,11 @@ TABLES = {
     "ood_flags",
     "ood_windows",
     "source_offsets",
+    "stream_writers",
     "streams",
     "trace_points",
     "webhook_deliveries",
+    "writer_fences",
 }
 
 

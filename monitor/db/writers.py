@@ -1,0 +1,179 @@
+"""One writer per stream: bindings of streams to their source of writes, and fencing tokens.
+
+A stream is bound to the first writer that stores results for it (:class:`Writer`: a source key
+and, for Kafka, the consumer group; or HTTP ingest). Every transaction that stores a stream's
+results or checkpoint checks the binding, in the same transaction (the binding row is locked), and
+a writer bound elsewhere is refused with :class:`~monitor.db.errors.StreamBoundError`. Only
+``monitor streams rebind`` moves a binding.
+
+Within a group, a worker assigned a partition bumps the partition's epoch (its fencing token);
+every transaction of the worker that covers records of the partition checks that the stored epoch
+is still its own (the fence row is locked), so a zombie (a worker that lost the partition in a
+rebalance but has not noticed yet) is refused with :class:`~monitor.db.errors.FencedError`.
+
+Offsets of a Kafka source are stored under ``kafka:TOPIC`` by the first group that claimed the
+source, and under ``kafka:TOPIC#GROUP`` by every other group, so that two groups on one database
+never move each other's positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from monitor.db.errors import FencedError, StreamBoundError, StreamNotFoundError
+from monitor.db.models import (
+    SourceOffsetRow,
+    StreamRow,
+    StreamWriterRow,
+    WriterFenceRow,
+    source_key,
+    utcnow,
+)
+
+__all__ = ["HTTP", "Writer", "check_bindings", "check_fences", "claim_partitions",
+           "get_binding", "offset_key_for", "rebind_stream"]
+
+OWNER = -1  # the partition number of a source's owner row
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A source of writes: a source key (``kafka:TOPIC``, ``file:PATH``) and the Kafka consumer
+    group (``""`` for other sources), or ``http`` (HTTP ingest)."""
+
+    source: str
+    group: str = ""
+
+    def describe(self) -> str:
+        if self.source == "http":
+            return "HTTP ingest"
+        return f"{self.source} (consumer group {self.group!r})" if self.group else self.source
+
+    def rebind_args(self) -> str:
+        """The ``monitor streams rebind`` options that bind a stream to this writer."""
+        if self.source == "http":
+            return "--http"
+        if self.source.startswith("file:") and not self.group:
+            return f"--file {self.source[len('file:'):]}"
+        group = f" --group {self.group}" if self.group else ""
+        return f"--source {self.source}{group}"
+
+
+HTTP = Writer("http")
+
+
+def _insert(session: Session, model: type, **values: object) -> None:
+    """Insert a row unless its key exists (both dialects)."""
+    from monitor.db.store import _insert as dialect_insert
+    from monitor.db.store import _table
+
+    dialect = session.connection().dialect.name
+    session.execute(dialect_insert(dialect, _table(model)).values(**values)
+                    .on_conflict_do_nothing())
+
+
+def offset_key_for(session: Session, source: str, group: str) -> str:
+    """The key under which ``group`` stores its offsets of ``source`` (read only)."""
+    owner = session.scalar(select(WriterFenceRow.group_id).where(
+        WriterFenceRow.source == source, WriterFenceRow.partition == OWNER))
+    return source if owner is None or owner == group else source_key(f"{source}#{group}")
+
+
+def claim_partitions(
+    session: Session, source: str, group: str, partitions: Iterable[int]
+) -> tuple[str, dict[int, int]]:
+    """Take ``partitions`` of ``source`` for ``group`` and commit: the offset key to use and the
+    new epoch (fencing token) of each partition."""
+    with session.begin():
+        _insert(session, WriterFenceRow, source=source, partition=OWNER, group_id=group, epoch=0,
+                updated_at=utcnow())
+        key = offset_key_for(session, source, group)
+        epochs: dict[int, int] = {}
+        for partition in sorted(partitions):
+            _insert(session, WriterFenceRow, source=key, partition=partition, group_id=group,
+                    epoch=0, updated_at=utcnow())
+            row = session.execute(
+                select(WriterFenceRow.epoch).where(WriterFenceRow.source == key,
+                                                   WriterFenceRow.partition == partition)
+                .with_for_update()
+            ).one()
+            epochs[partition] = row.epoch + 1
+            session.execute(
+                update(WriterFenceRow)
+                .where(WriterFenceRow.source == key, WriterFenceRow.partition == partition)
+                .values(epoch=row.epoch + 1, group_id=group, updated_at=utcnow())
+            )
+    return key, epochs
+
+
+def check_fences(session: Session, fences: Mapping[tuple[str, int], int], group: str) -> None:
+    """Raise :class:`FencedError` unless every ``(offset key, partition)`` still has the epoch
+    given (locking the fence rows until the transaction ends)."""
+    for (source, partition), epoch in sorted(fences.items()):
+        row = session.execute(
+            select(WriterFenceRow.epoch, WriterFenceRow.group_id)
+            .where(WriterFenceRow.source == source, WriterFenceRow.partition == partition)
+            .with_for_update()
+        ).one_or_none()
+        if row is None or row.epoch != epoch or row.group_id != group:
+            stored = 0 if row is None else row.epoch
+            why = f"epoch {stored} of group {row.group_id!r}" if row is not None else "nothing"
+            raise FencedError(source, partition, stored, epoch, why)
+
+
+def check_bindings(session: Session, writer: Writer, streams: Iterable[str]) -> None:
+    """Bind unbound ``streams`` to ``writer``; raise :class:`StreamBoundError` for the first one
+    bound to another writer (locking the binding rows until the transaction ends)."""
+    for stream in sorted(set(streams)):
+        _insert(session, StreamWriterRow, stream=stream, source=writer.source,
+                group_id=writer.group, updated_at=utcnow())
+        row = session.execute(
+            select(StreamWriterRow.source, StreamWriterRow.group_id)
+            .where(StreamWriterRow.stream == stream).with_for_update()
+        ).one()
+        bound = Writer(row.source, row.group_id)
+        if bound != writer:
+            raise StreamBoundError(stream, bound.describe(), writer.describe(),
+                                   writer.rebind_args())
+
+
+def get_binding(session: Session, stream: str) -> Writer | None:
+    row = session.get(StreamWriterRow, stream)
+    return None if row is None else Writer(row.source, row.group_id)
+
+
+def rebind_stream(session: Session, stream: str, writer: Writer) -> Writer | None:
+    """Bind ``stream`` to ``writer`` and commit; the previous binding (or None).
+
+    Moving a Kafka stream to another group of the same source gives the new group the old
+    group's stored offsets when it has none of its own, so that it resumes where the stream's
+    checkpoint was taken."""
+    with session.begin():
+        row = session.get(StreamWriterRow, stream, with_for_update=True)
+        if row is None and session.get(StreamRow, stream) is None:
+            raise StreamNotFoundError(f"stream {stream!r} is neither registered nor bound")
+        old = None if row is None else Writer(row.source, row.group_id)
+        if row is None:
+            session.add(StreamWriterRow(stream=stream, source=writer.source,
+                                        group_id=writer.group, updated_at=utcnow()))
+        else:
+            row.source, row.group_id, row.updated_at = writer.source, writer.group, utcnow()
+        if old is not None and old.source == writer.source and old.group != writer.group:
+            _copy_offsets(session, offset_key_for(session, old.source, old.group),
+                          offset_key_for(session, writer.source, writer.group))
+    return old
+
+
+def _copy_offsets(session: Session, old_key: str, new_key: str) -> None:
+    if old_key == new_key:
+        return
+    query = select(SourceOffsetRow).where(SourceOffsetRow.source == new_key)
+    if session.scalars(query).first() is not None:
+        return
+    for row in session.scalars(select(SourceOffsetRow).where(SourceOffsetRow.source == old_key)):
+        session.add(SourceOffsetRow(source=new_key, source_name=new_key, partition=row.partition,
+                                    offset=row.offset, updated_at=utcnow()))
