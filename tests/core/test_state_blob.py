@@ -140,7 +140,10 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     uninterrupted = Pipeline(build_monitors(read_configs(configs)), "file:x")
     uninterrupted.process(records[:SPLIT])
     (name, monitor), = uninterrupted.streams.items()
-    assert _layout(old_state) == _layout(monitor.state_dict())
+    now = _layout(monitor.state_dict())
+    # Keys added since (read with defaults when absent): the configuration version in force.
+    assert set(now) - set(_layout(old_state)) == {"config_version", "version_since"}
+    assert _layout(old_state) == {k: v for k, v in now.items() if k in old_state}
 
     restored = Pipeline(build_monitors(read_configs(configs)), "file:x")
     restored.streams[name].load_state(old_state)
