@@ -229,21 +229,13 @@ def replay_dead_letters(
 def _http_ingest_paused(sink: DatabaseSink, active: bool) -> Iterator[None]:
     """On PostgreSQL, hold the lock that serialises HTTP ingest (``POST /events`` restores and
     writes stream states too) from the replay's first read to its last commit."""
-    if not active or sink.engine.dialect.name != "postgresql":
+    if not active:
         yield
         return
-    from sqlalchemy import text
+    from monitor.api.ingest import ingest_lock  # one lock for every writer of HTTP ingest
 
-    from monitor.api.ingest import _ADVISORY_KEY  # one key for every writer of HTTP ingest
-
-    with sink.engine.connect() as connection:
-        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
-        connection.commit()
-        try:
-            yield
-        finally:
-            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
-            connection.commit()
+    with ingest_lock(sink.engine):
+        yield
 
 
 def _ordered_ids(sink: DatabaseSink, where: DeadLetterFilter) -> list[int]:

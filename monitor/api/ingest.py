@@ -300,18 +300,8 @@ class Ingestor:
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        with self._lock:
-            if self.sink.engine.dialect.name != "postgresql":
-                yield
-                return
-            with self.sink.engine.connect() as connection:
-                connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
-                connection.commit()
-                try:
-                    yield
-                finally:
-                    connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
-                    connection.commit()
+        with self._lock, ingest_lock(self.sink.engine):
+            yield
 
     def _next_offset(self) -> int:
         with self.sink.sessions() as session:
@@ -362,3 +352,21 @@ def _stream_names(items: Sequence[Any]) -> set[str]:
         for item in items
         if isinstance(item, dict) and isinstance(item.get("stream"), str)
     }
+
+
+@contextmanager
+def ingest_lock(engine: Any) -> Iterator[None]:
+    """Hold the database-wide lock of HTTP ingest's writers (a PostgreSQL advisory lock; on
+    SQLite the database's own write lock serialises them): ingest processes and a dead-letter
+    replay write stream states one at a time."""
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    with engine.connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+            connection.commit()

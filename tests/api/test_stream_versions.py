@@ -9,33 +9,26 @@ and PostgreSQL; the API over the module's PostgreSQL database.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from monitor.cli import main
 from monitor.datasets import build_example
 from monitor.db.models import StreamRow
 from tests.api.factories import READ, WRITE, stream_config
-from tests.conftest import postgres_database
 
 # --- CLI ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/monitor.db"
-        return
-    admin: Engine = request.getfixturevalue("postgres_admin")
-    with postgres_database(admin) as url:
-        yield url
+@pytest.fixture
+def db(empty_database_url: str) -> str:
+    """A new empty database, on SQLite and on PostgreSQL (tests/conftest.py)."""
+    return empty_database_url
 
 
 @pytest.fixture

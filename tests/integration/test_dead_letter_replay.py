@@ -11,14 +11,13 @@ On SQLite and PostgreSQL, through the command line (``monitor run`` over a file 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
 from connectors import FileSource
 from monitor.cli import main
@@ -31,7 +30,6 @@ from monitor.records import DeadLetter
 from monitor.runner import DatabaseSink, build_monitors, read_configs
 from monitor.state import Checkpoint
 from monitor.worker import StopFlag, Worker
-from tests.conftest import postgres_database
 from tests.integration.streams import Snapshot, snapshot
 
 ALARM = {"rule": "shiryaev_roberts", "threshold": 100}
@@ -40,14 +38,10 @@ MALFORMED = (b'{"kind":"prediction","stream":"late","id":"bad-1","ts":"2026-01-0
 NOT_JSON = b"not json at all"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/monitor.db"
-        return
-    admin: Engine = request.getfixturevalue("postgres_admin")
-    with postgres_database(admin) as url:
-        yield url
+@pytest.fixture
+def db(empty_database_url: str) -> str:
+    """A new empty database, on SQLite and on PostgreSQL (tests/conftest.py)."""
+    return empty_database_url
 
 
 @dataclass(frozen=True)
