@@ -396,6 +396,17 @@ class MartingaleMonitor:
             if event is not None and on_alarm is not None:
                 on_alarm(i - 1, event)
 
+    def _end_span(
+        self, used: int, alarm: bool, alarms: list[AlarmEvent]
+    ) -> tuple[int, AlarmEvent | None]:
+        """Count a compiled span's ``used`` updates; raise its alarm if it ended on one."""
+        self._n_seen += used
+        if not alarm:
+            return used, None
+        event = self._test.alarm_event(self._n_seen - 1)
+        self._batch_alarm(event, alarms)
+        return used, event
+
     def _batch_alarm(self, event: AlarmEvent, alarms: list[AlarmEvent]) -> None:
         """Raise an alarm inside a batch: ``last_alarms`` is (event,) as after that update."""
         self._last_alarms = ()

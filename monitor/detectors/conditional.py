@@ -490,12 +490,7 @@ class ConditionalMonitor(MartingaleMonitor):
                 alarms.append(event)
             return 1, event
         self._p_value = float(ps[i + used - 1])
-        self._n_seen += used
-        if not alarm:
-            return used, None
-        event = test.alarm_event(self._n_seen - 1)
-        self._batch_alarm(event, alarms)
-        return used, event
+        return self._end_span(used, alarm, alarms)
 
     def _weighted_span(
         self, pv: WeightedConformalPValue, xt: FloatArray, scores: FloatArray, i: int, n: int,

@@ -360,12 +360,7 @@ class CovariateMonitor(MartingaleMonitor):
             return 1, event
         used, alarm = _batch.plain_span(pv, scores, i, n, test.betting, test.rule, trace)
         self._p_value = pv.p_value
-        self._n_seen += used
-        if not alarm:
-            return used, None
-        event = test.alarm_event(self._n_seen - 1)
-        self._batch_alarm(event, alarms)
-        return used, event
+        return self._end_span(used, alarm, alarms)
 
     def _collect(self, scores: list[float]) -> None:
         self._warmup.extend(scores)
