@@ -89,6 +89,8 @@ class TracePoint:
     log_statistic: float
     log_threshold: float
     weights_ess: float | None = None
+    #: The stream's configuration version in force (None: written before versions were kept).
+    config_version: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

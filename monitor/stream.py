@@ -270,6 +270,7 @@ class StreamMonitor:
             log_statistic=_finite(float(trace.log_statistic[i])),
             log_threshold=_finite(math.log(monitor.threshold)),
             weights_ess=ess,
+            config_version=self.config_version,
         )
 
     def flush(self) -> bool:
@@ -338,6 +339,7 @@ class StreamMonitor:
             log_statistic=_finite(monitor.log_statistic),
             log_threshold=_finite(math.log(monitor.threshold)),
             weights_ess=None if ess is None else _finite(ess),
+            config_version=self.config_version,
         )
 
     def _collect_windows(self, ts: datetime) -> None:

@@ -213,6 +213,7 @@ class TracePointRow(Base):
     log_statistic: Mapped[float | None] = mapped_column(Double)
     log_threshold: Mapped[float | None] = mapped_column(Double)
     weights_ess: Mapped[float | None] = mapped_column(Double)
+    config_version: Mapped[int | None] = mapped_column(Integer)
 
     def to_record(self) -> TracePoint:
         """The pipeline's :class:`~monitor.records.TracePoint` (NULL comes back as NaN)."""
@@ -227,6 +228,7 @@ class TracePointRow(Base):
             log_statistic=nan if self.log_statistic is None else self.log_statistic,
             log_threshold=nan if self.log_threshold is None else self.log_threshold,
             weights_ess=self.weights_ess,
+            config_version=self.config_version,
         )
 
 

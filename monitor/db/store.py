@@ -379,6 +379,7 @@ def _trace_row(point: TracePoint) -> Row:
         "log_statistic": _nan_to_none(point.log_statistic),
         "log_threshold": _nan_to_none(point.log_threshold),
         "weights_ess": _nan_to_none(point.weights_ess),
+        "config_version": point.config_version,
     }
 
 

@@ -105,6 +105,21 @@ def test_a_new_configuration_version_restarts_the_detectors(tmp_path: Path) -> N
     alarms = [a for out in outputs for a in out.alarms]
     assert all(a.evidence["config_version"] == (1 if a.event_index < 100 else 2)
                for a in alarms)
+    # Trace points name the version too, as stored (labels are inline: same event indexes).
+    from sqlalchemy import select
+
+    from monitor.db.engine import make_engine
+    from monitor.db.models import TracePointRow
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            stored = connection.execute(
+                select(TracePointRow.event_index, TracePointRow.config_version)
+            ).all()
+    finally:
+        engine.dispose()
+    assert stored and all(v == (1 if i < 100 else 2) for i, v in stored)
     # A worker restarting from the database resumes under version 2 where the first stopped.
     sink = DatabaseSink(url)
     try:
