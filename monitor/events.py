@@ -143,18 +143,22 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
     embedding: list[_FastNumber] | None = None
     label: int | _FastNumber | None = None
 
+    def feature_values(self, names: tuple[str, ...] | None) -> list[float]:
+        """Features as a list of numbers; object features are ordered by ``names``."""
+        features = self.features
+        if not isinstance(features, dict):
+            return features
+        if names is None:
+            return list(features.values())
+        if len(features) != len(names) or any(n not in features for n in names):
+            raise InvalidEvent(
+                f"feature names {sorted(features)} differ from the stream's {list(names)}"
+            )
+        return [features[n] for n in names]
+
     def feature_vector(self, names: tuple[str, ...] | None) -> np.ndarray:
-        """Features as a float vector; object features are ordered by ``names``."""
-        if isinstance(self.features, dict):
-            if names is None:
-                return np.fromiter(self.features.values(), dtype=float)
-            missing = [n for n in names if n not in self.features]
-            if missing or len(self.features) != len(names):
-                raise InvalidEvent(
-                    f"feature names {sorted(self.features)} differ from the stream's {list(names)}"
-                )
-            return np.array([self.features[n] for n in names], dtype=float)
-        return np.asarray(self.features, dtype=float)
+        """:meth:`feature_values` as a float vector."""
+        return np.asarray(self.feature_values(names), dtype=float)
 
 
 class LabelEvent(_EventStruct, frozen=True, tag="label"):

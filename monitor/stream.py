@@ -367,30 +367,12 @@ class StreamMonitor:
     # -- validation ---------------------------------------------------------------------------
 
     def _features(self, event: PredictionEvent) -> np.ndarray:
-        x = event.feature_vector(self.calibration.feature_names)
-        if x.shape[0] != self.calibration.n_features:
-            raise InvalidEvent(
-                f"wrong feature dimension: got {x.shape[0]}, "
-                f"stream {self.name!r} expects {self.calibration.n_features}"
-            )
-        return x
+        return np.asarray(self._feature_list(event), dtype=float)
 
     def _feature_list(self, event: PredictionEvent) -> list[float]:
-        """:meth:`_features` as a list (the batch path builds one matrix per batch)."""
-        features = event.features
-        names = self.calibration.feature_names
-        if isinstance(features, dict):
-            if names is None:
-                values = list(features.values())
-            else:
-                if len(features) != len(names) or any(n not in features for n in names):
-                    raise InvalidEvent(
-                        f"feature names {sorted(features)} differ from the stream's "
-                        f"{list(names)}"
-                    )
-                values = [features[n] for n in names]
-        else:
-            values = features
+        """The event's features in the stream's order, checked against its width (a list: the
+        batch path builds one matrix per batch)."""
+        values = event.feature_values(self.calibration.feature_names)
         if len(values) != self.calibration.n_features:
             raise InvalidEvent(
                 f"wrong feature dimension: got {len(values)}, "

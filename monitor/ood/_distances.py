@@ -88,31 +88,13 @@ def _kth_half_distances(
         out[i] = _select(row, k, best)
 
 
-def partial_sq_distances(
-    block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating]
-) -> NDArray[np.floating]:
-    """``‖r_j‖² − 2 q_i·r_j`` for every row ``q_i`` of ``block`` and column ``r_j`` of ``bank_t``
-    (the reference points, transposed: shape (d, m)); add ``‖q_i‖²`` for squared distances.
-
-    Examples
-    --------
-    >>> bank = np.array([[0.0, 0.0], [3.0, 4.0]])
-    >>> q = np.array([[3.0, 0.0]])
-    >>> partial_sq_distances(q, np.ascontiguousarray(bank.T), (bank**2).sum(1)) + 9.0
-    array([[ 9., 16.]])
-    """
-    out = row_products(block, bank_t)
-    out *= -2.0
-    out += sq_norms.astype(out.dtype, copy=False)
-    return out
-
-
 def kth_partial_sq_distance(
     block: NDArray[np.floating], bank_t: NDArray[np.floating], sq_norms: NDArray[np.floating],
     k: int,
 ) -> NDArray[np.floating]:
-    """For each row of ``block``, the k-th smallest of :func:`partial_sq_distances` (1-based
-    ``k`` ≤ the number of reference points): one pass, no (n, m) matrix.
+    """For each row of ``block``, the k-th smallest of ``‖r_j‖² − 2 q·r_j`` over the columns
+    ``r_j`` of ``bank_t`` (the reference points transposed, shape (d, m); add ``‖q‖²`` for
+    squared distances), for 1-based ``k`` ≤ m: one pass, no (n, m) matrix.
 
     Examples
     --------
