@@ -47,6 +47,12 @@ class BatchOutput:
         self.trace_points += trace_points
         self.ood_windows += ood_windows
 
+    def read(self, records: Iterable[Any]) -> None:
+        """Advance the next offset of each partition past ``records``."""
+        for record in records:
+            key = (record.topic, record.partition)
+            self.offsets[key] = max(self.offsets.get(key, 0), record.offset + 1)
+
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +133,7 @@ class Pipeline:
                     raise BatchStepError(name, exc) from exc
                 log.exception("internal error on %s", _where(records[positions[0]]))
                 monitor.load_state(before)
-                rejected = [(0, f"internal error: {type(exc).__name__}: {exc}")]
+                rejected = [(0, _internal_error(exc))]
             for i, reason in rejected:
                 record = records[positions[i]]
                 dead.append((positions[i], _dead_letter(
@@ -139,20 +145,16 @@ class Pipeline:
                 out.add_records(*monitor.drain())
         dead.sort(key=lambda item: item[0])
         out.dead_letters = [letter for _, letter in dead]
-        for record in records:
-            key = (record.topic, record.partition)
-            out.offsets[key] = max(out.offsets.get(key, 0), record.offset + 1)
+        out.read(records)
         return out
 
-    def _process_per_event(self, records: Iterable[Any]) -> BatchOutput:
+    def _process_per_event(self, records: Sequence[Any]) -> BatchOutput:
         out = BatchOutput()
         decoded = [self._decode(record) for record in records]
         self._prepare(decoded)
         for item in decoded:
             self._observe(item, out)
-            record = item.record
-            key = (record.topic, record.partition)
-            out.offsets[key] = max(out.offsets.get(key, 0), record.offset + 1)
+        out.read(records)
         for name in out.touched:
             out.add_records(*self.streams[name].drain())
         return out
@@ -205,7 +207,7 @@ class Pipeline:
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
             log.exception("internal error on %s", _where(record))
-            reason = f"internal error: {type(exc).__name__}: {exc}"
+            reason = _internal_error(exc)
             ts = _record_time(record)
             out.dead_letters.append(_dead_letter(self.source, record, reason, ts, stream))
             return
@@ -218,6 +220,11 @@ class _Decoded(NamedTuple):
 
     record: Any
     event: Event | Exception
+
+
+def _internal_error(exc: Exception) -> str:
+    """The dead-letter reason of a record whose processing failed on a bug."""
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def _where(record: Any) -> str:
