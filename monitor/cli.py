@@ -344,6 +344,13 @@ def _add_dashboards(sub: Any) -> None:
     push.add_argument("--user", help="basic-auth user (with --password)")
     push.add_argument("--password", help="basic-auth password")
     push.add_argument("--prometheus-url", help="Prometheus URL for the panels fed by /metrics")
+    push.add_argument(
+        "--datasource-db",
+        metavar="URL",
+        help="database URL Grafana's datasource connects with, as Grafana reaches it: the "
+        "read-only reader role (or MONITOR_GRAFANA_DATABASE_URL); without it the datasource is "
+        "left as it is (--db is never handed to Grafana)",
+    )
     push.set_defaults(handler=_cmd_dashboards_push)
 
 
@@ -674,21 +681,27 @@ def _prepare_workers(settings: Settings) -> None:
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.dashboards import DashboardPushError, push_dashboards
+    from monitor.dashboards import POSTGRES_UID, DashboardPushError, push_dashboards
 
+    datasource = args.datasource_db or os.environ.get("MONITOR_GRAFANA_DATABASE_URL") or None
     try:
         pushed = push_dashboards(
             args.grafana_url,
             token=args.token or os.environ.get("GRAFANA_TOKEN") or None,
             user=args.user,
             password=args.password,
-            database_url=settings.database_url,
+            database_url=datasource,
             prometheus_url=args.prometheus_url,
         )
     except DashboardPushError as exc:
         raise UserError(str(exc)) from None
     for uid in pushed:
         print(f"dashboard {uid} pushed to {args.grafana_url}")
+    if datasource is None:
+        print(
+            f"datasource {POSTGRES_UID} left as it is: pass --datasource-db with the read-only "
+            "reader's URL to create or update it (docs/dashboards.md)"
+        )
     return 0
 
 
