@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from monitor.worker import (
     TopicPartition,
     Worker,
 )
+
+log = logging.getLogger(__name__)
 
 
 class RunError(Exception):
@@ -231,6 +234,7 @@ def run_source(
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
         checkpoint_every=checkpoint_every,
+        housekeeping=_retention(settings, sink),
     )
     stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
     ended = "the source ended"
@@ -445,6 +449,20 @@ def rebind_stream(
         return (None if old is None else old.describe()), writer.describe()
     finally:
         sink.close()
+
+
+def _retention(settings: Settings, sink: Any) -> tuple[float, Callable[[], Any]] | None:
+    """The worker's background retention pass (monitor.db.retention), when it stores results."""
+    if not isinstance(sink, DatabaseSink) or settings.retention_interval <= 0:
+        return None
+    from monitor.db.retention import prune
+
+    def task() -> None:
+        report = prune(sink.sessions, max_seconds=settings.retention_max_seconds)
+        if report.total:
+            log.info("retention: pruned %s", report.deleted)
+
+    return settings.retention_interval, task
 
 
 def list_alarms(

@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     #: a crash and deliver their alarms again, each with its id (docs/streaming.md, "Delivery
     #: semantics"). 5 was chosen by measurement: most of the saving, a bounded replay.
     checkpoint_every: int = Field(default=5, ge=1)
+    #: Seconds between the worker's background retention passes (``monitor db prune`` between
+    #: batches, each pass at most ``retention_max_seconds``); 0 turns them off.
+    retention_interval: float = Field(default=600.0, ge=0)
+    retention_max_seconds: float = Field(default=2.0, gt=0)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
     #: Logging level of the service (DEBUG, INFO, WARNING, ERROR or CRITICAL).

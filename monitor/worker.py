@@ -353,6 +353,7 @@ class Worker:
         summary_limit: int | None = None,
         checkpoint_every: int = 1,
         streams_refresh_s: float | None = 5.0,
+        housekeeping: tuple[float, Callable[[], Any]] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -373,6 +374,9 @@ class Worker:
         self.checkpoint_every = checkpoint_every
         self.streams_refresh_s = streams_refresh_s
         self._next_refresh = time.monotonic() + (streams_refresh_s or 0.0)
+        # (interval in seconds, task) run between batches, e.g. retention (monitor.db.retention)
+        self.housekeeping = housekeeping
+        self._next_housekeeping = time.monotonic()
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
         # Records are processed one at a time, each its own checkpoint, until every partition
@@ -437,6 +441,8 @@ class Worker:
         if self.streams_refresh_s is not None and time.monotonic() >= self._next_refresh:
             self._refresh_streams()
             self._next_refresh = time.monotonic() + self.streams_refresh_s
+        if self.housekeeping is not None and time.monotonic() >= self._next_housekeeping:
+            self._housekeep()
         size = 1 if self._isolate_until else self.batch_size
         records = self.source.poll(size, self.poll_timeout_s)
         if records:
@@ -453,6 +459,17 @@ class Worker:
         else:
             self._checkpoint()  # caught up (an empty poll): store the progress since the last one
         return True
+
+    def _housekeep(self) -> None:
+        """Run the housekeeping task between batches; its failure is logged, never fatal (the
+        next attempt is an interval later)."""
+        assert self.housekeeping is not None
+        interval, task = self.housekeeping
+        try:
+            task()
+        except Exception:
+            log.exception("housekeeping failed; retrying in %.0f s", interval)
+        self._next_housekeeping = time.monotonic() + interval
 
     # -- streams registered or updated while running ------------------------------------------
 
