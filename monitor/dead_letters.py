@@ -139,6 +139,7 @@ def _letter_json(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,
         "ts": row.ts.isoformat(),
+        "ts_source": row.ts_source,
         "source": row.source_name or row.source,
         "partition": row.partition,
         "offset": row.offset,

@@ -48,14 +48,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
 
-from monitor.pipeline import BatchOutput, BatchStepError, Pipeline
+from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, record_time
 from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import StreamMonitor
 
@@ -818,13 +817,15 @@ class _Pending:
 
 def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
     # Same location naming as the pipeline's dead letters (source name, then topic).
+    ts, ts_source = record_time(record)
     return DeadLetter(
         source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
         partition=record.partition,
         offset=record.offset,
         reason=reason,
         payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
-        ts=datetime.now(UTC),
+        ts=ts,
+        ts_source=ts_source,
     )
 
 

@@ -214,6 +214,8 @@ class TracePointRow(Base):
     log_threshold: Mapped[float | None] = mapped_column(Double)
     weights_ess: Mapped[float | None] = mapped_column(Double)
     config_version: Mapped[int | None] = mapped_column(Integer)
+    #: Ingest time (when the row was stored); ``ts`` is the prediction's event time.
+    created_at: Mapped[datetime] = _created()
 
     def to_record(self) -> TracePoint:
         """The pipeline's :class:`~monitor.records.TracePoint` (NULL comes back as NaN)."""
@@ -248,6 +250,8 @@ class OODWindowRow(Base):
     threshold: Mapped[float | None] = mapped_column(Double)
     rule: Mapped[str] = mapped_column(SHORT)
     alpha: Mapped[float] = mapped_column(Double)
+    #: Ingest time (when the row was stored); ``ts`` is the window's last event time.
+    created_at: Mapped[datetime] = _created()
 
     flags: Mapped[list[OODFlagRow]] = relationship(lazy="raise", passive_deletes=True)
 
@@ -337,6 +341,9 @@ class DeadLetterRow(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     stream: Mapped[str | None] = mapped_column(NAME)
     ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    #: Where ``ts`` came from: ``event`` (the record's own ts), ``broker`` or ``ingest``; NULL
+    #: on rows stored before revision 0013.
+    ts_source: Mapped[str | None] = mapped_column(SHORT)
     created_at: Mapped[datetime] = _created()
 
 

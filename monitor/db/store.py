@@ -272,8 +272,8 @@ class _BatchRows:
         now = utcnow()
         return cls(
             alarms=[_alarm_row(a, now) for a in alarms],
-            trace_points=[_trace_row(t) for t in trace_points],
-            ood_windows=[_ood_window_row(w) for w in ood_windows],
+            trace_points=[_trace_row(t, now) for t in trace_points],
+            ood_windows=[_ood_window_row(w, now) for w in ood_windows],
             ood_flags=[_ood_flag_row(w, e) for w in ood_windows for e in w.flagged_ids],
             dead_letters=[_dead_letter_row(d, now) for d in dead_letters],
             checkpoints=[_checkpoint_row(s, c, now) for s, c in checkpoints.items()],
@@ -367,7 +367,7 @@ def _alarm_row(alarm: Alarm, now: datetime) -> Row:
     }
 
 
-def _trace_row(point: TracePoint) -> Row:
+def _trace_row(point: TracePoint, now: datetime) -> Row:
     # SQLite turns NaN into NULL by itself; doing it here makes PostgreSQL agree.
     return {
         "stream": point.stream,
@@ -380,10 +380,11 @@ def _trace_row(point: TracePoint) -> Row:
         "log_threshold": _nan_to_none(point.log_threshold),
         "weights_ess": _nan_to_none(point.weights_ess),
         "config_version": point.config_version,
+        "created_at": now,
     }
 
 
-def _ood_window_row(window: OODWindow) -> Row:
+def _ood_window_row(window: OODWindow, now: datetime) -> Row:
     return {
         "stream": window.stream,
         "window_index": window.window_index,
@@ -395,6 +396,7 @@ def _ood_window_row(window: OODWindow) -> Row:
         "threshold": _nan_to_none(window.threshold),
         "rule": window.rule,
         "alpha": window.alpha,
+        "created_at": now,
     }
 
 
@@ -413,6 +415,7 @@ def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
         "payload": bytes(letter.payload[: DeadLetter.MAX_PAYLOAD]),
         "stream": letter.stream,
         "ts": letter.ts,
+        "ts_source": letter.ts_source,
         "created_at": now,
     }
 
