@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import ConfigError, StreamConfig, load_stream_config
@@ -21,6 +21,10 @@ from monitor.worker import (
     TopicPartition,
     Worker,
 )
+
+
+if TYPE_CHECKING:
+    from monitor.alerts import AlertRouting
 
 
 class RunError(Exception):
@@ -61,7 +65,7 @@ def read_configs(paths: Iterable[str]) -> list[StreamConfig]:
 class DatabaseSink:
     """Persists each batch with its detector checkpoints and source offsets in one transaction."""
 
-    def __init__(self, url: str, migrate: bool = True) -> None:
+    def __init__(self, url: str, migrate: bool = True, routing: AlertRouting | None = None) -> None:
         from monitor.db.engine import make_engine, session_factory
         from monitor.db.migrate import upgrade
 
@@ -69,6 +73,8 @@ class DatabaseSink:
             upgrade(url)
         self.engine = make_engine(url)
         self.sessions = session_factory(self.engine)
+        #: Alert routing: each batch's alarms are queued in ``alert_outbox`` with the batch.
+        self.routing = routing
 
     def load_offsets(
         self, keys: set[TopicPartition], source: Callable[[str], str]
@@ -106,9 +112,15 @@ class DatabaseSink:
             name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
         }
+        alerts = []
+        if self.routing is not None and out.alarms:
+            from monitor.alerts import outbox_rows
+
+            alerts = outbox_rows(out.alarms, self.routing)
         with self.sessions() as session:
             persist_batch(
                 session,
+                alerts=alerts,
                 alarms=out.alarms,
                 trace_points=out.trace_points,
                 ood_windows=out.ood_windows,
