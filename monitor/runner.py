@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ from monitor.worker import (
 
 if TYPE_CHECKING:
     from monitor.alerts import AlertRouting
+
+
+log = logging.getLogger(__name__)
 
 
 class RunError(Exception):
@@ -230,7 +234,7 @@ def run_source(
     kind = source_url.split(":", 1)[0]
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
-    hooks = _webhooks(settings, sink)
+    hooks = _alerts(settings, sink)
     watched = _watch(metrics_port, metrics_host, health_bound_s, store, pipeline, source, sink)
     worker = Worker(
         source if watched is None else watched.source,
@@ -238,7 +242,7 @@ def run_source(
         sink if watched is None else watched.sink,
         source_kind=kind,
         batch_size=batch_size,
-        on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.submit),
+        on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.notify),
         on_batch=on_batch if watched is None else _batch_fan_out(watched.batch_done, on_batch),
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
@@ -317,12 +321,36 @@ def _batch_fan_out(
     return call
 
 
-def _webhooks(settings: Settings, sink: Sink) -> Any:
-    """The alarm webhook dispatcher of ``settings``; attempts are stored when a database is."""
+@dataclass
+class _AlertHooks:
+    """What delivers a run's alarms: ``notify`` is called with each durable alarm."""
+
+    notify: Callable[[Alarm], None]
+    close: Callable[[], None]
+
+
+def _alerts(settings: Settings, sink: Sink) -> _AlertHooks | None:
+    """With a database, the sink queues each batch's routed alarms in ``alert_outbox`` and a
+    delivery thread sends them (at-least-once); without one (``--no-store``), the in-memory
+    dispatcher of ``MONITOR_WEBHOOK_URLS`` (at-most-once). None: no receiver."""
+    from monitor.alerts import AlertDelivery, AlertRoutingError, routing_from_settings
     from monitor.webhooks import dispatcher_from_settings
 
-    record: Any = sink.sessions if isinstance(sink, DatabaseSink) else (lambda attempt: None)
-    return dispatcher_from_settings(settings, record)
+    try:
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise RunError(str(exc)) from None
+    if routing is None:
+        return None
+    if not isinstance(sink, DatabaseSink):
+        if settings.alerts_file:
+            log.warning("--no-store: the alert routing file needs the database (its outbox); "
+                        "only MONITOR_WEBHOOK_URLS receive alarms, from memory")
+        hooks = dispatcher_from_settings(settings, lambda attempt: None)
+        return None if hooks is None else _AlertHooks(hooks.submit, hooks.close)
+    sink.routing = routing
+    delivery = AlertDelivery(sink.sessions, settings.webhook_secret, routing.delivery).start()
+    return _AlertHooks(delivery.wake, delivery.close)
 
 
 def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], None] | None:

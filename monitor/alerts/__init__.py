@@ -13,6 +13,7 @@ from monitor.alerts.routing import (
     Route,
     Severity,
     load_alert_routing,
+    routing_from_settings,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "load_alert_routing",
     "outbox_rows",
     "render",
+    "routing_from_settings",
 ]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -34,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from monitor.records import ALARM_KINDS, Alarm
+from monitor.settings import Settings
 
 __all__ = [
     "SEVERITY_OF_KIND",
@@ -44,7 +46,10 @@ __all__ = [
     "Route",
     "Severity",
     "load_alert_routing",
+    "routing_from_settings",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class AlertRoutingError(ValueError):
@@ -226,6 +231,18 @@ def load_alert_routing(path: str | None, webhook_urls: Sequence[str] = ()) -> Al
         raise AlertRoutingError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}"
                                 f": {exc}") from None
     return parse_alert_routing(data, path).with_webhook_urls(webhook_urls)
+
+
+def routing_from_settings(settings: Settings) -> AlertRouting | None:
+    """The routing of ``settings.alerts_file`` and ``settings.webhook_urls`` (None: neither),
+    shared by ``monitor run`` and the API app; warns when deliveries would go unsigned."""
+    from monitor.webhooks import webhook_urls
+
+    routing = load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
+    if routing is not None and not settings.webhook_secret:
+        log.warning("alert receivers are configured without MONITOR_WEBHOOK_SECRET: signatures "
+                    "are computed with an empty key and prove nothing")
+    return routing
 
 
 def _first_error(exc: ValidationError) -> str:
