@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.api.schemas import ErrorResponse
 from monitor.db.errors import (
+    DeliveryNotDeadError,
     InvalidCursorError,
     NotFoundError,
     StreamBoundError,
