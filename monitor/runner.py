@@ -23,7 +23,6 @@ from monitor.worker import (
     Worker,
 )
 
-
 if TYPE_CHECKING:
     from monitor.alerts import AlertRouting
 

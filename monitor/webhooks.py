@@ -1,7 +1,7 @@
 """Alarm webhooks: signed, idempotent, retried deliveries that never block detection.
 
-Each alarm is POSTed to every configured URL as ``alarm.to_json()`` (the alarm record with its
-diagnosis and evidence), with these headers:
+Every alarm delivery (to a webhook, Slack or Alertmanager receiver; :mod:`monitor.alerts`) is a
+POST with these headers:
 
 ``X-Monitor-Timestamp: <unix seconds>``
     When the request was signed.
@@ -18,9 +18,10 @@ diagnosis and evidence), with these headers:
 With a database, alarms are delivered from the ``alert_outbox`` table by
 :class:`monitor.alerts.AlertDelivery` (at-least-once across crashes, routed per receiver).
 :class:`WebhookDispatcher` is the delivery of runs without a database (``monitor run
---no-store``): an in-memory queue, so a crash loses what it holds. A 2xx answer ends the delivery. Connection errors, timeouts, 429 and 5xx are retried with
-exponential backoff (``Retry-After`` is honoured when longer) up to ``max_attempts``; any other
-answer (3xx, 4xx) is final. Every attempt, and every delivery dropped without an attempt (queue
+--no-store``): an in-memory queue, so a crash loses what it holds. A 2xx answer ends the
+delivery. Connection errors, timeouts, 429 and 5xx are retried with exponential backoff
+(``Retry-After`` is honoured when longer) up to ``max_attempts``; any other answer (3xx, 4xx)
+is final. Every attempt, and every delivery dropped without an attempt (queue
 full, shutdown), is recorded (``webhook_deliveries`` with :class:`DatabaseRecorder`).
 
 :meth:`WebhookDispatcher.submit` only appends to a bounded in-memory queue; the HTTP calls and the

@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from monitor.alerts.payloads import render
 from monitor.alerts.routing import AlertRouting, Delivery
 from monitor.db.engine import SQLITE_BEGIN
-from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow, utcnow
+from monitor.db.models import AlertOutboxRow, Base, WebhookDeliveryRow, utcnow
 from monitor.records import Alarm
 from monitor.webhooks import MAX_RETRY_AFTER, idempotency_key, signed_headers
 
@@ -245,7 +245,7 @@ class AlertDelivery:
             if row is not None and (ours or (answer.succeeded and row.status == PENDING)):
                 self._update(row, claimed, answer)
             # Two receivers may share a URL: their attempts are recorded once.
-            table = WebhookDeliveryRow.__table__
+            table = Base.metadata.tables[WebhookDeliveryRow.__tablename__]
             dialect = session.get_bind().dialect.name
             stmt = (postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table))
             session.execute(stmt.on_conflict_do_nothing(), [_attempt_row(claimed, answer)])

@@ -12,13 +12,13 @@ import pydantic_core
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from monitor.alerts import AlertDelivery, routing_from_settings
 from monitor.api.auth import AuthMiddleware, TokenStore
 from monitor.api.deps import ApiContext
 from monitor.api.errors import install_error_handlers
 from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
-from monitor.alerts import AlertDelivery, routing_from_settings
 from monitor.api.routes import alarms, alerts, events, health, metrics, streams
 from monitor.db import repositories as repo
 from monitor.db.engine import make_engine, normalise_url, session_factory

@@ -4,6 +4,7 @@ backoff, dead after the last attempt, redelivered after a crash."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -106,8 +107,11 @@ def test_each_receiver_gets_its_routed_alarms_in_its_format_signed(
     db_engine: Engine, sink: DatabaseSink, receiver: Receiver
 ) -> None:
     sink.routing = routing(receiver)
-    alarms = [alarm("bikes", 0, kind="concept_shift"), alarm("fraud-eu", 1, kind="benign_covariate_shift"),
-              alarm("fraud-eu", 2, kind="extreme_covariate_shift")]
+    alarms = [
+        alarm("bikes", 0, kind="concept_shift"),
+        alarm("fraud-eu", 1, kind="benign_covariate_shift"),
+        alarm("fraud-eu", 2, kind="extreme_covariate_shift"),
+    ]
     sink.persist(BatchOutput(alarms=alarms), [], {})
     drain(AlertDelivery(sink.sessions, SECRET, sink.routing.delivery))
     hook, slack, am = (receiver.on(p) for p in ("/hook", "/slack", "/api/v2/alerts"))
@@ -141,7 +145,7 @@ def test_failures_are_retried_with_backoff_and_the_same_key_until_delivered(
     assert [r.headers["X-Monitor-Attempt"] for r in got] == ["1", "2", "3", "4"]
     assert {r.headers["X-Monitor-Idempotency-Key"] for r in got} == {f"{record.id}:1"}
     # Waits after attempts 1, 2, 3: at least half of 0.05, 0.1, 0.2 s (equal jitter).
-    gaps = [b.at - a.at for a, b in zip(got, got[1:], strict=False)]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
     assert all(gap >= 0.5 * 0.05 * 2**n for n, gap in enumerate(gaps)), gaps
     assert [a.status_code for a in attempts(db_engine)] == [503, 429, 500, 204]
     (row,) = deliveries(db_engine)

@@ -108,7 +108,7 @@ def test_unreadable_or_malformed_files_are_clear_errors(tmp_path: Path) -> None:
         load_alert_routing(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "alerts.json"
     bad.write_text("{receivers: [")
-    with pytest.raises(AlertRoutingError, match="alerts.json: not valid JSON"):
+    with pytest.raises(AlertRoutingError, match=r"alerts\.json: not valid JSON"):
         load_alert_routing(str(bad))
     with pytest.raises(AlertRoutingError, match="MONITOR_WEBHOOK_URLS: url: must start"):
         load_alert_routing(None, ["hooks.example/x"])
