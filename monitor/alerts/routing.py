@@ -247,7 +247,7 @@ def routing_from_settings(settings: Settings) -> AlertRouting | None:
 
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    where = ".".join(str(p) for p in error["loc"])
     message = str(error["msg"]).removeprefix("Value error, ")
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {message}{more}"
+    return f"{where + ': ' if where else ''}{message}{more}"

@@ -79,7 +79,8 @@ def test_webhook_urls_are_a_catch_all_route(tmp_path: Path) -> None:
     ("change", "message"),
     [
         ({"receivers": []}, "receivers: Tuple should have at least 1 item"),
-        ({"routes": [{"receivers": ["nobody"]}]}, "names unknown receiver(s) ['nobody']"),
+        ({"routes": [{"receivers": ["nobody"]}]},
+         "alerts.yaml: routes[0] names unknown receiver(s) ['nobody']; receivers: ['oncall',"),
         ({"routes": [{"receivers": ["ml"], "kinds": ["drift"]}]},
          "unknown alarm kind(s) ['drift']; valid kinds"),
         ({"routes": [{"receivers": ["ml"], "min_severity": "high"}]},
