@@ -146,7 +146,7 @@ class AlertDelivery:
         Longest sleep between two looks at the outbox (:meth:`wake` ends it early).
     lease_s
         How long a claimed row is left to its claimer before another may take it (default:
-        the request timeout plus 30 s).
+        ``delivery.lease_seconds``).
     batch
         Rows claimed at a time.
     rng
@@ -170,7 +170,7 @@ class AlertDelivery:
         if poll_s <= 0 or batch < 1 or (lease_s is not None and lease_s <= 0):
             raise ValueError("poll_s and lease_s must be > 0 and batch >= 1")
         self.poll_s = poll_s
-        self.lease_s = self.delivery.timeout_seconds + 30.0 if lease_s is None else lease_s
+        self.lease_s = self.delivery.lease_seconds if lease_s is None else lease_s
         self.batch = batch
         self.backoff = jittered_backoff(self.delivery, rng or random.Random())
         self._wake = threading.Event()

@@ -129,7 +129,9 @@ class Route(BaseModel):
 
 class Delivery(BaseModel):
     """Retries: after failed attempt ``n`` wait ``backoff_seconds * 2**(n-1)`` (at most
-    ``max_backoff_seconds``) scaled by a random factor in [1/2, 1]; ``max_attempts`` in all."""
+    ``max_backoff_seconds``) scaled by a random factor in [1/2, 1]; ``max_attempts`` in all.
+    A delivery whose process died during its attempt is taken again ``claim_lease_seconds``
+    after the attempt started (default: ``timeout_seconds + 30``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -137,6 +139,20 @@ class Delivery(BaseModel):
     backoff_seconds: float = Field(default=1.0, ge=0)
     max_backoff_seconds: float = Field(default=300.0, ge=0)
     timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    claim_lease_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_a_request(self) -> Delivery:
+        lease = self.claim_lease_seconds
+        if lease is not None and lease <= self.timeout_seconds:
+            raise ValueError("claim_lease_seconds must be longer than timeout_seconds, or a "
+                             "slow answer would be attempted twice at once")
+        return self
+
+    @property
+    def lease_seconds(self) -> float:
+        lease = self.claim_lease_seconds
+        return self.timeout_seconds + 30.0 if lease is None else lease
 
 
 class AlertRouting(BaseModel):

@@ -26,6 +26,11 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     port: int = 0
+    #: Requests are answered only while this is set (clear it to hold them, up to 30 s).
+    open: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.open.set()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -51,6 +56,7 @@ def running_receiver() -> Iterator[Receiver]:
                 state.received.append(
                     Received(self.path, dict(self.headers), body, time.monotonic())
                 )
+            state.open.wait(30)
             self.send_response(state.answer(self.path))
             self.send_header("Content-Length", "0")
             self.end_headers()
