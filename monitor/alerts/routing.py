@@ -81,7 +81,8 @@ assert set(SEVERITY_OF_KIND) == set(ALARM_KINDS)
 
 ReceiverType = Literal["webhook", "slack", "alertmanager"]
 SeverityName = Literal["info", "warning", "critical"]
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+#: A receiver's name: what the API and the metrics show.
+RECEIVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
 class Receiver(BaseModel):
@@ -89,7 +90,7 @@ class Receiver(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=_NAME)
+    name: str = Field(pattern=RECEIVER_NAME_PATTERN)
     type: ReceiverType
     url: str
 

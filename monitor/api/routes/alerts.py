@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Security
 
+from monitor.alerts.routing import RECEIVER_NAME_PATTERN
 from monitor.api import queries
 from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
@@ -30,7 +31,7 @@ def list_deliveries(
         DeliveryStatus | None, Query(description="Only deliveries in this state.")
     ] = None,
     receiver: Annotated[
-        str | None, Query(min_length=1, max_length=64, description="Only this receiver.")
+        str | None, Query(pattern=RECEIVER_NAME_PATTERN, description="Only this receiver.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
     cursor: Annotated[
