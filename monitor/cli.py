@@ -594,11 +594,16 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.db.store import CheckpointMovedError
     from monitor.dead_letters import replay_dead_letters
     from monitor.runner import DatabaseSink, RunError
 
-    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate, routing=routing)
     try:
         report = replay_dead_letters(
             sink,
