@@ -112,7 +112,6 @@ class Claimed:
     body: str
     key: str
     attempt: int
-    attempt_limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +231,7 @@ class AlertDelivery:
                 row.attempts += 1
                 row.next_attempt_at = now + timedelta(seconds=self.lease_s)
                 taken.append(Claimed(row.id, row.alarm_id, row.receiver, row.url, row.body,
-                                     row.idempotency_key, row.attempts, row.attempt_limit))
+                                     row.idempotency_key, row.attempts))
             return taken
 
     def finish(self, claimed: Claimed, answer: _Answer) -> None:
