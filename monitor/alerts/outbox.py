@@ -281,6 +281,9 @@ class AlertDelivery:
             except SQLAlchemyError as exc:  # the database is away: try again after a pause
                 log.warning("alert delivery could not reach the outbox: %s", exc)
                 attempted = 0
+            except Exception:  # a bug must not end deliveries: claimed rows come back later
+                log.exception("alert delivery pass failed")
+                attempted = 0
             if self._closing.is_set() and (not attempted or time.monotonic() >= self._deadline):
                 return
             if not attempted:

@@ -77,7 +77,6 @@ SEVERITY_OF_KIND: dict[str, Severity] = {
     "extreme_covariate_shift": Severity.WARNING,
     "benign_covariate_shift": Severity.INFO,
 }
-assert set(SEVERITY_OF_KIND) == set(ALARM_KINDS)
 
 ReceiverType = Literal["webhook", "slack", "alertmanager"]
 SeverityName = Literal["info", "warning", "critical"]
