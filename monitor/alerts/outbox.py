@@ -208,10 +208,11 @@ class AlertDelivery:
     # -- one pass -------------------------------------------------------------------------------
 
     def deliver_due(self) -> int:
-        """Claim due rows, attempt each, record the outcomes; the number attempted."""
+        """Claim due rows, attempt each, record the outcomes (one transaction for the pass);
+        the number attempted."""
         claimed = self.claim(self.batch)
-        for row in claimed:
-            self.finish(row, self._post(row))
+        if claimed:
+            self.finish([(row, self._post(row)) for row in claimed])
         return len(claimed)
 
     def claim(self, n: int) -> list[Claimed]:
@@ -234,20 +235,26 @@ class AlertDelivery:
                                      row.idempotency_key, row.attempts))
             return taken
 
-    def finish(self, claimed: Claimed, answer: _Answer) -> None:
-        """Store the outcome of one attempt (a row re-claimed meanwhile is left to its new
-        claimer unless this attempt delivered it)."""
+    def finish(self, outcomes: Sequence[tuple[Claimed, _Answer]]) -> None:
+        """Store the outcome of each attempt (a row re-claimed meanwhile is left to its new
+        claimer unless this attempt delivered it) and record the attempts, in one transaction."""
         with self.sessions() as session, session.begin():
             session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
-            row = session.get(AlertOutboxRow, claimed.id, with_for_update=True)
-            ours = row is not None and row.status == PENDING and row.attempts == claimed.attempt
-            if row is not None and (ours or (answer.succeeded and row.status == PENDING)):
-                self._update(row, claimed, answer)
+            ids = sorted(claimed.id for claimed, _ in outcomes)
+            query = select(AlertOutboxRow).where(AlertOutboxRow.id.in_(ids)).with_for_update()
+            rows = {row.id: row for row in session.scalars(query)}
+            for claimed, answer in outcomes:
+                row = rows.get(claimed.id)
+                if row is None or row.status != PENDING:
+                    continue
+                if row.attempts == claimed.attempt or answer.succeeded:
+                    self._update(row, claimed, answer)
             # Two receivers may share a URL: their attempts are recorded once.
             table = Base.metadata.tables[WebhookDeliveryRow.__tablename__]
             dialect = session.get_bind().dialect.name
             stmt = (postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table))
-            session.execute(stmt.on_conflict_do_nothing(), [_attempt_row(claimed, answer)])
+            session.execute(stmt.on_conflict_do_nothing(),
+                            [_attempt_row(claimed, answer) for claimed, answer in outcomes])
 
     def _update(self, row: AlertOutboxRow, claimed: Claimed, answer: _Answer) -> None:
         now = utcnow()
