@@ -228,9 +228,11 @@ class AlertDelivery:
                 .with_for_update(skip_locked=True)
             )
             taken = []
-            for row in session.scalars(query):
+            for k, row in enumerate(session.scalars(query)):
+                # The pass POSTs its rows one after the other: the k-th waits for k requests.
+                lease = self.lease_s + k * self.delivery.timeout_seconds
                 row.attempts += 1
-                row.next_attempt_at = now + timedelta(seconds=self.lease_s)
+                row.next_attempt_at = now + timedelta(seconds=lease)
                 taken.append(Claimed(row.id, row.alarm_id, row.receiver, row.url, row.body,
                                      row.idempotency_key, row.attempts))
             return taken

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -202,20 +203,24 @@ def test_a_crash_before_or_during_delivery_is_redelivered_after_restart(
     first.persist(BatchOutput(alarms=benign), [], {})
     first.close()
     assert receiver.received == []
-    # Process 2 claims them (its lease: 0.3 s) and dies during its POSTs.
+    # Process 2 claims them (leases: 0.3 s, plus its 0.1 s timeout for the second, which waits
+    # for the first's POST) and dies during its POSTs.
     second = DatabaseSink(migrated_database_url, migrate=False)
-    crashed = AlertDelivery(second.sessions, SECRET, Delivery(**FAST), lease_s=0.3)
+    crashed = AlertDelivery(second.sessions, SECRET, Delivery(**FAST | {"timeout_seconds": 0.1}),
+                            lease_s=0.3)
+    before = datetime.now(UTC)
     claimed = crashed.claim(10)
     assert len(claimed) == 2
     del crashed
     second.close()
-    # Process 3 finds them leased, then due once the lease ends, and delivers each.
+    # The claims are leased: not due before 0.3 s (first) and 0.4 s (second) after the claim.
+    leases = sorted(d.next_attempt_at - before for d in deliveries(db_engine))
+    assert leases[0] >= timedelta(seconds=0.3) and leases[1] >= timedelta(seconds=0.4)
+    # Process 3, once the leases end, finds them due and delivers each.
+    time.sleep(max(0.0, (before + leases[1] - datetime.now(UTC)).total_seconds()) + 0.05)
     third = DatabaseSink(migrated_database_url, migrate=False)
     try:
-        restarted = AlertDelivery(third.sessions, SECRET, Delivery(**FAST))
-        assert restarted.deliver_due() == 0
-        time.sleep(0.35)
-        drain(restarted)
+        drain(AlertDelivery(third.sessions, SECRET, Delivery(**FAST)))
     finally:
         third.close()
     got = receiver.on("/hook")
