@@ -12,7 +12,8 @@ Delivering: :class:`AlertDelivery` runs one background thread that repeatedly
    transaction holds the database's write lock), counting the attempt and pushing
    ``next_attempt_at`` past a lease — a process that dies mid-delivery leaves the row to be
    claimed again once the lease ends;
-2. POSTs each body, signed (:func:`monitor.webhooks.signed_headers`), outside any transaction;
+2. POSTs the bodies (a few at a time), signed (:func:`monitor.webhooks.signed_headers`), outside
+   any transaction;
 3. *finishes* each row: ``delivered`` on a 2xx answer; ``dead`` on another final answer (3xx,
    4xx but 429) or once ``attempt_limit`` attempts failed; else back to ``pending``, due after an
    exponential backoff with jitter (``Retry-After`` is honoured when longer). Every attempt is
@@ -29,6 +30,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,6 +150,9 @@ class AlertDelivery:
         ``delivery.lease_seconds``).
     batch
         Rows claimed at a time.
+    concurrency
+        Requests of a pass in flight at once (so one slow receiver holds up at most this share
+        of the pass).
     rng
         Source of the backoff jitter.
     """
@@ -161,16 +166,18 @@ class AlertDelivery:
         poll_s: float = 1.0,
         lease_s: float | None = None,
         batch: int = 20,
+        concurrency: int = 8,
         rng: random.Random | None = None,
     ) -> None:
         self.sessions = sessions
         self.secret = secret
         self.delivery = delivery or Delivery()
-        if poll_s <= 0 or batch < 1 or (lease_s is not None and lease_s <= 0):
-            raise ValueError("poll_s and lease_s must be > 0 and batch >= 1")
+        if poll_s <= 0 or batch < 1 or concurrency < 1 or (lease_s is not None and lease_s <= 0):
+            raise ValueError("poll_s and lease_s must be > 0, batch and concurrency >= 1")
         self.poll_s = poll_s
         self.lease_s = self.delivery.lease_seconds if lease_s is None else lease_s
         self.batch = batch
+        self.concurrency = concurrency
         self.backoff = jittered_backoff(self.delivery, rng or random.Random())
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -212,7 +219,9 @@ class AlertDelivery:
         the number attempted."""
         claimed = self.claim(self.batch)
         if claimed:
-            self.finish([(row, self._post(row)) for row in claimed])
+            with ThreadPoolExecutor(min(self.concurrency, len(claimed))) as pool:
+                answers = list(pool.map(self._post, claimed))
+            self.finish(list(zip(claimed, answers, strict=True)))
         return len(claimed)
 
     def claim(self, n: int) -> list[Claimed]:
@@ -229,8 +238,9 @@ class AlertDelivery:
             )
             taken = []
             for k, row in enumerate(session.scalars(query)):
-                # The pass POSTs its rows one after the other: the k-th waits for k requests.
-                lease = self.lease_s + k * self.delivery.timeout_seconds
+                # The pass POSTs ``concurrency`` rows at a time: the k-th may wait for
+                # k // concurrency requests before its own.
+                lease = self.lease_s + (k // self.concurrency) * self.delivery.timeout_seconds
                 row.attempts += 1
                 row.next_attempt_at = now + timedelta(seconds=lease)
                 taken.append(Claimed(row.id, row.alarm_id, row.receiver, row.url, row.body,

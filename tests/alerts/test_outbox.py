@@ -203,11 +203,11 @@ def test_a_crash_before_or_during_delivery_is_redelivered_after_restart(
     first.persist(BatchOutput(alarms=benign), [], {})
     first.close()
     assert receiver.received == []
-    # Process 2 claims them (leases: 0.3 s, plus its 0.1 s timeout for the second, which waits
-    # for the first's POST) and dies during its POSTs.
+    # Process 2 claims them (leases: 0.3 s, plus its 0.1 s timeout for the second, which it
+    # POSTs after the first's) and dies during its POSTs.
     second = DatabaseSink(migrated_database_url, migrate=False)
     crashed = AlertDelivery(second.sessions, SECRET, Delivery(**FAST | {"timeout_seconds": 0.1}),
-                            lease_s=0.3)
+                            lease_s=0.3, concurrency=1)
     before = datetime.now(UTC)
     claimed = crashed.claim(10)
     assert len(claimed) == 2
