@@ -221,6 +221,7 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
+    _alerts_argument(p)
     p.add_argument(
         "--batch-size", type=_positive_int, default=None, help="records per transaction"
     )
@@ -338,7 +339,31 @@ def _add_serve(sub: Any) -> None:
         type=int,
         help="worker processes (default: MONITOR_API_WORKERS or 1; one per core is usual)",
     )
+    _alerts_argument(p)
     p.set_defaults(handler=_cmd_serve)
+
+
+def _alerts_argument(p: Any) -> None:
+    p.add_argument(
+        "--alerts",
+        metavar="FILE",
+        help="alert routing file, YAML or JSON (default: MONITOR_ALERTS_FILE; "
+        "docs/operations.md, \"Alert routing\")",
+    )
+
+
+def _with_alerts(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` with ``--alerts``, checked now: a bad routing file is one line, exit 2."""
+    from monitor.alerts import AlertRoutingError, load_alert_routing
+    from monitor.webhooks import webhook_urls
+
+    if getattr(args, "alerts", None):
+        settings = settings.model_copy(update={"alerts_file": args.alerts})
+    try:
+        load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    return settings
 
 
 def _add_dashboards(sub: Any) -> None:
@@ -392,6 +417,7 @@ def _safe_url(url: str) -> str:
 def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import run_source
 
+    settings = _with_alerts(args, settings)
     summary = run_source(
         source_url=args.source,
         configs=args.config,
@@ -581,11 +607,16 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.db.store import CheckpointMovedError
     from monitor.dead_letters import replay_dead_letters
     from monitor.runner import DatabaseSink, RunError
 
-    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate, routing=routing)
     try:
         report = replay_dead_letters(
             sink,
@@ -661,6 +692,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.api.app import guard_limits
     from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
+    settings = _with_alerts(args, settings)
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
@@ -700,6 +732,7 @@ def _prepare_workers(settings: Settings) -> None:
         upgrade(settings.database_url)
     os.environ["MONITOR_DATABASE_URL"] = settings.database_url  # it may come from --db
     os.environ["MONITOR_AUTO_MIGRATE"] = "false"
+    os.environ["MONITOR_ALERTS_FILE"] = settings.alerts_file  # it may come from --alerts
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:

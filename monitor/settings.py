@@ -26,10 +26,13 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./monitor.db"
     #: ``"read:TOKEN_A,write:TOKEN_B"``; write implies read. Empty: no token is valid.
     api_tokens: str = ""
-    #: Comma-separated webhook URLs that receive every alarm.
+    #: Comma-separated webhook URLs that receive every alarm (a catch-all alert route).
     webhook_urls: str = ""
-    #: HMAC key used to sign webhook bodies.
+    #: HMAC key used to sign alert deliveries (``X-Monitor-Signature``).
     webhook_secret: str = ""
+    #: Alert routing file, YAML or JSON: receivers (webhook, Slack, Alertmanager) and the
+    #: streams, kinds and severities routed to each (docs/operations.md, "Alert routing").
+    alerts_file: str = ""
     #: HMAC key of the API's pagination cursors (an edited or forged cursor is a 422). Empty: a
     #: built-in key, which detects edits but not a forger who read the source; set it (the same
     #: on every replica) to deny forgeries.

@@ -30,10 +30,11 @@ HIDDEN_TABLES = frozenset(
 )
 
 #: Columns left out of a table's view (by name, in any table): raw records and payloads,
-#: serialised detector state, and a stream's configuration (it may hold inline calibration rows).
+#: serialised detector state, a stream's configuration (it may hold inline calibration rows) and
+#: alert receivers' URLs (a Slack incoming-webhook URL is a secret).
 HIDDEN_COLUMNS = frozenset(
     {"payload", "body", "state", "arrays", "response", "config", "features", "prediction",
-     "label", "logits", "embedding"}
+     "label", "logits", "embedding", "url"}
 )
 
 

@@ -31,6 +31,7 @@ from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
 from monitor.db.models import (
     AlarmRow,
+    AlertOutboxRow,
     Base,
     CheckpointRow,
     DeadLetterRow,
@@ -87,6 +88,7 @@ def persist_batch(
     writer: Writer | None = None,
     fences: Mapping[tuple[str, int], int] | None = None,
     streams: Iterable[str] = (),
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -110,6 +112,9 @@ def persist_batch(
     fences
         ``{(offset key, partition): epoch}``: the writer's fencing tokens, checked (and locked)
         in this transaction.
+    alerts
+        ``alert_outbox`` rows of the alarms (:func:`monitor.alerts.outbox_rows`): queued with
+        them, so no alarm is stored without its deliveries; ones already queued are skipped.
 
     Raises
     ------
@@ -161,6 +166,7 @@ def persist_batch(
         for table, table_rows in rows.inserts():
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
         now = utcnow()
@@ -287,6 +293,13 @@ class _BatchRows:
         yield _table(OODWindowRow), self.ood_windows
         yield _table(OODFlagRow), self.ood_flags
         yield _table(DeadLetterRow), self.dead_letters
+
+
+def _queue_alerts(session: Session, dialect: str, alerts: Sequence[Mapping[str, Any]]) -> None:
+    """Insert outbox rows not queued yet (unique per idempotency key and receiver)."""
+    if alerts:
+        table = _table(AlertOutboxRow)
+        session.execute(_insert(dialect, table).on_conflict_do_nothing(), [dict(a) for a in alerts])
 
 
 def _table(model: type[Base]) -> Table:
@@ -498,6 +511,7 @@ def persist_replay(
     expected: Mapping[str, tuple[int, int] | None] = MappingProxyType({}),
     replayed: Sequence[int] = (),
     failed: Mapping[int, tuple[str, str | None]] = MappingProxyType({}),
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> set[int]:
     """Store one batch of replayed dead letters in one transaction, and commit it.
 
@@ -531,6 +545,7 @@ def persist_replay(
         for table, table_rows in rows.inserts():
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()
         ids = list(replayed)

@@ -8,7 +8,7 @@ its record's own event time (``event``), the broker's timestamp (``broker``) or 
 (``ingest``); NULL on older rows.
 
 Revision ID: 0013
-Revises: 0008
+Revises: 0011
 Create Date: 2026-12-01 19:00:00+00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0008"
+down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
