@@ -2,11 +2,12 @@
 
 One in-memory stream (the same :class:`~monitor.stream.StreamMonitor` the service runs, no
 database, no Kafka): :func:`watch` takes the calibration set as arrays, dict rows or a pandas
-DataFrame, :meth:`NotebookMonitor.update` takes each batch the same ways and returns the alarms it
-raised, each with its diagnosis (``kind``, ``changepoint``) and evidence; :attr:`NotebookMonitor.trace`
-holds both martingale traces as numpy record arrays. pandas is optional (``pip install
-'monitor[pandas]'``): DataFrames are accepted and :meth:`Trace.to_pandas` works when it is
-installed; everything else works without it. Walkthrough: docs/python.md.
+DataFrame, :meth:`NotebookMonitor.update` takes each batch the same ways and returns the alarms
+it raised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
+:attr:`NotebookMonitor.trace` holds both martingale traces as numpy record arrays. pandas is
+optional (``pip install 'monitor[pandas]'``): DataFrames are accepted and
+:meth:`Trace.to_pandas` works when it is installed; everything else works without it.
+Walkthrough: docs/python.md.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def watch(
         task = "classification" if cal.n_classes is not None else "regression"
     try:
         config = StreamConfig(
-            name=name, task=task, calibration="<in memory>",  # type: ignore[arg-type]
+            name=name, task=task, calibration="<in memory>",
             **{"trace_every": 1, **options},
         )
     except ValueError as exc:
@@ -162,9 +163,12 @@ class NotebookMonitor:
         ids = [str(i) for i in ids]
         if len(ids) != len(labels):
             raise ValueError(f"got {len(ids)} ids but {len(labels)} labels")
-        values = [_label(v, self.stream.calibration.n_classes) for v in labels]
-        if any(v is None for v in values):
-            raise ValueError("labels must be known (no NaN or None) in add_labels")
+        values: list[int | float] = []
+        for value in labels:
+            known = _label(value, self.stream.calibration.n_classes)
+            if known is None:
+                raise ValueError("labels must be known (no NaN or None) in add_labels")
+            values.append(known)
         when = _times(ts, len(ids))
         events: list[Event] = [
             LabelEvent(stream=self.stream.name, id=i, ts=when[k], label=values[k])

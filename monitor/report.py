@@ -77,8 +77,7 @@ class ReportContext:
         The event indexes ``[start, stop)`` shown (:func:`trace_window`).
     performance
         The stream's performance windows ``{"stream", "window_index", "start_index",
-        "end_index", "ts", "n", "metrics": {name: value}}`` overlapping the window, or None
-        when they are not known.
+        "end_index", "ts", "n", "metrics": {name: value}}``, or None when they are not known.
     """
 
     alarm: Alarm
@@ -121,8 +120,9 @@ def report_context(
 ) -> ReportContext:
     """Read an alarm and both detectors' traces around it from the database.
 
-    ``performance`` is the stream's performance windows (any that overlap the report's window
-    are kept), or None when they are not known; malformed windows raise :class:`ValueError`.
+    ``performance`` is the stream's performance windows (the before/after comparison uses all
+    of them, the figure those in the report's window), or None when they are not known;
+    malformed windows raise :class:`ValueError`.
 
     Raises
     ------
@@ -141,10 +141,7 @@ def report_context(
     traces: dict[str, list[TracePoint]] = {d: [] for d in DETECTORS}
     for point in session.scalars(query):
         traces.setdefault(point.detector, []).append(point.to_record())
-    windows = None
-    if performance is not None:
-        windows = [w for w in check_performance(performance)
-                   if w["end_index"] >= start and w["start_index"] < stop]
+    windows = None if performance is None else check_performance(performance)
     ack = None
     if row.acknowledged_at is not None:
         ack = f"{iso(row.acknowledged_at)} by {row.acknowledged_by}"
@@ -392,14 +389,19 @@ def _draw_trace(ax: Axes, context: ReportContext, detector: str) -> None:
     if not points:
         ax.text(0.5, 0.5, "no trace points stored in this window", transform=ax.transAxes,
                 ha="center", va="center", color="gray")
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
 
 
 def _mark_alarm(ax: Axes, alarm: Alarm, detector: str | None = None) -> None:
-    if detector is None or alarm.detector == detector:
-        ax.axvline(alarm.event_index, color="red", lw=1.2, label="alarm")
-        if alarm.changepoint is not None:
-            ax.axvline(alarm.changepoint, color="purple", ls=":", lw=1.2, label="changepoint")
+    """The alarm (a red line) and its changepoint estimate (dotted) on the alarm's detector and
+    on performance panels; a faint line where the other detector's panel is at the alarm."""
+    if detector is not None and alarm.detector != detector:
+        ax.axvline(alarm.event_index, color="red", lw=0.8, ls="--", alpha=0.4,
+                   label=f"{alarm.detector} alarm")
+        return
+    ax.axvline(alarm.event_index, color="red", lw=1.2, label="alarm")
+    if alarm.changepoint is not None:
+        ax.axvline(alarm.changepoint, color="purple", ls=":", lw=1.2, label="changepoint")
 
 
 def _attribution_figure(features: Sequence[Mapping[str, Any]]) -> Figure:
@@ -414,8 +416,9 @@ def _draw_attribution(ax: Axes, features: Sequence[Mapping[str, Any]]) -> None:
     values = []
     for f in features[::-1]:
         p = f.get("p_adjusted")
-        ok = isinstance(p, int | float) and not math.isnan(p)
-        values.append(-math.log10(max(float(p), 1e-300)) if ok else 0.0)
+        known = isinstance(p, int | float) and not math.isnan(p)
+        values.append(-math.log10(max(p, 1e-300)) if isinstance(p, int | float) and known
+                      else 0.0)
     ax.barh(names, values, color="tab:blue")
     ax.axvline(-math.log10(0.05), color="k", ls="--", lw=0.8)
     ax.set_xlabel("−log₁₀ adjusted p-value")
