@@ -291,9 +291,9 @@ def _performance_section(context: ReportContext) -> str:
     figure = _figure_section("", _performance_figure(context, names),
                              "Each metric per window; red line: the alarm; purple dotted: the "
                              "changepoint estimate.")
-    return (f"<section id=\"performance\"><h2>Performance before and after</h2><p>Windows "
-            "ending before the changepoint estimate vs windows starting at or after it "
-            f"(n-weighted means).</p>{table}{figure}</section>")
+    return (f"<section id=\"performance\"><h2>Performance before and after</h2><p>The "
+            "performance windows of the span shown that end before the changepoint estimate vs "
+            f"those that start at or after it (n-weighted means).</p>{table}{figure}</section>")
 
 
 def _figure_section(title: str, figure: Figure, caption: str) -> str:
@@ -302,11 +302,15 @@ def _figure_section(title: str, figure: Figure, caption: str) -> str:
 
 
 def _before_after(context: ReportContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The performance windows inside the report's span that end before the changepoint
+    estimate (the alarm when there is none), and those that start at or after it."""
     a = context.alarm
     cut = a.changepoint if a.changepoint is not None else a.event_index
-    windows = context.performance or []
-    return ([w for w in windows if w["end_index"] < cut],
-            [w for w in windows if w["start_index"] >= cut])
+    start, stop = context.window
+    shown = [w for w in context.performance or ()
+             if w["start_index"] >= start and w["end_index"] < stop]
+    return ([w for w in shown if w["end_index"] < cut],
+            [w for w in shown if w["start_index"] >= cut])
 
 
 def _mean(windows: Sequence[Mapping[str, Any]], metric: str) -> float:
@@ -435,7 +439,9 @@ def _performance_figure(context: ReportContext, names: Sequence[str]) -> Figure:
 
 
 def _draw_performance(ax: Axes, context: ReportContext, metric: str) -> None:
-    windows = [w for w in context.performance or () if metric in w["metrics"]]
+    start, stop = context.window
+    windows = [w for w in context.performance or ()
+               if metric in w["metrics"] and start <= w["end_index"] < stop]
     ax.plot([w["end_index"] for w in windows], [w["metrics"][metric] for w in windows],
             marker="o", ms=3, lw=1.0, color="tab:green")
     _mark_alarm(ax, context.alarm)

@@ -103,17 +103,19 @@ def test_performance_before_and_after_the_changepoint(report_db: ReportDatabase)
     assert _sections(page) == ["diagnosis", "evidence", "performance"]
     assert page.count("<svg") == 2
     assert alarm.changepoint is not None
-    cut = alarm.changepoint
+    cut, (start, stop) = alarm.changepoint, context.window
+    shown = [w for w in windows if w["start_index"] >= start and w["end_index"] < stop]
     for when, keep in (("before", lambda w: w["end_index"] < cut),
                        ("after", lambda w: w["start_index"] >= cut)):
-        chosen = [w for w in windows if keep(w)]
+        chosen = [w for w in shown if keep(w)]
+        assert chosen
         n = sum(w["n"] for w in chosen)
         mae = np.average([w["metrics"]["mae"] for w in chosen], weights=[w["n"] for w in chosen])
         assert f"<th>{when} (n = {n})</th>" in page
         assert f'<td class="n">{mae:.4g}</td>' in page
     # The extreme shift (after the changepoint) breaks the model: errors 10 times larger.
-    before = [w["metrics"]["mae"] for w in windows if w["end_index"] < cut]
-    after = [w["metrics"]["mae"] for w in windows if w["start_index"] >= cut]
+    before = [w["metrics"]["mae"] for w in shown if w["end_index"] < cut]
+    after = [w["metrics"]["mae"] for w in shown if w["start_index"] >= cut]
     assert max(after) > 10 * max(before)
 
 
