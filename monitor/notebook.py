@@ -342,9 +342,9 @@ class _Columns:
             X, predictions, labels = table.X, table.predictions, table.labels
             ids = ids if ids is not None else table.ids
         else:
+            X = _matrix(data, "features")
             if predictions is None:
                 raise ValueError("predictions are required with a features array")
-            X = _matrix(data, "features")
         n = X.shape[0]
         if X.shape[1] != self.n_features:
             raise ValueError(f"features have {X.shape[1]} columns, the calibration has "
