@@ -44,6 +44,12 @@ def _summary(m: NotebookMonitor) -> list[tuple[Any, ...]]:
     return [(a.detector, a.kind, a.event_index, a.changepoint, a.statistic) for a in m.alarms]
 
 
+def _with_nan(X: np.ndarray, row: int, column: int) -> np.ndarray:
+    X = X.copy()
+    X[row, column] = np.nan
+    return X
+
+
 def _times(n: int, first: int = 0) -> list[datetime]:
     return [T0 + timedelta(seconds=first + i) for i in range(n)]
 
@@ -183,7 +189,7 @@ def test_save_and_load_resume_exactly(by_arrays: NotebookMonitor, tmp_path: Path
         for name in expected.dtype.names:
             assert np.array_equal(got[name], expected[name], equal_nan=True), (detector, name)
     (tmp_path / "other.json").write_text('{"format": 99}')
-    with pytest.raises(ValueError, match="not a monitor saved by NotebookMonitor.save"):
+    with pytest.raises(ValueError, match=r"not a monitor saved by NotebookMonitor\.save"):
         NotebookMonitor.load(tmp_path / "other.json")
 
 
@@ -231,7 +237,7 @@ def test_classification() -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda m, X, P, y: m.update(np.where(X == X[3, 1], np.nan, X), P, y),
+        (lambda m, X, P, y: m.update(_with_nan(X, 3, 1), P, y),
          "features must be finite numbers of magnitude <= 1e\\+100; row 3 is not"),
         (lambda m, X, P, y: m.update(X[:, :4], P, y), "features have 4 columns, the "
          "calibration has 5"),
