@@ -361,7 +361,7 @@ def _svg(fig: Figure) -> str:
     buffer = io.StringIO()
     # A fixed salt: the same report renders to the same bytes.
     with matplotlib.rc_context({"svg.hashsalt": "monitor-report", "svg.fonttype": "path"}):
-        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 

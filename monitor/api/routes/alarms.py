@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query, Response, Security
 from fastapi.responses import HTMLResponse
@@ -92,11 +92,22 @@ def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmPublic:
     return to_public(row)
 
 
+def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """:func:`responses` documented as JSON on a route whose own responses are not: FastAPI
+    gives a ``model`` the route's media type (text/html here)."""
+    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {
+        status: {k: v for k, v in entry.items() if k != "model"}
+        | {"content": {"application/json": {"schema": schema}}}
+        for status, entry in responses(*statuses).items()
+    }
+
+
 @router.get(
     "/{alarm_id}/report",
     summary="One alarm's report (HTML)",
     response_class=HTMLResponse,
-    responses={**responses(404), 200: {"content": {"text/html": {}}}},
+    responses={**_json_errors(401, 404, 503), 200: {"content": {"text/html": {}}}},
 )
 def alarm_report(session: ReadSessionDep, alarm_id: AlarmId) -> HTMLResponse:
     """One self-contained HTML page explaining the alarm: both detectors' martingale traces
