@@ -350,7 +350,8 @@ def _value(value: Any) -> str:
 def _new_figure(width: float, height: float, rows: int = 1) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height))
+    # Constrained layout keeps the labels and the legends outside the axes inside the figure.
+    fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, 1, squeeze=False)[:, 0]
     return fig, list(axes)
 
@@ -370,8 +371,6 @@ def _trace_figure(context: ReportContext) -> Figure:
     fig, axes = _new_figure(11, 6, rows=2)
     for ax, detector in zip(axes, DETECTORS, strict=True):
         _draw_trace(ax, context, detector)
-    axes[-1].set_xlabel("event index")
-    fig.tight_layout()
     return fig
 
 
@@ -390,6 +389,8 @@ def _draw_trace(ax: Axes, context: ReportContext, detector: str) -> None:
     _mark_alarm(ax, context.alarm, detector)
     ax.set_xlim(*context.window)
     ax.set_ylabel(f"{detector}\nlog₁₀ value")
+    if detector == DETECTORS[-1]:
+        ax.set_xlabel("event index")
     if not points:
         ax.text(0.5, 0.5, "no trace points stored in this window", transform=ax.transAxes,
                 ha="center", va="center", color="gray")
@@ -411,7 +412,6 @@ def _mark_alarm(ax: Axes, alarm: Alarm, detector: str | None = None) -> None:
 def _attribution_figure(features: Sequence[Mapping[str, Any]]) -> Figure:
     fig, (ax,) = _new_figure(8, 0.9 + 0.3 * len(features))
     _draw_attribution(ax, features)
-    fig.tight_layout()
     return fig
 
 
@@ -434,7 +434,6 @@ def _performance_figure(context: ReportContext, names: Sequence[str]) -> Figure:
     for ax, name in zip(axes, shown, strict=True):
         _draw_performance(ax, context, name)
     axes[-1].set_xlabel("event index (window end)")
-    fig.tight_layout()
     return fig
 
 
@@ -469,7 +468,9 @@ def render_png(context: ReportContext) -> bytes:
         f"{a.kind.replace('_', ' ')} on {a.stream} ({a.detector} monitor) at event "
         f"{a.event_index}; changepoint {a.changepoint}; {a.rule} statistic "
         f"{_num(a.statistic)} ≥ {_num(a.threshold)}", fontsize=10)
-    fig.tight_layout()
+    numbers = [f"{k} = {_value(v)}" for k, v in sorted(a.evidence.items())
+               if not isinstance(v, dict | list)]
+    fig.supxlabel("evidence: " + "; ".join(numbers), fontsize=8, wrap=True)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()
