@@ -13,9 +13,12 @@ and performance before/after (the ``performance`` windows).
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,7 +184,32 @@ def write_report(context: ReportContext, path: str | Path) -> Path:
 
 
 def render_html(context: ReportContext) -> str:
-    """One self-contained HTML page (inline CSS and SVG; no script, no external resource)."""
+    """One self-contained HTML page (inline CSS and SVG; no script, no external resource).
+
+    The page depends on ``context`` alone (a fixed SVG salt, no date), so the last pages are
+    kept by a digest of the context: an alarm's report asked for again renders once.
+    """
+    key = hashlib.sha256(repr(context).encode()).digest()
+    with _PAGES_LOCK:
+        page = _PAGES.get(key)
+        if page is not None:
+            _PAGES.move_to_end(key)
+            return page
+    page = _render_html(context)
+    with _PAGES_LOCK:
+        _PAGES[key] = page
+        while len(_PAGES) > _MAX_PAGES:
+            _PAGES.popitem(last=False)
+    return page
+
+
+#: Rendered pages by context digest, least recently used first (a page is ~100 kB).
+_PAGES: OrderedDict[bytes, str] = OrderedDict()
+_PAGES_LOCK = threading.Lock()
+_MAX_PAGES = 32
+
+
+def _render_html(context: ReportContext) -> str:
     alarm = context.alarm
     sections = [
         _summary_section(context),

@@ -14,6 +14,7 @@ import pytest
 from monitor.cli import main
 from monitor.db.errors import AlarmNotFoundError
 from monitor.report import (
+    _render_html,
     check_performance,
     render_html,
     render_png,
@@ -128,10 +129,18 @@ def test_page_is_self_contained(report_db: ReportDatabase) -> None:
     assert "@import" not in page
 
 
-def test_same_alarm_renders_the_same_page(report_db: ReportDatabase) -> None:
+def test_same_context_renders_the_same_page(report_db: ReportDatabase) -> None:
+    """Rendering is deterministic (no date, a fixed SVG salt): what makes keeping the last
+    pages by context digest correct; any change to the context is a new page."""
     with report_db.session() as session:
         context = report_context(session, report_db.explained.id)
-    assert render_html(context) == render_html(context)
+    page = _render_html(context)
+    assert _render_html(context) == page == render_html(context) == render_html(context)
+    acknowledged = replace(context, acknowledged="2026-01-02T00:00:00Z by bob")
+    assert "by bob" in render_html(acknowledged)
+    fewer = replace(context, traces={**context.traces, "covariate": context.traces[
+        "covariate"][:-1]})
+    assert render_html(fewer) == _render_html(fewer) != page
 
 
 def test_png_report(report_db: ReportDatabase, tmp_path: Path) -> None:
