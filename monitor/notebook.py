@@ -118,8 +118,8 @@ class NotebookMonitor:
         self.columns = columns
         self.alarms: list[Alarm] = []
         self.ood_windows: list[OODWindow] = []
-        self._points: list[TracePoint] = []
-        self._trace_arrays: dict[str, np.ndarray] = {}
+        # Each detector's trace as record-array chunks, one per batch, joined when read.
+        self._chunks: dict[str, list[np.ndarray]] = {d: [] for d in _TRACED}
 
     @property
     def n_events(self) -> int:
@@ -215,7 +215,7 @@ class NotebookMonitor:
         stream.load_state(state["stream"])
         loaded = cls(stream, _Columns.from_json(state["columns"]))
         loaded.alarms = [_alarm(a) for a in state["alarms"]]
-        loaded._trace_arrays = dict(state["trace"])
+        loaded._chunks = {d: [state["trace"][d]] for d in _TRACED}
         return loaded
 
     # -- internals ------------------------------------------------------------------------------
@@ -231,7 +231,10 @@ class NotebookMonitor:
         rejected = self.stream.step(events, lambda k: datetime.now(UTC))
         alarms, points, windows = self.stream.drain()
         self.alarms += alarms
-        self._points += points
+        for detector in _TRACED:
+            rows = [_row(p) for p in points if p.detector == detector]
+            if rows:
+                self._chunks[detector].append(_unique(np.array(rows, dtype=_TRACE_DTYPE)))
         self.ood_windows += windows
         if rejected:
             k, reason = rejected[0]
@@ -242,24 +245,24 @@ class NotebookMonitor:
         return alarms
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        if self._points:
-            merged = {d: [_row(p) for p in self._points if p.detector == d]
-                      for d in ("covariate", "conditional")}
-            for detector, rows in merged.items():
-                new = np.array(rows, dtype=_TRACE_DTYPE)
-                old = self._trace_arrays.get(detector)
-                both = new if old is None else np.concatenate([old, new])
-                # An alarm's point can repeat the regular point of the same event: keep one, as
-                # the database does (its key is the event index).
-                _, first = np.unique(both["event_index"], return_index=True)
-                self._trace_arrays[detector] = both[np.sort(first)]
-            self._points = []
-        empty = np.empty(0, dtype=_TRACE_DTYPE)
-        return {d: self._trace_arrays.get(d, empty) for d in ("covariate", "conditional")}
+        for detector, chunks in self._chunks.items():
+            if len(chunks) != 1:
+                joined = np.concatenate(chunks) if chunks else np.empty(0, dtype=_TRACE_DTYPE)
+                self._chunks[detector] = [joined]
+        return {d: chunks[0] for d, chunks in self._chunks.items()}
 
+
+_TRACED: tuple[str, str] = ("covariate", "conditional")
 
 _TRACE_DTYPE = np.dtype([(f, np.int64 if f == "event_index" else np.float64)
                          for f in TRACE_FIELDS])
+
+
+def _unique(chunk: np.ndarray) -> np.ndarray:
+    """A batch's trace points without repeats: an alarm's point can repeat the regular point of
+    the same event (the database keeps one, its key being the event index)."""
+    _, first = np.unique(chunk["event_index"], return_index=True)
+    return chunk[np.sort(first)]
 
 
 def _row(point: TracePoint) -> tuple[Any, ...]:
@@ -274,6 +277,8 @@ class Trace:
 
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
         self._arrays = {d: a.view(np.recarray) for d, a in arrays.items()}
+        for view in self._arrays.values():
+            view.flags.writeable = False  # views of the monitor's own arrays
 
     @property
     def covariate(self) -> np.recarray:
