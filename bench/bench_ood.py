@@ -202,8 +202,9 @@ def splits_monte_carlo(
         order = rng.permutation(truth.size)
         cal, test, t = {"features": X[ids[:m]]}, {"features": X[test_rows[order]]}, truth[order]
         knn = KNN(k=5, standardize=True, normalize=False)
-        one = OODDecider("bh", alpha, scorers=[knn], seed=r).fit(cal).p_values(test)
-        many = OODDecider("eg_bh", alpha, scorers=[knn], splits=splits, seed=r).fit(cal)
+        split = {"scorers": [knn], "seed": r, "conformal": "split"}
+        one = OODDecider("bh", alpha, **split).fit(cal).p_values(test)  # type: ignore[arg-type]
+        many = OODDecider("eg_bh", alpha, splits=splits, **split).fit(cal)  # type: ignore[arg-type]
         P = many.p_values(test)
         decisions = {
             "bh": benjamini_hochberg(one[0], alpha),
