@@ -38,7 +38,6 @@ from monitor.decisions.registry import RULES, make_rule
 from monitor.ood import KNN, Energy, Scorer, scorer_from_state
 from monitor.ood.base import INPUT_KINDS, as_matrix, check_width
 
-
 #: How learning KNN scorers are calibrated: on all rows (full conformal) or on a split.
 CONFORMAL_MODES: tuple[str, ...] = ("full", "split")
 

@@ -1,8 +1,8 @@
 """Ensemble g-BH (eg-BH): several p-value vectors merged with a proof of FDR control.
 
 Default merge (``"e_values"``): BH e-values averaged and passed to e-BH. Run BH at a base
-level alpha0 (default 0.9·alpha; alpha when K = 1) on each of K p-value vectors (K calibration splits and/or
-scorers); run k's decisions become
+level alpha0 (default 0.9·alpha; alpha when K = 1) on each of K p-value vectors (K calibration
+splits and/or scorers); run k's decisions become
 
     e_i^k = n · 1{i rejected by run k} / (alpha0 · max(R_k, 1))
 

@@ -97,9 +97,7 @@ class FullConformalKNN:
         for start in range(0, queries.shape[0], step):
             sq = _sq_distances(queries[start : start + step], scorer)
             v_x = np.partition(sq, scorer.k - 1, axis=1)[:, scorer.k - 1]
-            v_cal = np.where(
-                sq >= self.loo_kth_, self.loo_kth_, np.maximum(self.loo_prev_, sq)
-            )
+            v_cal = np.where(sq >= self.loo_kth_, self.loo_kth_, np.maximum(self.loo_prev_, sq))
             out[start : start + step] = (1.0 + (v_cal >= v_x[:, None]).sum(axis=1)) / (m + 1.0)
         return out
 

@@ -120,8 +120,10 @@ def test_full_conformal_knn_is_one_run_on_every_calibration_row() -> None:
     assert P.shape == (5, 5)  # 1 full-conformal KNN run + 4 Mahalanobis splits
     np.testing.assert_allclose(P[0] * 201, np.round(P[0] * 201), atol=1e-9)  # all m rows rank
     restored = OODDecider.from_state(eg.state_dict())
-    np.testing.assert_array_equal(restored.p_values({"features": cal["features"][:7]}),
-                                  eg.p_values({"features": cal["features"][:7]}))
+    np.testing.assert_array_equal(
+        restored.p_values({"features": cal["features"][:7]}),
+        eg.p_values({"features": cal["features"][:7]}),
+    )
     with pytest.raises(ValueError, match="conformal must be one of"):
         OODDecider(conformal="jackknife")
 
