@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike
 
 from monitor.decisions.base import FloatArray
 from monitor.ood import KNN
+from monitor.ood._distances import kth_smallest_rows
 
 #: Largest block of squared distances (rows × calibration rows) held at once: 32 MiB of float64.
 _BLOCK_ELEMENTS = 1 << 22
@@ -96,9 +97,12 @@ class FullConformalKNN:
         step = max(1, _BLOCK_ELEMENTS // m)
         for start in range(0, queries.shape[0], step):
             sq = _sq_distances(queries[start : start + step], scorer)
-            v_x = np.partition(sq, scorer.k - 1, axis=1)[:, scorer.k - 1]
-            v_cal = np.where(sq >= self.loo_kth_, self.loo_kth_, np.maximum(self.loo_prev_, sq))
-            out[start : start + step] = (1.0 + (v_cal >= v_x[:, None]).sum(axis=1)) / (m + 1.0)
+            v_x = kth_smallest_rows(sq, scorer.k)
+            # V_j(x) = min(d_k(j), max(d_{k−1}(j), d(j, x))): the module docstring's two cases.
+            v_cal = np.maximum(self.loo_prev_, sq, out=sq)
+            np.minimum(v_cal, self.loo_kth_, out=v_cal)
+            ranks = np.count_nonzero(v_cal >= v_x[:, None], axis=1)
+            out[start : start + step] = (1.0 + ranks) / (m + 1.0)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -141,9 +145,7 @@ def _leave_one_out_sq(scorer: KNN, k: int) -> tuple[FloatArray, FloatArray]:
         stop = min(start + step, m)
         sq = _sq_distances(bank[start:stop], scorer)
         sq[np.arange(stop - start), np.arange(start, stop)] = np.inf  # not its own neighbour
-        if k == 1:
-            kth[start:stop] = sq.min(axis=1)
-        else:
-            part = np.partition(sq, (k - 2, k - 1), axis=1)
-            kth[start:stop], prev[start:stop] = part[:, k - 1], part[:, k - 2]
+        kth[start:stop] = kth_smallest_rows(sq, k)
+        if k > 1:
+            prev[start:stop] = kth_smallest_rows(sq, k - 1)
     return kth, prev
