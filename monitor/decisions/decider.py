@@ -5,15 +5,18 @@ already checked rows with :meth:`OODDecider.add_many`, same windows and state), 
 windows with :meth:`OODDecider.windows` and persists them; :meth:`OODDecider.state_dict` keeps the
 pending window across restarts.
 
-Calibration and exchangeability. An unfitted scorer that learns from data (KNN, Mahalanobis,
-ReAct, ...) is fitted on one random part of the calibration data (``fit_fraction``) and its
+Calibration and exchangeability. An unfitted KNN gets, by default (``conformal="full"``),
+full-conformal p-values against every calibration row
+(:mod:`monitor.decisions.full_conformal`): one deterministic run, no split. Any other unfitted
+scorer that learns from data (Mahalanobis, ReAct, ..., and KNN with ``conformal="split"``) is
+fitted on one random part of the calibration data (``fit_fraction``) and its
 calibration scores are computed on the other part, so that a null test score is exchangeable with
 them (a KNN distance of a point to a bank holding itself would be 0). Scorers that learn nothing
 (MSP, energy, ASH, ...) and scorers passed already fitted on other data (the model's training
 set, say) use every calibration point. For ``eg_bh`` each learning scorer contributes ``splits``
 runs over independent random splits, and each scorer is one more run: the K p-value vectors are
-merged by averaged BH e-values (see :mod:`monitor.decisions.eg_bh`). ``bh`` and ``lond`` use the
-first scorer with one split.
+merged by averaged BH e-values (see :mod:`monitor.decisions.eg_bh`; with one run, eg-BH is
+g-BH). ``bh`` and ``lond`` use the first scorer with one run.
 
 Missing inputs. Every scorer's input (``features``, ``logits`` or ``embedding``) must be present
 in the calibration data and in every event: :meth:`OODDecider.add` raises a ``ValueError`` naming
