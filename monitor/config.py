@@ -6,6 +6,7 @@ Every field but ``name``, ``task`` and ``calibration`` has a documented default.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,8 +18,39 @@ ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
 Betting = Literal["simple_jumper", "composite_jumper", "power", "mixture"]
 RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
+Spending = Literal["per_segment", "lifetime"]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0, "y": 365 * 86_400.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """A duration in seconds from a number of seconds or a string ``<number><unit>`` with unit
+    ``s``, ``m``, ``h``, ``d``, ``w`` or ``y`` (365 days).
+
+    Examples
+    --------
+    >>> parse_duration("30d"), parse_duration("1h"), parse_duration(90), parse_duration("1.5w")
+    (2592000.0, 3600.0, 90.0, 907200.0)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"a duration is a number of seconds or e.g. '30d', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        unit = _UNITS.get(text[-1:]) if text else None
+        try:
+            seconds = float(text[:-1]) * unit if unit is not None else float(text)
+        except ValueError:
+            seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"a duration must be a positive number of seconds or <number><unit> with unit one "
+            f"of {', '.join(_UNITS)} (e.g. '30d'), got {value!r}"
+        )
+    return seconds
 
 
 class ConfigError(ValueError):
@@ -32,14 +64,53 @@ class _Strict(BaseModel):
 class AlarmConfig(_Strict):
     """When a martingale raises an alarm.
 
-    ``ville``: alarm when S_t >= 1/alpha (false-alarm probability <= alpha over the whole stream).
-    ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches ``threshold``; the mean run
-    length to a false alarm on a stationary stream is at least ``threshold`` events.
+    ``ville``: alarm when S_t >= 1/alpha; ``spending`` says how alpha covers the restarts after
+    alarms: ``per_segment`` (the default: P(false alarm) <= alpha for each segment between
+    restarts) or ``lifetime`` (P(any false alarm over the stream's whole life) <= alpha, segment
+    k using alpha·6/(π²k²)).
+    ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches a threshold, given as one
+    of (at most one; none means ``threshold: 10000``):
+
+    - ``false_alarm_every``: a budget in time (``30d``, ``1w``, ``12h``, or seconds): on a
+      stream without change, P(a false alarm within t) <= t / budget for the stream as a whole;
+      the threshold follows the stream's event rate measured on event time (docs/detectors.md);
+    - ``events``: a budget in events: the stream's mean run length to a false alarm is at least
+      ``events`` updates of each detector;
+    - ``threshold``: the statistic's level itself (each detector's mean run length >= threshold).
     """
 
     rule: RuleName = "shiryaev_roberts"
     threshold: Annotated[float, Field(gt=1.0)] = 10_000.0
+    false_alarm_every: str | float | None = None
+    events: Annotated[int | None, Field(ge=1)] = None
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.01
+    spending: Spending = "per_segment"
+
+    @model_validator(mode="after")
+    def _check(self) -> AlarmConfig:
+        given = [k for k in ("threshold", "false_alarm_every", "events")
+                 if k in self.model_fields_set and getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"alarm: give one of threshold, false_alarm_every, events; got {given}"
+            )
+        if self.false_alarm_every is not None:
+            parse_duration(self.false_alarm_every)
+        if self.rule == "ville" and (self.false_alarm_every is not None or self.events is not None):
+            raise ValueError(
+                "alarm: false_alarm_every / events budget a cusum or shiryaev_roberts rule; "
+                "ville takes alpha (with spending)"
+            )
+        if self.rule != "ville" and "spending" in self.model_fields_set:
+            raise ValueError("alarm: spending applies to the ville rule only")
+        return self
+
+    @property
+    def budget_seconds(self) -> float | None:
+        """``false_alarm_every`` in seconds (None without a time budget)."""
+        if self.false_alarm_every is None:
+            return None
+        return parse_duration(self.false_alarm_every)
 
 
 class OODConfig(_Strict):

@@ -7,6 +7,7 @@ the worker's path; identical results).
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +27,16 @@ from monitor.diagnosis import (
     diagnose_covariate,
 )
 from monitor.martingales._state import check_state, new_state
+from monitor.martingales.alarms import EventRateThreshold, Ville
 
 if TYPE_CHECKING:
-    from monitor.config import StreamConfig
+    from monitor.config import AlarmConfig, StreamConfig
 
-__all__ = ["BatchResult", "DetectorAlarm", "StreamDetectors"]
+__all__ = ["BUDGET_SHARE", "BatchResult", "DetectorAlarm", "StreamDetectors"]
+
+#: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
+#: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
+BUDGET_SHARE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,9 @@ class BatchResult:
     cov_trace: BatchTrace
     cond_trace: BatchTrace
     alarms: list[tuple[str, int, DetectorAlarm]] = field(default_factory=list)
+    #: The threshold in force at each update, for a detector with a time budget (else None).
+    cov_thresholds: FloatArray | None = None
+    cond_thresholds: FloatArray | None = None
 
     def last_alarms(self, n_cov: int, cov_before: NDArray[np.int64]) -> tuple[DetectorAlarm, ...]:
         """The alarms of the batch's last update (what ``new_alarms`` holds after it)."""
@@ -151,6 +160,10 @@ class StreamDetectors:
         changepoints and for the diagnosis (bounded memory).
     outside_level, penalised_level
         Diagnosis levels (:data:`OUTSIDE_SUPPORT_LEVEL`, :data:`PENALISED_LEVEL`).
+    budgets
+        A time budget's threshold per detector (``"covariate"``, ``"conditional"``): before
+        each update it sets that monitor's threshold, which then follows the detector's update
+        rate on event time (the updates need their ``ts``).
 
     Examples
     --------
@@ -178,6 +191,7 @@ class StreamDetectors:
         history: int = 10_000,
         outside_level: float = OUTSIDE_SUPPORT_LEVEL,
         penalised_level: float = PENALISED_LEVEL,
+        budgets: dict[str, EventRateThreshold] | None = None,
     ) -> None:
         if not isinstance(covariate, CovariateMonitor):
             raise ValueError(f"covariate must be a CovariateMonitor, got {covariate!r}")
@@ -188,6 +202,15 @@ class StreamDetectors:
         for name, level in (("outside_level", outside_level), ("penalised_level", penalised_level)):
             if not 0.0 < float(level) <= 1.0:
                 raise ValueError(f"{name} must lie in (0, 1], got {level!r}")
+        budgets = dict(budgets or {})
+        for name, budget in budgets.items():
+            if name not in ("covariate", "conditional"):
+                raise ValueError(f"budgets are keyed 'covariate' or 'conditional', got {name!r}")
+            if not isinstance(budget, EventRateThreshold):
+                raise ValueError(f"budgets[{name!r}] must be an EventRateThreshold")
+            if (covariate if name == "covariate" else conditional).rule == "ville":
+                raise ValueError(f"the {name} monitor's ville rule takes no budget")
+        self.budgets = budgets
         self.covariate = covariate
         self.conditional = conditional
         self.history = history
@@ -221,11 +244,16 @@ class StreamDetectors:
                 "p-values keep every reference point"
             )
         cov_alarm = config.covariate_alarm or config.alarm
+        budgets = {
+            name: _time_budget(alarm)
+            for name, alarm in (("covariate", cov_alarm), ("conditional", config.alarm))
+            if alarm.budget_seconds is not None
+        }
         covariate = CovariateMonitor(
             config.covariate_score,
             calibration_X,
             rule=cov_alarm.rule,
-            threshold=cov_alarm.threshold,
+            threshold=_first_threshold(cov_alarm),
             alpha=cov_alarm.alpha,
             rebaseline=config.rebaseline,
             max_reference=config.max_reference,
@@ -237,7 +265,7 @@ class StreamDetectors:
             calibration_X,
             weighted=config.weighted,
             rule=config.alarm.rule,
-            threshold=config.alarm.threshold,
+            threshold=_first_threshold(config.alarm),
             alpha=config.alarm.alpha,
             batch_size=config.weight_batch,
             rebaseline=config.rebaseline,
@@ -245,7 +273,10 @@ class StreamDetectors:
             seed=config.seed,
             **betting,
         )
-        return cls(covariate, conditional)
+        for monitor, alarm in ((covariate, cov_alarm), (conditional, config.alarm)):
+            if alarm.rule == "ville" and alarm.spending != "per_segment":
+                monitor._test.rule = Ville(alpha=alarm.alpha, spending=alarm.spending)
+        return cls(covariate, conditional, budgets=budgets)
 
     @property
     def new_alarms(self) -> tuple[DetectorAlarm, ...]:
@@ -254,13 +285,18 @@ class StreamDetectors:
 
     # ---------------------------------------------------------------------------- updates
     def update(
-        self, x: ArrayLike, score: float | None = None, event_index: int | None = None
+        self,
+        x: ArrayLike,
+        score: float | None = None,
+        event_index: int | None = None,
+        ts: float | None = None,
     ) -> None:
-        """A prediction event, with its conditional score if the label is already known."""
-        self.update_covariate(x, event_index)
+        """A prediction event, with its conditional score if the label is already known;
+        ``ts`` is its event time in seconds (needed by a time budget)."""
+        self.update_covariate(x, event_index, ts)
         raised = self._new
         if score is not None:
-            self.update_conditional(x, score, event_index)
+            self.update_conditional(x, score, event_index, ts)
             self._new = raised + self._new
 
     def prepare(self, X: ArrayLike) -> None:
@@ -268,8 +304,14 @@ class StreamDetectors:
         no state change, identical results (:meth:`CovariateMonitor.prepare`)."""
         self.covariate.prepare(X)
 
-    def update_covariate(self, x: ArrayLike, event_index: int | None = None) -> None:
-        """Step the covariate monitor with the inputs of one prediction event."""
+    def update_covariate(
+        self, x: ArrayLike, event_index: int | None = None, ts: float | None = None
+    ) -> None:
+        """Step the covariate monitor with the inputs of one prediction event (event time
+        ``ts`` in seconds)."""
+        if "covariate" in self.budgets:
+            as_row(x, self.covariate.n_features)  # a bad row changes nothing, the budget included
+            self._budget_step("covariate", ts)
         self._new = ()
         self._cov_events.add(event_index)
         self.covariate.update(x)
@@ -278,10 +320,16 @@ class StreamDetectors:
             self.conditional.start_adaptation()
 
     def update_conditional(
-        self, x: ArrayLike, score: float, event_index: int | None = None
+        self,
+        x: ArrayLike,
+        score: float,
+        event_index: int | None = None,
+        ts: float | None = None,
     ) -> None:
-        """Step the conditional monitor with a labelled event's features and score."""
+        """Step the conditional monitor with a labelled event's features and score (``ts``:
+        the event time of the label's arrival, in seconds)."""
         row = as_row(x, self.covariate.n_features)  # checked once, for both monitors
+        self._budget_step("conditional", ts)
         self._new = ()
         self._cond_events.add(event_index)
         self._cond_outside.append(self.covariate._is_outside_row(row))
@@ -299,6 +347,8 @@ class StreamDetectors:
         cond_scores: FloatArray,
         cond_index: Sequence[int],
         cov_before: NDArray[np.int64],
+        cov_ts: ArrayLike | None = None,
+        cond_ts: ArrayLike | None = None,
     ) -> BatchResult:
         """Both monitors over one poll batch of a stream: the same results as the per-event calls
         (:meth:`update_covariate` for each prediction, :meth:`update_conditional` for each
@@ -313,8 +363,12 @@ class StreamDetectors:
         in segments that end at each covariate alarm, where the per-event path would tell it to
         adapt. An alarm's evidence reads the other monitor as it was at that point of the
         arrival order (the conditional monitor at the segment's end, the covariate statistic
-        from its trace).
+        from its trace). ``cov_ts`` / ``cond_ts`` are the updates' event times in seconds,
+        needed by a detector with a time budget: its monitor then runs in spans of one
+        threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
         """
+        cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
+        cond_thr = self._budget_thresholds("conditional", cond_ts, len(cond_index))
         cov_stat0 = self.covariate.statistic
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
 
@@ -322,8 +376,9 @@ class StreamDetectors:
             outside = _evidence_share(self.covariate.outside_fraction, event)
             cov_alarms.append((i, event, outside))
 
-        cov_trace = _run_batch(self.covariate, X_cov, None, on_covariate)
-        result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True))
+        cov_trace = _run_budgeted(self.covariate, X_cov, None, on_covariate, cov_thr)
+        result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True),
+                             cov_thresholds=cov_thr, cond_thresholds=cond_thr)
         outside = (
             self.covariate.is_outside(X_cond) if X_cond.shape[0] else np.zeros(0, bool)
         ).tolist()
@@ -376,7 +431,8 @@ class StreamDetectors:
             )))
 
         rows = X[j0:j1] if cond.weighted else None
-        trace = _run_batch(cond, rows, scores[j0:j1], on_conditional)
+        thresholds = None if result.cond_thresholds is None else result.cond_thresholds[j0:j1]
+        trace = _run_budgeted(cond, rows, scores[j0:j1], on_conditional, thresholds)
         penalised = trace.penalised.tolist() if trace.penalised is not None else [False] * (j1 - j0)
         added = j0
         for j, event, view in raised:
@@ -396,6 +452,31 @@ class StreamDetectors:
         self._cond_events.extend(index[start:stop])
         self._cond_outside.extend(outside[start:stop])
         self._cond_penalised.extend(penalised[start - j0 : stop - j0])
+
+    # ----------------------------------------------------------------------------- budget
+    def _budget_step(self, detector: str, ts: float | None) -> None:
+        """Set the detector's threshold for its next update from its time budget, if any."""
+        budget = self.budgets.get(detector)
+        if budget is None:
+            return
+        if ts is None:
+            raise ValueError(f"the {detector} monitor has a time budget: its updates need ts")
+        threshold = float(budget.thresholds([ts])[0])
+        monitor = self.covariate if detector == "covariate" else self.conditional
+        monitor._test.rule.set_threshold(threshold)  # type: ignore[attr-defined]
+
+    def _budget_thresholds(
+        self, detector: str, ts: ArrayLike | None, n: int
+    ) -> FloatArray | None:
+        budget = self.budgets.get(detector)
+        if budget is None:
+            return None
+        if ts is None:
+            raise ValueError(f"the {detector} monitor has a time budget: its updates need ts")
+        arr = np.asarray(ts, dtype=np.float64).reshape(-1)
+        if arr.size != n:
+            raise ValueError(f"{detector} event times: {arr.size} for {n} updates")
+        return budget.thresholds(arr)
 
     # -------------------------------------------------------------------------- diagnosis
     def _covariate_alarm(self, event: AlarmEvent) -> DetectorAlarm:
@@ -478,6 +559,7 @@ class StreamDetectors:
             },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
+            budgets={name: budget.state_dict() for name, budget in self.budgets.items()},
             cov_events=self._cov_events.state(),
             cond_events=self._cond_events.state(),
             cond_outside=np.asarray(self._cond_outside, np.uint8),
@@ -493,6 +575,10 @@ class StreamDetectors:
             CovariateMonitor.from_state(state["covariate"]),
             ConditionalMonitor.from_state(state["conditional"]),
             **state["params"],
+            budgets={
+                name: EventRateThreshold.from_state(budget)
+                for name, budget in state.get("budgets", {}).items()
+            },
         )
         obj._cov_events = _EventIndex.load(state["cov_events"])
         obj._cond_events = _EventIndex.load(state["cond_events"])
@@ -540,6 +626,48 @@ def _run_batch(
         trace = monitor.update_batch(X, scores, callback)
     monitor._last_alarms = tuple(last) if n else before
     return trace
+
+
+def _run_budgeted(
+    monitor: CovariateMonitor | ConditionalMonitor,
+    X: FloatArray | None,
+    scores: FloatArray | None,
+    on_alarm: Callable[[int, AlarmEvent], None],
+    thresholds: FloatArray | None,
+) -> BatchTrace:
+    """:func:`_run_batch` in spans of one threshold each (set on the monitor's rule before
+    the span); the same as updates one by one with the threshold set before each."""
+    if thresholds is None or thresholds.size == 0:
+        return _run_batch(monitor, X, scores, on_alarm)
+    n = thresholds.size
+    cuts = [0, *(np.flatnonzero(thresholds[1:] != thresholds[:-1]) + 1).tolist(), n]
+    traces = []
+    for a, b in itertools.pairwise(cuts):
+        monitor._test.rule.set_threshold(float(thresholds[a]))  # type: ignore[attr-defined]
+
+        def shifted(i: int, event: AlarmEvent, a: int = a) -> None:
+            on_alarm(a + i, event)
+
+        traces.append(_run_batch(
+            monitor, None if X is None else X[a:b], None if scores is None else scores[a:b],
+            shifted,
+        ))
+    return _concat_traces(traces)
+
+
+def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:
+    assert alarm.budget_seconds is not None
+    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE)
+
+
+def _first_threshold(alarm: AlarmConfig) -> float:
+    """The threshold a monitor starts with: ``threshold``, BUDGET_SHARE × ``events``, or a time
+    budget's warm-up threshold."""
+    if alarm.events is not None:
+        return float(BUDGET_SHARE * alarm.events)
+    if alarm.budget_seconds is not None:
+        return _time_budget(alarm).threshold
+    return alarm.threshold
 
 
 def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:
