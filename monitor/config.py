@@ -20,6 +20,12 @@ RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
 Spending = Literal["per_segment", "lifetime"]
 
+#: A cusum / shiryaev_roberts rule's threshold when no threshold or budget is given.
+DEFAULT_THRESHOLD = 10_000.0
+#: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
+#: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
+BUDGET_SHARE = 2
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0, "y": 365 * 86_400.0}
@@ -80,7 +86,7 @@ class AlarmConfig(_Strict):
     """
 
     rule: RuleName = "shiryaev_roberts"
-    threshold: Annotated[float, Field(gt=1.0)] = 10_000.0
+    threshold: Annotated[float | None, Field(gt=1.0)] = None
     false_alarm_every: str | float | None = None
     events: Annotated[int | None, Field(ge=1)] = None
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.01
@@ -89,11 +95,13 @@ class AlarmConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> AlarmConfig:
         given = [k for k in ("threshold", "false_alarm_every", "events")
-                 if k in self.model_fields_set and getattr(self, k) is not None]
+                 if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(
                 f"alarm: give one of threshold, false_alarm_every, events; got {given}"
             )
+        if not given:
+            object.__setattr__(self, "threshold", DEFAULT_THRESHOLD)
         if self.false_alarm_every is not None:
             parse_duration(self.false_alarm_every)
         if self.rule == "ville" and (self.false_alarm_every is not None or self.events is not None):
@@ -101,9 +109,20 @@ class AlarmConfig(_Strict):
                 "alarm: false_alarm_every / events budget a cusum or shiryaev_roberts rule; "
                 "ville takes alpha (with spending)"
             )
-        if self.rule != "ville" and "spending" in self.model_fields_set:
+        if self.rule != "ville" and self.spending != "per_segment":
             raise ValueError("alarm: spending applies to the ville rule only")
         return self
+
+    @property
+    def fixed_threshold(self) -> float | None:
+        """The threshold a detector under this rule alarms at, when it is fixed: ``threshold``,
+        BUDGET_SHARE × ``events``, 1/alpha for ``ville`` with ``per_segment`` spending; None
+        when it moves (a time budget follows the event rate; lifetime spending's 1/α_k)."""
+        if self.rule == "ville":
+            return 1.0 / self.alpha if self.spending == "per_segment" else None
+        if self.events is not None:
+            return float(BUDGET_SHARE * self.events)
+        return self.threshold
 
     @property
     def budget_seconds(self) -> float | None:

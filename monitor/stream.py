@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration import Calibration, CalibrationError
-from monitor.config import AlarmConfig, StreamConfig
-from monitor.detectors.pair import BUDGET_SHARE, BatchResult, DetectorAlarm
+from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
+from monitor.detectors.pair import BatchResult, DetectorAlarm
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
 from monitor.records import Alarm, OODWindow, TracePoint
@@ -329,17 +329,11 @@ class StreamMonitor:
         return self.config.alarm
 
     def _threshold(self, raised: DetectorAlarm) -> float:
-        """The threshold in force at the alarm, exactly when configured (the detectors work
-        with its logarithm): ``threshold``, BUDGET_SHARE × ``events``, 1/α_k for Ville (α_k =
-        α with ``per_segment`` spending); a time budget's rate-following threshold as raised."""
-        alarm = self._alarm_config(raised.detector)
-        if alarm.rule == "ville":
-            return 1.0 / alarm.alpha if alarm.spending == "per_segment" else raised.threshold
-        if alarm.events is not None:
-            return float(BUDGET_SHARE * alarm.events)
-        if alarm.budget_seconds is not None:
-            return raised.threshold
-        return alarm.threshold
+        """The threshold in force at the alarm: exactly as configured when it is fixed (the
+        detectors work with its logarithm), else as raised (a time budget's rate-following
+        threshold, Ville's 1/α_k with lifetime spending)."""
+        fixed = self._alarm_config(raised.detector).fixed_threshold
+        return raised.threshold if fixed is None else fixed
 
     def _budget_evidence(self, raised: DetectorAlarm) -> dict[str, Any]:
         """The budget an alarm was raised under: ``budget`` as configured, the detector's

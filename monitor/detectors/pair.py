@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from monitor.config import BUDGET_SHARE, DEFAULT_THRESHOLD
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
 from monitor.detectors._base import BatchTrace, FloatArray, as_row, window_mean
 from monitor.diagnosis import (
@@ -32,11 +33,7 @@ from monitor.martingales.alarms import EventRateThreshold, Ville
 if TYPE_CHECKING:
     from monitor.config import AlarmConfig, StreamConfig
 
-__all__ = ["BUDGET_SHARE", "BatchResult", "DetectorAlarm", "StreamDetectors"]
-
-#: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
-#: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
-BUDGET_SHARE = 2
+__all__ = ["BatchResult", "DetectorAlarm", "StreamDetectors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,13 +658,11 @@ def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:
 
 
 def _first_threshold(alarm: AlarmConfig) -> float:
-    """The threshold a monitor starts with: ``threshold``, BUDGET_SHARE × ``events``, or a time
-    budget's warm-up threshold."""
-    if alarm.events is not None:
-        return float(BUDGET_SHARE * alarm.events)
+    """The threshold a monitor starts with: the configured one, or a time budget's warm-up
+    threshold (Ville's comes from alpha)."""
     if alarm.budget_seconds is not None:
         return _time_budget(alarm).threshold
-    return alarm.threshold
+    return alarm.fixed_threshold or DEFAULT_THRESHOLD
 
 
 def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:

@@ -61,10 +61,10 @@ class EventRateThreshold:
     Examples
     --------
     >>> budget = EventRateThreshold(seconds=3600.0, share=2, block=4)
-    >>> ts = np.arange(12) / 10.0  # 10 events per second
-    >>> budget.thresholds(ts).tolist()  # warm-up at 100 000/s, then 2 · 3600 s · 10/s
-    [720000000.0, 720000000.0, 720000000.0, 720000000.0, 72000.0, 72000.0, 72000.0, 72000.0, \
-72000.0, 72000.0, 72000.0, 72000.0]
+    >>> ts = np.arange(12) / 8.0  # 8 events per second
+    >>> budget.thresholds(ts).tolist()  # warm-up at 100 000/s, then 2 · 3600 s · 8/s
+    [720000000.0, 720000000.0, 720000000.0, 720000000.0, 57600.0, 57600.0, 57600.0, 57600.0, \
+57600.0, 57600.0, 57600.0, 57600.0]
     """
 
     def __init__(
