@@ -393,7 +393,8 @@ class StreamDetectors:
             kind = diagnose_covariate(outside_share, self.outside_level)
             evidence = self._evidence(event, _exp(event.log_statistic), self.conditional)
             evidence["outside_support_fraction"] = outside_share
-            alarm = self._record("covariate", kind, event, self._cov_events, evidence)
+            alarm = self._record("covariate", kind, event, self._cov_events, evidence,
+                                 None if cov_thr is None else float(cov_thr[i]))
             result.alarms.append(("covariate", i, alarm))
             self.conditional.start_adaptation()
         segments.append(self._conditional_segment(
@@ -437,7 +438,10 @@ class StreamDetectors:
             added = j + 1
             c = int(cov_before[j])
             cov_stat = cov_stat0 if c == 0 else _exp(float(cov_stats[c - 1]))
-            alarm = self._conditional_alarm(event, cov_stat, view)
+            thresholds = result.cond_thresholds
+            alarm = self._conditional_alarm(
+                event, cov_stat, view, None if thresholds is None else float(thresholds[j])
+            )
             result.alarms.append(("conditional", j, alarm))
         self._extend_conditional(index, outside, penalised, j0, added, j1)
         return trace
@@ -488,6 +492,7 @@ class StreamDetectors:
         event: AlarmEvent,
         covariate_statistic: float | None = None,
         view: _ConditionalView | ConditionalMonitor | None = None,
+        threshold: float | None = None,
     ) -> DetectorAlarm:
         n = self._cond_events.n
 
@@ -507,7 +512,7 @@ class StreamDetectors:
         evidence["outside_support_fraction"] = outside
         evidence["penalised_fraction"] = penalised
         evidence["penalised_fraction_since_adaptation"] = cond.penalised_fraction
-        return self._record("conditional", kind, event, self._cond_events, evidence)
+        return self._record("conditional", kind, event, self._cond_events, evidence, threshold)
 
     def _evidence(
         self,
@@ -531,15 +536,22 @@ class StreamDetectors:
         event: AlarmEvent,
         index: _EventIndex,
         evidence: dict[str, Any],
+        threshold: float | None = None,
     ) -> DetectorAlarm:
+        """``threshold``: a time budget's threshold at the alarm (the batch path's), exactly;
+        else the monitor's (its rule's threshold under a budget, which is then still the one
+        of the alarm's update) or exp(log threshold)."""
         monitor = self.covariate if detector == "covariate" else self.conditional
+        if threshold is None:
+            budgeted = detector in self.budgets
+            threshold = monitor.threshold if budgeted else _exp(event.log_threshold)
         return DetectorAlarm(
             detector=detector,
             kind=kind,
             event_index=int(index.lookup(event.index) or 0),
             changepoint=index.lookup(event.changepoint),
             statistic=_exp(event.log_statistic),
-            threshold=_exp(event.log_threshold),
+            threshold=threshold,
             rule=monitor.rule,
             evidence=evidence,
         )
