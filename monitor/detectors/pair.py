@@ -558,7 +558,9 @@ class StreamDetectors:
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state of both monitors and the diagnosis history."""
+        """JSON-ready state of both monitors and the diagnosis history (and the time budgets'
+        rate estimators, when there are any: a state without them is the one of before)."""
+        budgets = {name: budget.state_dict() for name, budget in self.budgets.items()}
         return new_state(
             self,
             params={
@@ -568,7 +570,7 @@ class StreamDetectors:
             },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
-            budgets={name: budget.state_dict() for name, budget in self.budgets.items()},
+            **({"budgets": budgets} if budgets else {}),
             cov_events=self._cov_events.state(),
             cond_events=self._cond_events.state(),
             cond_outside=np.asarray(self._cond_outside, np.uint8),
