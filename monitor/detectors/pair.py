@@ -76,7 +76,8 @@ class BatchResult:
     cov_trace: BatchTrace
     cond_trace: BatchTrace
     alarms: list[tuple[str, int, DetectorAlarm]] = field(default_factory=list)
-    #: The threshold in force at each update, for a detector with a time budget (else None).
+    #: The threshold in force after each update, for a detector whose threshold moves (a time
+    #: budget, Ville's lifetime spending; else None: the monitor's threshold).
     cov_thresholds: FloatArray | None = None
     cond_thresholds: FloatArray | None = None
 
@@ -366,16 +367,21 @@ class StreamDetectors:
         """
         cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
         cond_thr = self._budget_thresholds("conditional", cond_ts, len(cond_index))
+        cov_seg = _segment_thresholds(self.covariate, len(cov_index))
+        cond_seg = _segment_thresholds(self.conditional, len(cond_index))
         cov_stat0 = self.covariate.statistic
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
 
         def on_covariate(i: int, event: AlarmEvent) -> None:
             outside = _evidence_share(self.covariate.outside_fraction, event)
             cov_alarms.append((i, event, outside))
+            if cov_seg is not None:
+                cov_seg[i:] = self.covariate.threshold  # the next segment's, from the alarm on
 
         cov_trace = _run_budgeted(self.covariate, X_cov, None, on_covariate, cov_thr)
         result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True),
-                             cov_thresholds=cov_thr, cond_thresholds=cond_thr)
+                             cov_thresholds=cov_thr if cov_seg is None else cov_seg,
+                             cond_thresholds=cond_thr if cond_seg is None else cond_seg)
         outside = (
             self.covariate.is_outside(X_cond) if X_cond.shape[0] else np.zeros(0, bool)
         ).tolist()
@@ -423,13 +429,18 @@ class StreamDetectors:
         raised: list[tuple[int, AlarmEvent, _ConditionalView]] = []
         cond = self.conditional
 
+        budgeted = "conditional" in self.budgets
+        moving = result.cond_thresholds
+
         def on_conditional(i: int, event: AlarmEvent) -> None:
             raised.append((j0 + i, event, _ConditionalView(
                 cond.penalised_fraction, cond.weights_ess, cond.adapting
             )))
+            if moving is not None and not budgeted:
+                moving[j0 + i :] = cond.threshold  # Ville's next segment, from the alarm on
 
         rows = X[j0:j1] if cond.weighted else None
-        thresholds = None if result.cond_thresholds is None else result.cond_thresholds[j0:j1]
+        thresholds = moving[j0:j1] if budgeted and moving is not None else None
         trace = _run_budgeted(cond, rows, scores[j0:j1], on_conditional, thresholds)
         penalised = trace.penalised.tolist() if trace.penalised is not None else [False] * (j1 - j0)
         added = j0
@@ -438,9 +449,9 @@ class StreamDetectors:
             added = j + 1
             c = int(cov_before[j])
             cov_stat = cov_stat0 if c == 0 else _exp(float(cov_stats[c - 1]))
-            thresholds = result.cond_thresholds
             alarm = self._conditional_alarm(
-                event, cov_stat, view, None if thresholds is None else float(thresholds[j])
+                event, cov_stat, view,
+                float(moving[j]) if budgeted and moving is not None else None,
             )
             result.alarms.append(("conditional", j, alarm))
         self._extend_conditional(index, outside, penalised, j0, added, j1)
@@ -664,6 +675,17 @@ def _run_budgeted(
             shifted,
         ))
     return _concat_traces(traces)
+
+
+def _segment_thresholds(
+    monitor: CovariateMonitor | ConditionalMonitor, n: int
+) -> FloatArray | None:
+    """For a Ville rule with lifetime spending (whose threshold changes at each restart): the
+    threshold now for each of the next n updates, to be updated at each alarm; else None."""
+    rule = monitor._test.rule
+    if not (isinstance(rule, Ville) and rule.spending == "lifetime"):
+        return None
+    return np.full(n, rule.threshold)
 
 
 def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:

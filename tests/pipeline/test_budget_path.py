@@ -93,3 +93,20 @@ def test_a_restored_stream_continues_bit_for_bit(
     key = lambda a: (a["stream"], a["event_index"], a["detector"])  # noqa: E731
     assert after, "the restored streams should raise alarms"
     assert sorted(got + after, key=key) == sorted(expected, key=key)
+
+
+def test_lifetime_spending_is_the_same_on_both_paths(tmp_path: Path) -> None:
+    """Ville with lifetime spending: each restart lowers α_k, so the threshold moves at each
+    alarm; alarms, traces and states are the same per event and in batches."""
+    ville = {"rule": "ville", "alpha": 0.05, "spending": "lifetime"}
+    phases = [("stable", 150), ("extreme_covariate", 300), ("concept", 450)]
+    paths = build_example(tmp_path, seed=3, phases=phases, n_calibration=300, label_delay=4,
+                          alarm=ville, covariate_alarm=ville)
+    values = paths["events"].read_bytes().splitlines()
+    reference = run([paths["config"]], values, 500, per_event=True)
+    thresholds = sorted({a["threshold"] for a in reference["alarms"]})
+    assert len(thresholds) >= 2, "the example should raise alarms in two segments"
+    assert thresholds[0] == pytest.approx(math.pi**2 / 6 / 0.05)  # segment 1
+    assert thresholds[1] == pytest.approx(4 * math.pi**2 / 6 / 0.05)  # segment 2
+    for batch in (37, 5000):
+        assert_same(run([paths["config"]], values, batch, per_event=False), reference)
