@@ -161,7 +161,7 @@ class StreamDetectors:
     budgets
         A time budget's threshold per detector (``"covariate"``, ``"conditional"``): before
         each update it sets that monitor's threshold, which then follows the detector's update
-        rate on event time (the updates need their ``ts``).
+        rate on event time (updates without ``ts`` count at the budget's maximum rate).
 
     Examples
     --------
@@ -362,7 +362,8 @@ class StreamDetectors:
         adapt. An alarm's evidence reads the other monitor as it was at that point of the
         arrival order (the conditional monitor at the segment's end, the covariate statistic
         from its trace). ``cov_ts`` / ``cond_ts`` are the updates' event times in seconds,
-        needed by a detector with a time budget: its monitor then runs in spans of one
+        read by a detector with a time budget (None: the updates count at its maximum rate;
+        :class:`EventRateThreshold`): its monitor then runs in spans of one
         threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
         """
         cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
@@ -471,9 +472,8 @@ class StreamDetectors:
         budget = self.budgets.get(detector)
         if budget is None:
             return
-        if ts is None:
-            raise ValueError(f"the {detector} monitor has a time budget: its updates need ts")
-        threshold = float(budget.thresholds([ts])[0])
+        # An update without an event time takes the latest one: it counts at the maximum rate.
+        threshold = float(budget.thresholds([budget.latest if ts is None else ts])[0])
         monitor = self.covariate if detector == "covariate" else self.conditional
         monitor._test.rule.set_threshold(threshold)  # type: ignore[attr-defined]
 
@@ -483,8 +483,8 @@ class StreamDetectors:
         budget = self.budgets.get(detector)
         if budget is None:
             return None
-        if ts is None:
-            raise ValueError(f"the {detector} monitor has a time budget: its updates need ts")
+        if ts is None:  # no event times: the latest one, counted at the maximum rate
+            return budget.thresholds(np.full(n, budget.latest))
         arr = np.asarray(ts, dtype=np.float64).reshape(-1)
         if arr.size != n:
             raise ValueError(f"{detector} event times: {arr.size} for {n} updates")

@@ -24,11 +24,9 @@ def test_an_events_budget_gives_each_detector_twice_the_budget() -> None:
     assert pair.budgets == {}
 
 
-def test_a_time_budget_warms_up_at_the_maximum_rate_and_needs_event_times() -> None:
+def test_a_time_budget_warms_up_at_the_maximum_rate_and_follows_event_times() -> None:
     pair = detectors({"false_alarm_every": "1h"})
     assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0
-    with pytest.raises(ValueError, match="need ts"):
-        pair.update_covariate([0.0, 0.0])
     rng = np.random.default_rng(1)
     for t in range(300):  # 2 events per second
         pair.update(rng.normal(size=2), float(abs(rng.normal())), ts=1e9 + t / 2)
@@ -45,3 +43,13 @@ def test_lifetime_spending_reaches_the_ville_rules() -> None:
         assert monitor.threshold == pytest.approx(np.pi**2 / 6 / 0.01)
     restored = StreamDetectors.from_state(pair.state_dict())
     assert restored.covariate._test.rule.spending == "lifetime"  # type: ignore[attr-defined]
+
+
+def test_updates_without_event_times_count_at_the_maximum_rate() -> None:
+    """A notebook feeding events without ts keeps the warm-up (maximum-rate) threshold: safe,
+    slower to detect."""
+    pair = detectors({"false_alarm_every": "1h"})
+    rng = np.random.default_rng(2)
+    for _ in range(600):
+        pair.update(rng.normal(size=2), float(abs(rng.normal())))
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0

@@ -92,12 +92,19 @@ class EventRateThreshold:
         self._lo, self._hi = math.inf, -math.inf  # ts range of the current block
         self._last_rate: float | None = None  # rate of the last complete block
         self._bucket_max: dict[int, float] = {}  # bucket number -> highest block rate in it
+        self._latest = -math.inf  # the latest event time seen
         self._threshold = self._from_rate(max_rate)
 
     @property
     def threshold(self) -> float:
         """The threshold of the next update."""
         return self._threshold
+
+    @property
+    def latest(self) -> float:
+        """The latest event time seen (0.0 before any): the time of an update without one, so
+        that updates without event times count at ``max_rate``."""
+        return 0.0 if self._latest == -math.inf else self._latest
 
     @property
     def rate(self) -> float:
@@ -117,6 +124,7 @@ class EventRateThreshold:
             out[i : i + take] = self._threshold
             part = arr[i : i + take]
             self._lo, self._hi = min(self._lo, float(part.min())), max(self._hi, float(part.max()))
+            self._latest = max(self._latest, self._hi)
             self._count += take
             i += take
             if self._count == self.block:
@@ -158,6 +166,7 @@ class EventRateThreshold:
             hi=None if self._count == 0 else self._hi,
             last_rate=self._last_rate,
             buckets_max=[[b, r] for b, r in sorted(self._bucket_max.items())],
+            latest=None if self._latest == -math.inf else self._latest,
             threshold=self._threshold,
         )
 
@@ -170,5 +179,6 @@ class EventRateThreshold:
         obj._hi = -math.inf if state["hi"] is None else float(state["hi"])
         obj._last_rate = None if state["last_rate"] is None else float(state["last_rate"])
         obj._bucket_max = {int(b): float(r) for b, r in state["buckets_max"]}
+        obj._latest = -math.inf if state["latest"] is None else float(state["latest"])
         obj._threshold = float(state["threshold"])
         return obj
