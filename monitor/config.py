@@ -20,7 +20,11 @@ RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
 Spending = Literal["per_segment", "lifetime"]
 
-#: A cusum / shiryaev_roberts rule's threshold when no threshold or budget is given.
+#: A cusum / shiryaev_roberts rule's budget when no threshold or budget is given: at most one
+#: false alarm a week in expectation-free terms, P(a false alarm within t) <= t / 7 days, at any
+#: rate up to 100 000 events/s (docs/detectors.md, "Alarm budgets").
+DEFAULT_BUDGET = "7d"
+#: The threshold of a monitor built without a configuration (and of the pre-budget default).
 DEFAULT_THRESHOLD = 10_000.0
 #: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
 #: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
@@ -75,7 +79,7 @@ class AlarmConfig(_Strict):
     restarts) or ``lifetime`` (P(any false alarm over the stream's whole life) <= alpha, segment
     k using alpha·6/(π²k²)).
     ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches a threshold, given as one
-    of (at most one; none means ``threshold: 10000``):
+    of (at most one; none means ``false_alarm_every: 7d``):
 
     - ``false_alarm_every``: a budget in time (``30d``, ``1w``, ``12h``, or seconds): on a
       stream without change, P(a false alarm within t) <= t / budget for the stream as a whole;
@@ -100,8 +104,8 @@ class AlarmConfig(_Strict):
             raise ValueError(
                 f"alarm: give one of threshold, false_alarm_every, events; got {given}"
             )
-        if not given:
-            object.__setattr__(self, "threshold", DEFAULT_THRESHOLD)
+        if not given and self.rule != "ville":
+            object.__setattr__(self, "false_alarm_every", DEFAULT_BUDGET)
         if self.false_alarm_every is not None:
             parse_duration(self.false_alarm_every)
         if self.rule == "ville" and (self.false_alarm_every is not None or self.events is not None):
@@ -157,8 +161,9 @@ class StreamConfig(_Strict):
     Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
     classification; ``covariate_score`` is ``knn``; ``betting`` unset means the Composite Jumper
     for the covariate monitor and the one-sided Simple Mixture for the conditional monitor (set
-    it to use one betting function for both); the alarm rule is Shiryaev–Roberts with threshold
-    (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
+    it to use one betting function for both); the alarm rule is Shiryaev–Roberts with a budget of
+    one false alarm a week (``false_alarm_every: 7d``, shared by the two detectors, the threshold
+    following the event rate); OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
     """
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]

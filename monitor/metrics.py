@@ -113,8 +113,8 @@ def configured_thresholds(config: dict[str, Any]) -> dict[str, float | None]:
     >>> configured_thresholds({"alarm": {"rule": "shiryaev_roberts", "threshold": 10000.0},
     ...                        "covariate_alarm": {"rule": "ville", "alpha": 0.01}})
     {'covariate': 100.0, 'conditional': 10000.0}
-    >>> configured_thresholds({})
-    {'covariate': 10000.0, 'conditional': 10000.0}
+    >>> configured_thresholds({})  # a one-week budget: the threshold follows the event rate
+    {'covariate': None, 'conditional': None}
     >>> configured_thresholds({"alarm": {"false_alarm_every": "30d"},
     ...                        "covariate_alarm": {"events": 1000}})
     {'covariate': 2000.0, 'conditional': None}

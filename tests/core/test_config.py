@@ -94,7 +94,8 @@ def test_budgets_round_trip_and_state_their_threshold() -> None:
     assert config.covariate_alarm is not None
     assert config.covariate_alarm.fixed_threshold == 10_000.0  # shared by two detectors
     default = StreamConfig(name="s", task="regression", calibration="c")
-    assert default.alarm.threshold == 10_000.0 and default.alarm.budget_seconds is None
+    assert default.alarm.threshold is None and default.alarm.budget_seconds == 7 * 86400.0
+    assert default.covariate_alarm is None  # the same budget for the covariate detector
     ville = StreamConfig(name="s", task="regression", calibration="c",
                          alarm={"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
     assert ville.alarm.fixed_threshold is None
