@@ -182,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_streams(sub)
     _add_alarms(sub)
+    _add_report(sub)
     _add_dead_letters(sub)
     _add_db(sub)
     _add_serve(sub)
@@ -221,6 +222,7 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
+    _alerts_argument(p)
     p.add_argument(
         "--batch-size", type=_positive_int, default=None, help="records per transaction"
     )
@@ -278,6 +280,16 @@ def _add_alarms(sub: Any) -> None:
     lst.set_defaults(handler=_cmd_alarms_list)
 
 
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report", help="write one alarm's report: traces, diagnosis, evidence (HTML or PNG)"
+    )
+    p.add_argument("--alarm", required=True, metavar="ID", help="the alarm's id")
+    p.add_argument("--out", metavar="FILE", help="FILE.html or FILE.png "
+                   "(default: alarm-ID.html in the current folder)")
+    p.set_defaults(handler=_cmd_report)
+
+
 def _iso_time(text: str) -> datetime:
     """An ISO 8601 time (``Z`` accepted); one without a zone is UTC."""
     try:
@@ -321,6 +333,12 @@ def _add_db(sub: Any) -> None:
     down = s.add_parser("downgrade", help="alembic downgrade")
     down.add_argument("revision")
     down.set_defaults(handler=_cmd_db_downgrade)
+    prune = s.add_parser(
+        "prune", help="delete results older than each stream's retention policy"
+    )
+    prune.add_argument("--batch", type=int, default=5000, help="rows per delete transaction")
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(handler=_cmd_db_prune)
 
 
 def _add_serve(sub: Any) -> None:
@@ -332,7 +350,31 @@ def _add_serve(sub: Any) -> None:
         type=int,
         help="worker processes (default: MONITOR_API_WORKERS or 1; one per core is usual)",
     )
+    _alerts_argument(p)
     p.set_defaults(handler=_cmd_serve)
+
+
+def _alerts_argument(p: Any) -> None:
+    p.add_argument(
+        "--alerts",
+        metavar="FILE",
+        help="alert routing file, YAML or JSON (default: MONITOR_ALERTS_FILE; "
+        "docs/operations.md, \"Alert routing\")",
+    )
+
+
+def _with_alerts(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` with ``--alerts``, checked now: a bad routing file is one line, exit 2."""
+    from monitor.alerts import AlertRoutingError, load_alert_routing
+    from monitor.webhooks import webhook_urls
+
+    if getattr(args, "alerts", None):
+        settings = settings.model_copy(update={"alerts_file": args.alerts})
+    try:
+        load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    return settings
 
 
 def _add_dashboards(sub: Any) -> None:
@@ -344,6 +386,13 @@ def _add_dashboards(sub: Any) -> None:
     push.add_argument("--user", help="basic-auth user (with --password)")
     push.add_argument("--password", help="basic-auth password")
     push.add_argument("--prometheus-url", help="Prometheus URL for the panels fed by /metrics")
+    push.add_argument(
+        "--datasource-db",
+        metavar="URL",
+        help="database URL Grafana's datasource connects with, as Grafana reaches it: the "
+        "read-only reader role (or MONITOR_GRAFANA_DATABASE_URL); without it the datasource is "
+        "left as it is (--db is never handed to Grafana)",
+    )
     push.set_defaults(handler=_cmd_dashboards_push)
 
 
@@ -379,6 +428,7 @@ def _safe_url(url: str) -> str:
 def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import run_source
 
+    settings = _with_alerts(args, settings)
     summary = run_source(
         source_url=args.source,
         configs=args.config,
@@ -528,6 +578,24 @@ def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
     return table
 
 
+def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import AlarmNotFoundError
+    from monitor.report import report_context, write_report
+    from monitor.runner import DatabaseSink
+
+    out = args.out or f"alarm-{args.alarm}.html"
+    if not out.lower().endswith((".html", ".htm", ".png")):
+        raise UserError(f"--out must end in .html or .png, got {out!r}")
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    with sink.sessions() as session:
+        try:
+            context = report_context(session, args.alarm)
+        except AlarmNotFoundError as exc:
+            raise UserError(f"{exc} (see `monitor alarms list`)") from None
+    print(f"report of alarm {args.alarm}: {write_report(context, out)}")
+    return 0
+
+
 def _dead_letter_filter(args: argparse.Namespace) -> Any:
     from monitor.dead_letters import DeadLetterFilter
 
@@ -568,11 +636,16 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.db.store import CheckpointMovedError
     from monitor.dead_letters import replay_dead_letters
     from monitor.runner import DatabaseSink, RunError
 
-    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate, routing=routing)
     try:
         report = replay_dead_letters(
             sink,
@@ -625,6 +698,22 @@ def _cmd_db_downgrade(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_db_prune(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.retention import prune
+    from monitor.runner import DatabaseSink
+
+    if args.batch < 1:
+        raise UserError(f"--batch must be at least 1, got {args.batch}")
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    report = prune(sink.sessions, batch=args.batch)
+    if args.json:
+        print(json.dumps({"deleted": report.deleted, "transactions": report.transactions}))
+    else:
+        rows = ", ".join(f"{n} {table}" for table, n in report.deleted.items())
+        print(f"pruned {rows} in {report.transactions} transactions")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -632,6 +721,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.api.app import guard_limits
     from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
+    settings = _with_alerts(args, settings)
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
@@ -671,24 +761,31 @@ def _prepare_workers(settings: Settings) -> None:
         upgrade(settings.database_url)
     os.environ["MONITOR_DATABASE_URL"] = settings.database_url  # it may come from --db
     os.environ["MONITOR_AUTO_MIGRATE"] = "false"
+    os.environ["MONITOR_ALERTS_FILE"] = settings.alerts_file  # it may come from --alerts
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.dashboards import DashboardPushError, push_dashboards
+    from monitor.dashboards import POSTGRES_UID, DashboardPushError, push_dashboards
 
+    datasource = args.datasource_db or os.environ.get("MONITOR_GRAFANA_DATABASE_URL") or None
     try:
         pushed = push_dashboards(
             args.grafana_url,
             token=args.token or os.environ.get("GRAFANA_TOKEN") or None,
             user=args.user,
             password=args.password,
-            database_url=settings.database_url,
+            database_url=datasource,
             prometheus_url=args.prometheus_url,
         )
     except DashboardPushError as exc:
         raise UserError(str(exc)) from None
     for uid in pushed:
         print(f"dashboard {uid} pushed to {args.grafana_url}")
+    if datasource is None:
+        print(
+            f"datasource {POSTGRES_UID} left as it is: pass --datasource-db with the read-only "
+            "reader's URL to create or update it (docs/dashboards.md)"
+        )
     return 0
 
 

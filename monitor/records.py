@@ -132,6 +132,8 @@ class DeadLetter:
     payload: bytes
     ts: datetime
     stream: str | None = None
+    #: Where ``ts`` came from: ``event`` (the record's own ts), ``broker`` or ``ingest``.
+    ts_source: str = "ingest"
 
     #: Payloads are truncated to this many bytes before they are stored.
     MAX_PAYLOAD = 4096
@@ -144,6 +146,7 @@ class DeadLetter:
             "reason": self.reason,
             "payload": self.payload[: self.MAX_PAYLOAD].decode("utf-8", errors="replace"),
             "ts": iso(self.ts),
+            "ts_source": self.ts_source,
             "stream": self.stream,
         }
 
