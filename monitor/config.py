@@ -6,7 +6,6 @@ Every field but ``name``, ``task`` and ``calibration`` has a documented default.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,9 +22,9 @@ OODRuleName = Literal["bh", "eg_bh", "lond"]
 Spending = Literal["per_segment", "lifetime"]
 
 #: A cusum / shiryaev_roberts rule's budget when no threshold or budget is given: at most one
-#: false alarm a week in expectation-free terms, P(a false alarm within t) <= t / 7 days, at any
-#: rate up to 100 000 events/s (docs/detectors.md, "Alarm budgets").
-DEFAULT_BUDGET = "7d"
+#: false alarm a week, P(a false alarm within t) <= t / 7 days, at any rate up to 100 000
+#: events/s (docs/detectors.md, "Alarm budgets").
+DEFAULT_BUDGET = 7 * 86_400.0
 #: The threshold of a monitor built without a configuration (and of the pre-budget default).
 DEFAULT_THRESHOLD = 10_000.0
 #: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
@@ -34,35 +33,9 @@ BUDGET_SHARE = 2
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0, "y": 365 * 86_400.0}
-
-
-def parse_duration(value: str | float | int) -> float:
-    """A duration in seconds from a number of seconds or a string ``<number><unit>`` with unit
-    ``s``, ``m``, ``h``, ``d``, ``w`` or ``y`` (365 days).
-
-    Examples
-    --------
-    >>> parse_duration("30d"), parse_duration("1h"), parse_duration(90), parse_duration("1.5w")
-    (2592000.0, 3600.0, 90.0, 907200.0)
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"a duration is a number of seconds or e.g. '30d', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = str(value).strip().lower()
-        unit = _UNITS.get(text[-1:]) if text else None
-        try:
-            seconds = float(text[:-1]) * unit if unit is not None else float(text)
-        except ValueError:
-            seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(
-            f"a duration must be a positive number of seconds or <number><unit> with unit one "
-            f"of {', '.join(_UNITS)} (e.g. '30d'), got {value!r}"
-        )
-    return seconds
+#: A duration as operators write it (``7d``, ``12h``, seconds: :mod:`monitor.durations`),
+#: stored in seconds.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class ConfigError(ValueError):
@@ -93,7 +66,7 @@ class AlarmConfig(_Strict):
 
     rule: RuleName = "shiryaev_roberts"
     threshold: Annotated[float | None, Field(gt=1.0)] = None
-    false_alarm_every: str | float | None = None
+    false_alarm_every: Duration | None = None
     events: Annotated[int | None, Field(ge=1)] = None
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.01
     spending: Spending = "per_segment"
@@ -108,8 +81,6 @@ class AlarmConfig(_Strict):
             )
         if not given and self.rule != "ville":
             object.__setattr__(self, "false_alarm_every", DEFAULT_BUDGET)
-        if self.false_alarm_every is not None:
-            parse_duration(self.false_alarm_every)
         if self.rule == "ville" and (self.false_alarm_every is not None or self.events is not None):
             raise ValueError(
                 "alarm: false_alarm_every / events budget a cusum or shiryaev_roberts rule; "
@@ -133,9 +104,7 @@ class AlarmConfig(_Strict):
     @property
     def budget_seconds(self) -> float | None:
         """``false_alarm_every`` in seconds (None without a time budget)."""
-        if self.false_alarm_every is None:
-            return None
-        return parse_duration(self.false_alarm_every)
+        return self.false_alarm_every
 
 
 class OODConfig(_Strict):
@@ -155,9 +124,6 @@ class LabelJoinConfig(_Strict):
 
     max_pending: Annotated[int, Field(ge=1)] = 100_000
     max_delay_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class RetentionConfig(_Strict):

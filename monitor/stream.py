@@ -17,6 +17,7 @@ import numpy as np
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
 from monitor.detectors.pair import BatchResult, DetectorAlarm
+from monitor.durations import format_duration
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
 from monitor.records import Alarm, OODWindow, TracePoint
@@ -349,7 +350,7 @@ class StreamMonitor:
         if seconds is None:
             return {}
         return {
-            "budget": str(alarm.false_alarm_every),
+            "budget": format_duration(seconds),
             "budget_seconds": seconds,
             "budget_share": BUDGET_SHARE,
             "event_rate": self._threshold(raised) / (BUDGET_SHARE * seconds),
