@@ -19,8 +19,23 @@ ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
 Betting = Literal["simple_jumper", "composite_jumper", "power", "mixture"]
 RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
+Spending = Literal["per_segment", "lifetime"]
+
+#: A cusum / shiryaev_roberts rule's budget when no threshold or budget is given: at most one
+#: false alarm a week, P(a false alarm within t) <= t / 7 days, at any rate up to 100 000
+#: events/s (docs/detectors.md, "Alarm budgets").
+DEFAULT_BUDGET = 7 * 86_400.0
+#: The threshold of a monitor built without a configuration (and of the pre-budget default).
+DEFAULT_THRESHOLD = 10_000.0
+#: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
+#: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
+BUDGET_SHARE = 2
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+#: A duration as operators write it (``7d``, ``12h``, seconds: :mod:`monitor.durations`),
+#: stored in seconds.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class ConfigError(ValueError):
@@ -34,14 +49,62 @@ class _Strict(BaseModel):
 class AlarmConfig(_Strict):
     """When a martingale raises an alarm.
 
-    ``ville``: alarm when S_t >= 1/alpha (false-alarm probability <= alpha over the whole stream).
-    ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches ``threshold``; the mean run
-    length to a false alarm on a stationary stream is at least ``threshold`` events.
+    ``ville``: alarm when S_t >= 1/alpha; ``spending`` says how alpha covers the restarts after
+    alarms: ``per_segment`` (the default: P(false alarm) <= alpha for each segment between
+    restarts) or ``lifetime`` (P(any false alarm over the stream's whole life) <= alpha, segment
+    k using alpha·6/(π²k²)).
+    ``cusum`` / ``shiryaev_roberts``: alarm when the statistic reaches a threshold, given as one
+    of (at most one; none means ``false_alarm_every: 7d``):
+
+    - ``false_alarm_every``: a budget in time (``30d``, ``1w``, ``12h``, or seconds): on a
+      stream without change, P(a false alarm within t) <= t / budget for the stream as a whole;
+      the threshold follows the stream's event rate measured on event time (docs/detectors.md);
+    - ``events``: a budget in events: the stream's mean run length to a false alarm is at least
+      ``events`` updates of each detector;
+    - ``threshold``: the statistic's level itself (each detector's mean run length >= threshold).
     """
 
     rule: RuleName = "shiryaev_roberts"
-    threshold: Annotated[float, Field(gt=1.0)] = 10_000.0
+    threshold: Annotated[float | None, Field(gt=1.0)] = None
+    false_alarm_every: Duration | None = None
+    events: Annotated[int | None, Field(ge=1)] = None
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.01
+    spending: Spending = "per_segment"
+
+    @model_validator(mode="after")
+    def _check(self) -> AlarmConfig:
+        given = [k for k in ("threshold", "false_alarm_every", "events")
+                 if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"alarm: give one of threshold, false_alarm_every, events; got {given}"
+            )
+        if not given and self.rule != "ville":
+            object.__setattr__(self, "false_alarm_every", DEFAULT_BUDGET)
+        if self.rule == "ville" and (self.false_alarm_every is not None or self.events is not None):
+            raise ValueError(
+                "alarm: false_alarm_every / events budget a cusum or shiryaev_roberts rule; "
+                "ville takes alpha (with spending)"
+            )
+        if self.rule != "ville" and self.spending != "per_segment":
+            raise ValueError("alarm: spending applies to the ville rule only")
+        return self
+
+    @property
+    def fixed_threshold(self) -> float | None:
+        """The threshold a detector under this rule alarms at, when it is fixed: ``threshold``,
+        BUDGET_SHARE × ``events``, 1/alpha for ``ville`` with ``per_segment`` spending; None
+        when it moves (a time budget follows the event rate; lifetime spending's 1/α_k)."""
+        if self.rule == "ville":
+            return 1.0 / self.alpha if self.spending == "per_segment" else None
+        if self.events is not None:
+            return float(BUDGET_SHARE * self.events)
+        return self.threshold
+
+    @property
+    def budget_seconds(self) -> float | None:
+        """``false_alarm_every`` in seconds (None without a time budget)."""
+        return self.false_alarm_every
 
 
 class OODConfig(_Strict):
@@ -68,9 +131,6 @@ class LabelJoinConfig(_Strict):
     max_delay_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
 class RetentionConfig(_Strict):
     """How long stored results are kept (``monitor db prune`` and the worker apply it).
 
@@ -94,8 +154,9 @@ class StreamConfig(_Strict):
     Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
     classification; ``covariate_score`` is ``knn``; ``betting`` unset means the Composite Jumper
     for the covariate monitor and the one-sided Simple Mixture for the conditional monitor (set
-    it to use one betting function for both); the alarm rule is Shiryaev–Roberts with threshold
-    (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
+    it to use one betting function for both); the alarm rule is Shiryaev–Roberts with a budget of
+    one false alarm a week (``false_alarm_every: 7d``, shared by the two detectors, the threshold
+    following the event rate); OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
     """
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]

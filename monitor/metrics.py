@@ -29,7 +29,11 @@ Metric names (labels in braces):
 - ``monitor_log_statistic{stream,detector}``: latest log of the alarm rule's statistic
 - ``monitor_log_threshold{stream,detector}``: log of the alarm rule's threshold (latest trace)
 - ``monitor_threshold{stream,detector}``: the alarm rule's threshold as configured
-  (``threshold``, or ``1/alpha`` for ``ville``; detectors ``covariate`` and ``conditional``)
+  (``threshold``, ``2 × events``, or ``1/alpha`` for ``ville``; detectors ``covariate`` and
+  ``conditional``); under a time budget (or lifetime spending) the threshold in force at the
+  latest trace point
+- ``monitor_alarm_budget_seconds{stream,detector}``: the detector's time budget
+  (``false_alarm_every`` in seconds), for detectors that have one
 - ``monitor_trace_event_index{stream,detector}``: event index of that latest trace point
 - ``monitor_webhook_deliveries_total{result}``: delivery attempts by ``result``: ``success``,
   ``http_error``, ``error`` (no answer) or ``dropped``
@@ -106,17 +110,21 @@ def source_kind(source: str | None) -> str:
     return kind if kind in SOURCE_KINDS else UNKNOWN
 
 
-def configured_thresholds(config: dict[str, Any]) -> dict[str, float]:
+def configured_thresholds(config: dict[str, Any]) -> dict[str, float | None]:
     """The alarm threshold of each detector of a stored stream configuration, exactly as
-    configured (``ville``: ``1/alpha``).
+    configured (``ville``: ``1/alpha``; ``events``: 2 × events), None when it moves (a time
+    budget; Ville with lifetime spending).
 
     Examples
     --------
     >>> configured_thresholds({"alarm": {"rule": "shiryaev_roberts", "threshold": 10000.0},
     ...                        "covariate_alarm": {"rule": "ville", "alpha": 0.01}})
     {'covariate': 100.0, 'conditional': 10000.0}
-    >>> configured_thresholds({})
-    {'covariate': 10000.0, 'conditional': 10000.0}
+    >>> configured_thresholds({})  # a one-week budget: the threshold follows the event rate
+    {'covariate': None, 'conditional': None}
+    >>> configured_thresholds({"alarm": {"false_alarm_every": "30d"},
+    ...                        "covariate_alarm": {"events": 1000}})
+    {'covariate': 2000.0, 'conditional': None}
     """
     from monitor.config import AlarmConfig
 
@@ -124,10 +132,24 @@ def configured_thresholds(config: dict[str, Any]) -> dict[str, float]:
     covariate_raw = config.get("covariate_alarm")
     covariate = conditional if covariate_raw is None else AlarmConfig.model_validate(covariate_raw)
 
-    def value(rule: AlarmConfig) -> float:
-        return 1.0 / rule.alpha if rule.rule == "ville" else float(rule.threshold)
+    return {"covariate": covariate.fixed_threshold, "conditional": conditional.fixed_threshold}
 
-    return {"covariate": value(covariate), "conditional": value(conditional)}
+
+def budget_seconds(config: dict[str, Any]) -> dict[str, float]:
+    """The time budget (seconds) of each detector of a stored stream configuration that has one.
+
+    Examples
+    --------
+    >>> budget_seconds({"alarm": {"false_alarm_every": "1d"}})
+    {'covariate': 86400.0, 'conditional': 86400.0}
+    """
+    from monitor.config import AlarmConfig
+
+    conditional = AlarmConfig.model_validate(config.get("alarm") or {})
+    covariate_raw = config.get("covariate_alarm")
+    covariate = conditional if covariate_raw is None else AlarmConfig.model_validate(covariate_raw)
+    pairs = (("covariate", covariate), ("conditional", conditional))
+    return {d: rule.budget_seconds for d, rule in pairs if rule.budget_seconds is not None}
 
 
 def _bounded(name: str | None, registered: set[str]) -> str:
@@ -410,19 +432,36 @@ def _trace_families(
             labels,
             [((p.stream, p.detector), _value(getattr(p, column))) for p in latest],
         )
-    thresholds = []
+    thresholds: list[tuple[tuple[str, str], float]] = []
+    budgets: list[tuple[tuple[str, str], float]] = []
+    in_force = {(p.stream, p.detector): p.log_threshold for p in latest}
     for stream in streams:
         try:
             configured = configured_thresholds(dict(configs[stream] or {}))
+            budgets += [((stream, d), s) for d, s in budget_seconds(
+                dict(configs[stream] or {})).items()]
         except (ValueError, TypeError) as exc:
             log.warning("metrics: cannot read the alarm rule of stream %r: %s", stream, exc)
             continue
-        thresholds += [((stream, d), configured[d]) for d in RULE_DETECTORS]
+        for d in RULE_DETECTORS:
+            value = configured[d]
+            log_value = in_force.get((stream, d))
+            if value is None and log_value is not None:
+                value = math.exp(log_value)
+            if value is not None:
+                thresholds.append(((stream, d), value))
     yield _gauge(
         "monitor_threshold",
-        "The detector's alarm-rule threshold as configured (ville: 1/alpha).",
+        "The detector's alarm-rule threshold as configured (ville: 1/alpha; events: 2 x events);"
+        " under a time budget, the one in force at the latest trace point.",
         labels,
         thresholds,
+    )
+    yield _gauge(
+        "monitor_alarm_budget_seconds",
+        "The detector's false-alarm budget in time (false_alarm_every), in seconds.",
+        labels,
+        budgets,
     )
     yield _gauge(
         "monitor_trace_event_index",

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration import Calibration
-from monitor.config import StreamConfig
+from monitor.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent
 from monitor.records import Alarm, OODWindow, TracePoint
 from monitor.state import decode_state, encode_state
@@ -72,7 +72,10 @@ def watch(
         The stream's name in the alarms.
     **options
         Stream configuration fields (README "Stream configuration"), e.g.
-        ``alarm={"rule": "ville", "alpha": 0.01}``. ``trace_every`` defaults to 1 here.
+        ``alarm={"rule": "ville", "alpha": 0.01}``. ``trace_every`` defaults to 1 here, and
+        ``alarm`` to ``{"threshold": 10000}``: a notebook's events are stamped "now" unless
+        given ``ts``, so a time budget (the service's default ``false_alarm_every: 7d``) would
+        find no rate to follow and stay at its warm-up threshold (docs/detectors.md).
 
     Examples
     --------
@@ -93,7 +96,7 @@ def watch(
     try:
         config = StreamConfig(
             name=name, task=task, calibration="<in memory>",
-            **{"trace_every": 1, **options},
+            **{"trace_every": 1, "alarm": {"threshold": DEFAULT_THRESHOLD}, **options},
         )
     except ValueError as exc:
         raise ValueError(f"invalid monitor options: {exc}") from None

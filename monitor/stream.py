@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration import Calibration, CalibrationError
-from monitor.config import StreamConfig
-from monitor.detectors.pair import DetectorAlarm
+from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
+from monitor.detectors.pair import BatchResult, DetectorAlarm
+from monitor.durations import format_duration
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
 from monitor.records import Alarm, OODWindow, TracePoint
@@ -115,7 +116,7 @@ class StreamMonitor:
             )
         index = self.event_index
         self.event_index += 1
-        self.detectors.update_covariate(x, index)
+        self.detectors.update_covariate(x, index, ts.timestamp())
         self._collect_alarms(event.id, index, ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
@@ -136,7 +137,9 @@ class StreamMonitor:
         pending = joined.pending
         ts = datetime.fromtimestamp(pending.ts, UTC)
         score = conditional_score(self.config, pending.prediction, joined.label)
-        self.detectors.update_conditional(np.asarray(pending.features), score, pending.event_index)
+        self.detectors.update_conditional(
+            np.asarray(pending.features), score, pending.event_index, ts.timestamp()
+        )
         self.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         self._trace("conditional", pending.event_index, ts)
@@ -217,32 +220,34 @@ class StreamMonitor:
         d = self.calibration.n_features
         X_cov = np.array(batch.cov_rows, np.float64).reshape(len(batch.cov_rows), d)
         X_cond = np.array(batch.cond_rows, np.float64).reshape(len(batch.cond_rows), d)
+        budgets = self.detectors.budgets
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
             batch.cond_index, np.array(batch.cond_before, np.int64),
+            cov_ts=[t.timestamp() for t in batch.cov_ts] if "covariate" in budgets else None,
+            cond_ts=[t.timestamp() for t in batch.cond_ts] if "conditional" in budgets else None,
         )
         traces: list[tuple[int, int, TracePoint]] = []
         alarms: list[tuple[int, Alarm]] = []
         every = self.config.trace_every
-        cov, cond = result.cov_trace, result.cond_trace
         for i in range(every - 1 - batch.cov_index[0] % every, len(batch.cov_index), every) \
                 if batch.cov_index else ():
-            point = self._traced("covariate", cov, i, batch.cov_index[i], batch.cov_ts[i])
+            point = self._traced("covariate", result, i, batch.cov_index[i], batch.cov_ts[i])
             traces.append((batch.cov_seq[i], 1, point))
         labeled0 = self.labeled
         self.labeled += len(batch.cond_index)
         for j in range(every - 1 - labeled0 % every, len(batch.cond_index), every):
-            point = self._traced("conditional", cond, j, batch.cond_index[j], batch.cond_ts[j])
+            point = self._traced("conditional", result, j, batch.cond_index[j], batch.cond_ts[j])
             traces.append((batch.cond_seq[j], 1, point))
         for detector, i, raised in result.alarms:
             if detector == "covariate":
                 seq, event_id = batch.cov_seq[i], batch.cov_ids[i]
-                index, ts, trace = batch.cov_index[i], batch.cov_ts[i], cov
+                index, ts = batch.cov_index[i], batch.cov_ts[i]
             else:
                 seq, event_id = batch.cond_seq[i], batch.cond_ids[i]
-                index, ts, trace = batch.cond_index[i], batch.cond_ts[i], cond
+                index, ts = batch.cond_index[i], batch.cond_ts[i]
             alarms.append((seq, self._alarm_record(raised, event_id, index, ts)))
-            traces.append((seq, 0, self._traced(detector, trace, i, index, ts)))
+            traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
         self._alarms += [alarm for _, alarm in alarms]
@@ -257,12 +262,16 @@ class StreamMonitor:
                 ts = batch.cov_ts[decision.end_index - first]
                 self._windows.append(self._window_record(decision, ts))
 
-    def _traced(self, detector: str, trace: Any, i: int, index: int, ts: datetime) -> TracePoint:
+    def _traced(
+        self, detector: str, result: BatchResult, i: int, index: int, ts: datetime
+    ) -> TracePoint:
         """The trace point of a detector's update i of a batch (its values from the trace)."""
-        ess = None if detector == "covariate" else _finite(float(trace.weights_ess[i]))
-        monitor = (
-            self.detectors.covariate if detector == "covariate" else self.detectors.conditional
-        )
+        covariate = detector == "covariate"
+        trace = result.cov_trace if covariate else result.cond_trace
+        thresholds = result.cov_thresholds if covariate else result.cond_thresholds
+        ess = None if covariate else _finite(float(trace.weights_ess[i]))  # type: ignore[index]
+        monitor = self.detectors.covariate if covariate else self.detectors.conditional
+        threshold = monitor.threshold if thresholds is None else float(thresholds[i])
         return TracePoint(
             stream=self.name,
             detector=detector,
@@ -271,7 +280,7 @@ class StreamMonitor:
             log_martingale=_finite(float(trace.log_martingale[i])),
             p_value=_finite(float(trace.p_value[i])),
             log_statistic=_finite(float(trace.log_statistic[i])),
-            log_threshold=_finite(math.log(monitor.threshold)),
+            log_threshold=_finite(math.log(threshold)),
             weights_ess=ess,
             config_version=self.config_version,
         )
@@ -310,17 +319,42 @@ class StreamMonitor:
             ts=ts,
             changepoint=raised.changepoint,
             statistic=raised.statistic,
-            threshold=self._threshold(raised.detector),
+            threshold=self._threshold(raised),
             rule=raised.rule,
-            evidence=_json_safe({**raised.evidence, "config_version": self.config_version}),
+            evidence=_json_safe({
+                **raised.evidence, **self._budget_evidence(raised),
+                "config_version": self.config_version,
+            }),
         )
 
-    def _threshold(self, detector: str) -> float:
-        """The configured threshold, exactly (the detectors work with its logarithm)."""
-        alarm = self.config.alarm
+    def _alarm_config(self, detector: str) -> AlarmConfig:
         if detector == "covariate" and self.config.covariate_alarm is not None:
-            alarm = self.config.covariate_alarm
-        return 1.0 / alarm.alpha if alarm.rule == "ville" else alarm.threshold
+            return self.config.covariate_alarm
+        return self.config.alarm
+
+    def _threshold(self, raised: DetectorAlarm) -> float:
+        """The threshold in force at the alarm: exactly as configured when it is fixed (the
+        detectors work with its logarithm), else as raised (a time budget's rate-following
+        threshold, Ville's 1/α_k with lifetime spending)."""
+        fixed = self._alarm_config(raised.detector).fixed_threshold
+        return raised.threshold if fixed is None else fixed
+
+    def _budget_evidence(self, raised: DetectorAlarm) -> dict[str, Any]:
+        """The budget an alarm was raised under: ``budget`` as configured, the detector's
+        ``budget_share`` and, for a time budget, the ``event_rate`` (updates/s) its threshold
+        followed (threshold / (share × budget seconds))."""
+        alarm = self._alarm_config(raised.detector)
+        if alarm.events is not None:
+            return {"budget": f"{alarm.events} events", "budget_share": BUDGET_SHARE}
+        seconds = alarm.budget_seconds
+        if seconds is None:
+            return {}
+        return {
+            "budget": format_duration(seconds),
+            "budget_seconds": seconds,
+            "budget_share": BUDGET_SHARE,
+            "event_rate": self._threshold(raised) / (BUDGET_SHARE * seconds),
+        }
 
     def _trace(self, detector: str, index: int, ts: datetime) -> None:
         count = self.event_index if detector == "covariate" else self.labeled

@@ -7,6 +7,7 @@ the worker's path; identical results).
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from monitor.config import BUDGET_SHARE, DEFAULT_THRESHOLD
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
 from monitor.detectors._base import BatchTrace, FloatArray, as_row, window_mean
 from monitor.diagnosis import (
@@ -26,9 +28,10 @@ from monitor.diagnosis import (
     diagnose_covariate,
 )
 from monitor.martingales._state import check_state, new_state
+from monitor.martingales.alarms import EventRateThreshold, Ville
 
 if TYPE_CHECKING:
-    from monitor.config import StreamConfig
+    from monitor.config import AlarmConfig, StreamConfig
 
 __all__ = ["BatchResult", "DetectorAlarm", "StreamDetectors"]
 
@@ -73,6 +76,10 @@ class BatchResult:
     cov_trace: BatchTrace
     cond_trace: BatchTrace
     alarms: list[tuple[str, int, DetectorAlarm]] = field(default_factory=list)
+    #: The threshold in force after each update, for a detector whose threshold moves (a time
+    #: budget, Ville's lifetime spending; else None: the monitor's threshold).
+    cov_thresholds: FloatArray | None = None
+    cond_thresholds: FloatArray | None = None
 
     def last_alarms(self, n_cov: int, cov_before: NDArray[np.int64]) -> tuple[DetectorAlarm, ...]:
         """The alarms of the batch's last update (what ``new_alarms`` holds after it)."""
@@ -151,6 +158,10 @@ class StreamDetectors:
         changepoints and for the diagnosis (bounded memory).
     outside_level, penalised_level
         Diagnosis levels (:data:`OUTSIDE_SUPPORT_LEVEL`, :data:`PENALISED_LEVEL`).
+    budgets
+        A time budget's threshold per detector (``"covariate"``, ``"conditional"``): before
+        each update it sets that monitor's threshold, which then follows the detector's update
+        rate on event time (updates without ``ts`` count at the budget's maximum rate).
 
     Examples
     --------
@@ -178,6 +189,7 @@ class StreamDetectors:
         history: int = 10_000,
         outside_level: float = OUTSIDE_SUPPORT_LEVEL,
         penalised_level: float = PENALISED_LEVEL,
+        budgets: dict[str, EventRateThreshold] | None = None,
     ) -> None:
         if not isinstance(covariate, CovariateMonitor):
             raise ValueError(f"covariate must be a CovariateMonitor, got {covariate!r}")
@@ -188,6 +200,15 @@ class StreamDetectors:
         for name, level in (("outside_level", outside_level), ("penalised_level", penalised_level)):
             if not 0.0 < float(level) <= 1.0:
                 raise ValueError(f"{name} must lie in (0, 1], got {level!r}")
+        budgets = dict(budgets or {})
+        for name, budget in budgets.items():
+            if name not in ("covariate", "conditional"):
+                raise ValueError(f"budgets are keyed 'covariate' or 'conditional', got {name!r}")
+            if not isinstance(budget, EventRateThreshold):
+                raise ValueError(f"budgets[{name!r}] must be an EventRateThreshold")
+            if (covariate if name == "covariate" else conditional).rule == "ville":
+                raise ValueError(f"the {name} monitor's ville rule takes no budget")
+        self.budgets = budgets
         self.covariate = covariate
         self.conditional = conditional
         self.history = history
@@ -221,11 +242,16 @@ class StreamDetectors:
                 "p-values keep every reference point"
             )
         cov_alarm = config.covariate_alarm or config.alarm
+        budgets = {
+            name: _time_budget(alarm)
+            for name, alarm in (("covariate", cov_alarm), ("conditional", config.alarm))
+            if alarm.budget_seconds is not None
+        }
         covariate = CovariateMonitor(
             config.covariate_score,
             calibration_X,
             rule=cov_alarm.rule,
-            threshold=cov_alarm.threshold,
+            threshold=_first_threshold(cov_alarm),
             alpha=cov_alarm.alpha,
             rebaseline=config.rebaseline,
             max_reference=config.max_reference,
@@ -237,7 +263,7 @@ class StreamDetectors:
             calibration_X,
             weighted=config.weighted,
             rule=config.alarm.rule,
-            threshold=config.alarm.threshold,
+            threshold=_first_threshold(config.alarm),
             alpha=config.alarm.alpha,
             batch_size=config.weight_batch,
             rebaseline=config.rebaseline,
@@ -245,7 +271,10 @@ class StreamDetectors:
             seed=config.seed,
             **betting,
         )
-        return cls(covariate, conditional)
+        for monitor, alarm in ((covariate, cov_alarm), (conditional, config.alarm)):
+            if alarm.rule == "ville" and alarm.spending != "per_segment":
+                monitor._test.rule = Ville(alpha=alarm.alpha, spending=alarm.spending)
+        return cls(covariate, conditional, budgets=budgets)
 
     @property
     def new_alarms(self) -> tuple[DetectorAlarm, ...]:
@@ -254,13 +283,18 @@ class StreamDetectors:
 
     # ---------------------------------------------------------------------------- updates
     def update(
-        self, x: ArrayLike, score: float | None = None, event_index: int | None = None
+        self,
+        x: ArrayLike,
+        score: float | None = None,
+        event_index: int | None = None,
+        ts: float | None = None,
     ) -> None:
-        """A prediction event, with its conditional score if the label is already known."""
-        self.update_covariate(x, event_index)
+        """A prediction event, with its conditional score if the label is already known;
+        ``ts`` is its event time in seconds (needed by a time budget)."""
+        self.update_covariate(x, event_index, ts)
         raised = self._new
         if score is not None:
-            self.update_conditional(x, score, event_index)
+            self.update_conditional(x, score, event_index, ts)
             self._new = raised + self._new
 
     def prepare(self, X: ArrayLike) -> None:
@@ -268,8 +302,14 @@ class StreamDetectors:
         no state change, identical results (:meth:`CovariateMonitor.prepare`)."""
         self.covariate.prepare(X)
 
-    def update_covariate(self, x: ArrayLike, event_index: int | None = None) -> None:
-        """Step the covariate monitor with the inputs of one prediction event."""
+    def update_covariate(
+        self, x: ArrayLike, event_index: int | None = None, ts: float | None = None
+    ) -> None:
+        """Step the covariate monitor with the inputs of one prediction event (event time
+        ``ts`` in seconds)."""
+        if "covariate" in self.budgets:
+            as_row(x, self.covariate.n_features)  # a bad row changes nothing, the budget included
+            self._budget_step("covariate", ts)
         self._new = ()
         self._cov_events.add(event_index)
         self.covariate.update(x)
@@ -278,10 +318,16 @@ class StreamDetectors:
             self.conditional.start_adaptation()
 
     def update_conditional(
-        self, x: ArrayLike, score: float, event_index: int | None = None
+        self,
+        x: ArrayLike,
+        score: float,
+        event_index: int | None = None,
+        ts: float | None = None,
     ) -> None:
-        """Step the conditional monitor with a labelled event's features and score."""
+        """Step the conditional monitor with a labelled event's features and score (``ts``:
+        the event time of the label's arrival, in seconds)."""
         row = as_row(x, self.covariate.n_features)  # checked once, for both monitors
+        self._budget_step("conditional", ts)
         self._new = ()
         self._cond_events.add(event_index)
         self._cond_outside.append(self.covariate._is_outside_row(row))
@@ -299,6 +345,8 @@ class StreamDetectors:
         cond_scores: FloatArray,
         cond_index: Sequence[int],
         cov_before: NDArray[np.int64],
+        cov_ts: ArrayLike | None = None,
+        cond_ts: ArrayLike | None = None,
     ) -> BatchResult:
         """Both monitors over one poll batch of a stream: the same results as the per-event calls
         (:meth:`update_covariate` for each prediction, :meth:`update_conditional` for each
@@ -313,17 +361,28 @@ class StreamDetectors:
         in segments that end at each covariate alarm, where the per-event path would tell it to
         adapt. An alarm's evidence reads the other monitor as it was at that point of the
         arrival order (the conditional monitor at the segment's end, the covariate statistic
-        from its trace).
+        from its trace). ``cov_ts`` / ``cond_ts`` are the updates' event times in seconds,
+        read by a detector with a time budget (None: the updates count at its maximum rate;
+        :class:`EventRateThreshold`): its monitor then runs in spans of one
+        threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
         """
+        cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
+        cond_thr = self._budget_thresholds("conditional", cond_ts, len(cond_index))
+        cov_seg = _segment_thresholds(self.covariate, len(cov_index))
+        cond_seg = _segment_thresholds(self.conditional, len(cond_index))
         cov_stat0 = self.covariate.statistic
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
 
         def on_covariate(i: int, event: AlarmEvent) -> None:
             outside = _evidence_share(self.covariate.outside_fraction, event)
             cov_alarms.append((i, event, outside))
+            if cov_seg is not None:
+                cov_seg[i:] = self.covariate.threshold  # the next segment's, from the alarm on
 
-        cov_trace = _run_batch(self.covariate, X_cov, None, on_covariate)
-        result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True))
+        cov_trace = _run_budgeted(self.covariate, X_cov, None, on_covariate, cov_thr)
+        result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True),
+                             cov_thresholds=cov_thr if cov_seg is None else cov_seg,
+                             cond_thresholds=cond_thr if cond_seg is None else cond_seg)
         outside = (
             self.covariate.is_outside(X_cond) if X_cond.shape[0] else np.zeros(0, bool)
         ).tolist()
@@ -341,7 +400,8 @@ class StreamDetectors:
             kind = diagnose_covariate(outside_share, self.outside_level)
             evidence = self._evidence(event, _exp(event.log_statistic), self.conditional)
             evidence["outside_support_fraction"] = outside_share
-            alarm = self._record("covariate", kind, event, self._cov_events, evidence)
+            alarm = self._record("covariate", kind, event, self._cov_events, evidence,
+                                 None if cov_thr is None else float(cov_thr[i]))
             result.alarms.append(("covariate", i, alarm))
             self.conditional.start_adaptation()
         segments.append(self._conditional_segment(
@@ -370,13 +430,19 @@ class StreamDetectors:
         raised: list[tuple[int, AlarmEvent, _ConditionalView]] = []
         cond = self.conditional
 
+        budgeted = "conditional" in self.budgets
+        moving = result.cond_thresholds
+
         def on_conditional(i: int, event: AlarmEvent) -> None:
             raised.append((j0 + i, event, _ConditionalView(
                 cond.penalised_fraction, cond.weights_ess, cond.adapting
             )))
+            if moving is not None and not budgeted:
+                moving[j0 + i :] = cond.threshold  # Ville's next segment, from the alarm on
 
         rows = X[j0:j1] if cond.weighted else None
-        trace = _run_batch(cond, rows, scores[j0:j1], on_conditional)
+        thresholds = moving[j0:j1] if budgeted and moving is not None else None
+        trace = _run_budgeted(cond, rows, scores[j0:j1], on_conditional, thresholds)
         penalised = trace.penalised.tolist() if trace.penalised is not None else [False] * (j1 - j0)
         added = j0
         for j, event, view in raised:
@@ -384,7 +450,10 @@ class StreamDetectors:
             added = j + 1
             c = int(cov_before[j])
             cov_stat = cov_stat0 if c == 0 else _exp(float(cov_stats[c - 1]))
-            alarm = self._conditional_alarm(event, cov_stat, view)
+            alarm = self._conditional_alarm(
+                event, cov_stat, view,
+                float(moving[j]) if budgeted and moving is not None else None,
+            )
             result.alarms.append(("conditional", j, alarm))
         self._extend_conditional(index, outside, penalised, j0, added, j1)
         return trace
@@ -396,6 +465,30 @@ class StreamDetectors:
         self._cond_events.extend(index[start:stop])
         self._cond_outside.extend(outside[start:stop])
         self._cond_penalised.extend(penalised[start - j0 : stop - j0])
+
+    # ----------------------------------------------------------------------------- budget
+    def _budget_step(self, detector: str, ts: float | None) -> None:
+        """Set the detector's threshold for its next update from its time budget, if any."""
+        budget = self.budgets.get(detector)
+        if budget is None:
+            return
+        # An update without an event time takes the latest one: it counts at the maximum rate.
+        threshold = float(budget.thresholds([budget.latest if ts is None else ts])[0])
+        monitor = self.covariate if detector == "covariate" else self.conditional
+        monitor._test.rule.set_threshold(threshold)  # type: ignore[attr-defined]
+
+    def _budget_thresholds(
+        self, detector: str, ts: ArrayLike | None, n: int
+    ) -> FloatArray | None:
+        budget = self.budgets.get(detector)
+        if budget is None:
+            return None
+        if ts is None:  # no event times: the latest one, counted at the maximum rate
+            return budget.thresholds(np.full(n, budget.latest))
+        arr = np.asarray(ts, dtype=np.float64).reshape(-1)
+        if arr.size != n:
+            raise ValueError(f"{detector} event times: {arr.size} for {n} updates")
+        return budget.thresholds(arr)
 
     # -------------------------------------------------------------------------- diagnosis
     def _covariate_alarm(self, event: AlarmEvent) -> DetectorAlarm:
@@ -410,6 +503,7 @@ class StreamDetectors:
         event: AlarmEvent,
         covariate_statistic: float | None = None,
         view: _ConditionalView | ConditionalMonitor | None = None,
+        threshold: float | None = None,
     ) -> DetectorAlarm:
         n = self._cond_events.n
 
@@ -429,7 +523,7 @@ class StreamDetectors:
         evidence["outside_support_fraction"] = outside
         evidence["penalised_fraction"] = penalised
         evidence["penalised_fraction_since_adaptation"] = cond.penalised_fraction
-        return self._record("conditional", kind, event, self._cond_events, evidence)
+        return self._record("conditional", kind, event, self._cond_events, evidence, threshold)
 
     def _evidence(
         self,
@@ -453,22 +547,31 @@ class StreamDetectors:
         event: AlarmEvent,
         index: _EventIndex,
         evidence: dict[str, Any],
+        threshold: float | None = None,
     ) -> DetectorAlarm:
+        """``threshold``: a time budget's threshold at the alarm (the batch path's), exactly;
+        else the monitor's (its rule's threshold under a budget, which is then still the one
+        of the alarm's update) or exp(log threshold)."""
         monitor = self.covariate if detector == "covariate" else self.conditional
+        if threshold is None:
+            budgeted = detector in self.budgets
+            threshold = monitor.threshold if budgeted else _exp(event.log_threshold)
         return DetectorAlarm(
             detector=detector,
             kind=kind,
             event_index=int(index.lookup(event.index) or 0),
             changepoint=index.lookup(event.changepoint),
             statistic=_exp(event.log_statistic),
-            threshold=_exp(event.log_threshold),
+            threshold=threshold,
             rule=monitor.rule,
             evidence=evidence,
         )
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state of both monitors and the diagnosis history."""
+        """JSON-ready state of both monitors and the diagnosis history (and the time budgets'
+        rate estimators, when there are any: a state without them is the one of before)."""
+        budgets = {name: budget.state_dict() for name, budget in self.budgets.items()}
         return new_state(
             self,
             params={
@@ -478,6 +581,7 @@ class StreamDetectors:
             },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
+            **({"budgets": budgets} if budgets else {}),
             cov_events=self._cov_events.state(),
             cond_events=self._cond_events.state(),
             cond_outside=np.asarray(self._cond_outside, np.uint8),
@@ -493,6 +597,10 @@ class StreamDetectors:
             CovariateMonitor.from_state(state["covariate"]),
             ConditionalMonitor.from_state(state["conditional"]),
             **state["params"],
+            budgets={
+                name: EventRateThreshold.from_state(budget)
+                for name, budget in state.get("budgets", {}).items()
+            },
         )
         obj._cov_events = _EventIndex.load(state["cov_events"])
         obj._cond_events = _EventIndex.load(state["cond_events"])
@@ -540,6 +648,57 @@ def _run_batch(
         trace = monitor.update_batch(X, scores, callback)
     monitor._last_alarms = tuple(last) if n else before
     return trace
+
+
+def _run_budgeted(
+    monitor: CovariateMonitor | ConditionalMonitor,
+    X: FloatArray | None,
+    scores: FloatArray | None,
+    on_alarm: Callable[[int, AlarmEvent], None],
+    thresholds: FloatArray | None,
+) -> BatchTrace:
+    """:func:`_run_batch` in spans of one threshold each (set on the monitor's rule before
+    the span); the same as updates one by one with the threshold set before each."""
+    if thresholds is None or thresholds.size == 0:
+        return _run_batch(monitor, X, scores, on_alarm)
+    n = thresholds.size
+    cuts = [0, *(np.flatnonzero(thresholds[1:] != thresholds[:-1]) + 1).tolist(), n]
+    traces = []
+    for a, b in itertools.pairwise(cuts):
+        monitor._test.rule.set_threshold(float(thresholds[a]))  # type: ignore[attr-defined]
+
+        def shifted(i: int, event: AlarmEvent, a: int = a) -> None:
+            on_alarm(a + i, event)
+
+        traces.append(_run_batch(
+            monitor, None if X is None else X[a:b], None if scores is None else scores[a:b],
+            shifted,
+        ))
+    return _concat_traces(traces)
+
+
+def _segment_thresholds(
+    monitor: CovariateMonitor | ConditionalMonitor, n: int
+) -> FloatArray | None:
+    """For a Ville rule with lifetime spending (whose threshold changes at each restart): the
+    threshold now for each of the next n updates, to be updated at each alarm; else None."""
+    rule = monitor._test.rule
+    if not (isinstance(rule, Ville) and rule.spending == "lifetime"):
+        return None
+    return np.full(n, rule.threshold)
+
+
+def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:
+    assert alarm.budget_seconds is not None
+    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE)
+
+
+def _first_threshold(alarm: AlarmConfig) -> float:
+    """The threshold a monitor starts with: the configured one, or a time budget's warm-up
+    threshold (Ville's comes from alpha)."""
+    if alarm.budget_seconds is not None:
+        return _time_budget(alarm).threshold
+    return alarm.fixed_threshold or DEFAULT_THRESHOLD
 
 
 def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:

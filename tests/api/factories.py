@@ -56,8 +56,10 @@ def stream_config(name: str, **values: Any) -> dict[str, Any]:
 
 
 def register(session: Session, name: str) -> None:
-    """Store a registered stream directly (without the monitor-building validation)."""
-    config = StreamConfig.model_validate(stream_config(name, calibration=[]))
+    """Store a registered stream directly (without the monitor-building validation), with the
+    fixed threshold 10 000 the metrics tests read back."""
+    alarm = {"rule": "shiryaev_roberts", "threshold": 10_000}
+    config = StreamConfig.model_validate(stream_config(name, calibration=[], alarm=alarm))
     create_stream(session, config, calibration_rows())
 
 

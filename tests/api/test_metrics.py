@@ -12,17 +12,22 @@ from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from monitor.api import create_app
+from monitor.config import StreamConfig
 from monitor.db.models import WebhookDeliveryRow
+from monitor.db.repositories import create_stream
+from monitor.records import TracePoint
 from tests.api.factories import (
     READ,
     T0,
     alarm,
+    calibration_rows,
     checkpoint,
     dead_letter,
     make_settings,
     ood_window,
     register,
     store,
+    stream_config,
     trace,
 )
 
@@ -182,3 +187,27 @@ def test_unreachable_database_is_reported_not_raised() -> None:
             "version": client.get("/health").json()["version"],
         }
         assert client.get("/alarms", headers=READ).status_code == 503
+
+
+def test_metrics_carry_the_budget_and_the_threshold_in_force(
+    client: TestClient, session: Session
+) -> None:
+    """A time budget's threshold moves with the event rate: monitor_threshold is the one in
+    force at the latest trace point; an events budget's is 2 × events; the budget itself is
+    monitor_alarm_budget_seconds."""
+    config = StreamConfig.model_validate(stream_config(
+        "bikes", alarm={"false_alarm_every": "7d"}, covariate_alarm={"events": 500}
+    ))
+    create_stream(session, config, calibration_rows())
+    point = TracePoint("bikes", "conditional", 30, T0, log_martingale=0.1, p_value=0.5,
+                       log_statistic=1.0, log_threshold=20.5, weights_ess=None)
+    store(session, trace_points=[point])
+    got = _samples(client.get("/metrics", headers=READ).text)
+
+    def value(name: str, detector: str) -> float | None:
+        return got.get((name, (("detector", detector), ("stream", "bikes"))))
+
+    assert value("monitor_threshold", "conditional") == math.exp(20.5)
+    assert value("monitor_threshold", "covariate") == 1000.0
+    assert value("monitor_alarm_budget_seconds", "conditional") == 7 * 86400.0
+    assert value("monitor_alarm_budget_seconds", "covariate") is None

@@ -85,7 +85,8 @@ def test_events_are_counted_by_kind(client: TestClient, session: Session) -> Non
 
 def test_threshold_is_the_configured_value(client: TestClient, session: Session) -> None:
     config = StreamConfig.model_validate(
-        stream_config("bikes", calibration=[], covariate_alarm={"rule": "ville", "alpha": 0.01})
+        stream_config("bikes", calibration=[], alarm={"threshold": 10_000},
+                      covariate_alarm={"rule": "ville", "alpha": 0.01})
     )
     create_stream(session, config, calibration_rows())
     # A trace whose log threshold would not round-trip through exp(log).

@@ -117,7 +117,7 @@ def test_post_of_a_changed_configuration_is_409_and_changes_nothing(
     assert response.status_code == 409
     assert "PUT /streams/bikes" in response.json()["detail"]
     body = client.get("/streams/bikes", headers=READ).json()
-    assert body["version"] == 1 and body["config"]["alarm"]["threshold"] == 10_000.0
+    assert body["version"] == 1 and body["config"]["alarm"]["false_alarm_every"] == 604_800.0
 
 
 def test_put_stores_a_new_version(client: TestClient, session: Session) -> None:

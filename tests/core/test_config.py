@@ -60,3 +60,42 @@ def test_stored_and_reloaded_configuration_builds_the_same_detectors() -> None:
     config = StreamConfig(name="s", task="regression", calibration="c")
     again = StreamConfig.model_validate(config.model_dump(mode="json"))
     assert again == config and again.betting is None
+
+
+@pytest.mark.parametrize(
+    ("alarm", "message"),
+    [
+        pytest.param({"threshold": 100, "false_alarm_every": "7d"}, "one of", id="two-levels"),
+        pytest.param({"events": 10, "false_alarm_every": "7d"}, "one of", id="two-budgets"),
+        pytest.param({"rule": "ville", "false_alarm_every": "7d"}, "ville", id="ville-budget"),
+        pytest.param({"spending": "lifetime"}, "spending", id="spending-not-ville"),
+        pytest.param({"false_alarm_every": "30x"}, "unit", id="unknown-unit"),
+        pytest.param({"false_alarm_every": "0d"}, "positive", id="zero-budget"),
+        pytest.param({"events": 0}, "events", id="zero-events"),
+    ],
+)
+def test_bad_alarm_budgets_are_rejected_with_the_reason(
+    alarm: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        StreamConfig.model_validate(
+            {"name": "s", "task": "regression", "calibration": "c", "alarm": alarm}
+        )
+
+
+def test_budgets_round_trip_and_state_their_threshold() -> None:
+    config = StreamConfig(name="s", task="regression", calibration="c",
+                          alarm={"rule": "cusum", "false_alarm_every": "30d"},
+                          covariate_alarm={"events": 5000})
+    again = StreamConfig.model_validate(config.model_dump(mode="json"))
+    assert again == config
+    assert config.alarm.budget_seconds == 30 * 86400.0 and config.alarm.threshold is None
+    assert config.alarm.fixed_threshold is None  # it follows the event rate
+    assert config.covariate_alarm is not None
+    assert config.covariate_alarm.fixed_threshold == 10_000.0  # shared by two detectors
+    default = StreamConfig(name="s", task="regression", calibration="c")
+    assert default.alarm.threshold is None and default.alarm.budget_seconds == 7 * 86400.0
+    assert default.covariate_alarm is None  # the same budget for the covariate detector
+    ville = StreamConfig(name="s", task="regression", calibration="c",
+                         alarm={"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
+    assert ville.alarm.fixed_threshold is None

@@ -103,6 +103,7 @@ def test_same_results_as_the_stream_monitor(by_arrays: NotebookMonitor) -> None:
     and every trace point."""
     data = scripted_stream()
     config = StreamConfig(name="notebook", task="regression", calibration="x",
+                          alarm={"threshold": 10_000},  # watch's default (no event times)
                           covariate_alarm=COVARIATE_ALARM, trace_every=1)
     stream = StreamMonitor(config, Calibration(*_calibration()))
     events: list[Event] = [
@@ -151,6 +152,7 @@ def test_labels_later_by_id() -> None:
     data = scripted_stream()
     m = monitor.watch(_calibration(), covariate_alarm=COVARIATE_ALARM)
     config = StreamConfig(name="notebook", task="regression", calibration="x",
+                          alarm={"threshold": 10_000},  # watch's default (no event times)
                           covariate_alarm=COVARIATE_ALARM, trace_every=1)
     stream = StreamMonitor(config, Calibration(*_calibration()))
     delay, n = 25, 700

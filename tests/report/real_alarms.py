@@ -41,6 +41,7 @@ def shuttle_records() -> tuple[tuple[Alarm, ...], tuple[TracePoint, ...]]:
     calibration = Calibration(data.X_calibration, data.pred_calibration, data.y_calibration)
     config = StreamConfig(
         name=STREAM, task="regression", calibration="in memory",
+        alarm={"rule": "shiryaev_roberts", "threshold": 10_000},
         covariate_alarm={"rule": "shiryaev_roberts", "threshold": 1000},
     )
     monitor = StreamMonitor(config, calibration)

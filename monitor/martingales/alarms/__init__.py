@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 from monitor.martingales.alarms.base import AlarmRule
+from monitor.martingales.alarms.budget import MAX_RATE, EventRateThreshold
 from monitor.martingales.alarms.cusum import CUSUM
 from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
-from monitor.martingales.alarms.ville import Ville
+from monitor.martingales.alarms.ville import SPENDING, Ville
 
-__all__ = ["ALARM_RULES", "CUSUM", "AlarmRule", "ShiryaevRoberts", "Ville", "make_alarm_rule"]
+__all__ = [
+    "ALARM_RULES",
+    "CUSUM",
+    "MAX_RATE",
+    "SPENDING",
+    "AlarmRule",
+    "EventRateThreshold",
+    "ShiryaevRoberts",
+    "Ville",
+    "make_alarm_rule",
+]
 
 ALARM_RULES = ("ville", "cusum", "shiryaev_roberts")
 
 
-def make_alarm_rule(rule: str, threshold: float = 10_000.0, alpha: float = 0.05) -> AlarmRule:
-    """Build an alarm rule by its configuration name (``threshold`` or ``alpha`` as it needs).
+def make_alarm_rule(
+    rule: str, threshold: float = 10_000.0, alpha: float = 0.05, spending: str = "per_segment"
+) -> AlarmRule:
+    """Build an alarm rule by its configuration name (``threshold``, or ``alpha`` and
+    ``spending`` for Ville).
 
     Examples
     --------
@@ -23,7 +37,7 @@ def make_alarm_rule(rule: str, threshold: float = 10_000.0, alpha: float = 0.05)
     500.0
     """
     if rule == "ville":
-        return Ville(alpha=alpha)
+        return Ville(alpha=alpha, spending=spending)
     if rule == "cusum":
         return CUSUM(threshold=threshold)
     if rule == "shiryaev_roberts":

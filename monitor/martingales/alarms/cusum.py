@@ -52,6 +52,12 @@ class CUSUM(AlarmRule):
         self.threshold = threshold
         super().__init__()
 
+    def set_threshold(self, threshold: float) -> None:
+        """Alarm at ``threshold`` from the next update on (an alarm budget's threshold follows
+        the stream's event rate: :mod:`monitor.martingales.alarms.budget`)."""
+        self._log_threshold = check_threshold(threshold)
+        self.threshold = threshold
+
     def reset(self) -> None:
         super().reset()
         self._min = RunningMinimum()

@@ -1,0 +1,55 @@
+"""Alarm budgets as the stream's detectors are built from a configuration: an events budget
+shared by the two detectors, a time budget's warm-up threshold, Ville's lifetime spending."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.config import StreamConfig
+from monitor.detectors.pair import StreamDetectors
+from monitor.martingales import Ville
+
+
+def detectors(alarm: dict[str, object]) -> StreamDetectors:
+    rng = np.random.default_rng(0)
+    config = StreamConfig(name="s", task="regression", calibration="c", alarm=alarm)
+    return StreamDetectors.from_config(config, rng.normal(size=(200, 2)),
+                                       np.abs(rng.normal(size=200)))
+
+
+def test_an_events_budget_gives_each_detector_twice_the_budget() -> None:
+    pair = detectors({"rule": "cusum", "events": 3000})
+    assert pair.covariate.threshold == pair.conditional.threshold == 6000.0
+    assert pair.budgets == {}
+
+
+def test_a_time_budget_warms_up_at_the_maximum_rate_and_follows_event_times() -> None:
+    pair = detectors({"false_alarm_every": "1h"})
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0
+    rng = np.random.default_rng(1)
+    for t in range(300):  # 2 events per second
+        pair.update(rng.normal(size=2), float(abs(rng.normal())), ts=1e9 + t / 2)
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 2.0
+    restored = StreamDetectors.from_state(pair.state_dict())
+    assert restored.budgets["covariate"].state_dict() == pair.budgets["covariate"].state_dict()
+
+
+def test_lifetime_spending_reaches_the_ville_rules() -> None:
+    pair = detectors({"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
+    for monitor in (pair.covariate, pair.conditional):
+        rule = monitor._test.rule
+        assert isinstance(rule, Ville) and rule.spending == "lifetime"
+        assert monitor.threshold == pytest.approx(np.pi**2 / 6 / 0.01)
+    restored = StreamDetectors.from_state(pair.state_dict())
+    assert restored.covariate._test.rule.spending == "lifetime"  # type: ignore[attr-defined]
+
+
+def test_updates_without_event_times_count_at_the_maximum_rate() -> None:
+    """A notebook feeding events without ts keeps the warm-up (maximum-rate) threshold: safe,
+    slower to detect."""
+    pair = detectors({"false_alarm_every": "1h"})
+    rng = np.random.default_rng(2)
+    for _ in range(600):
+        pair.update(rng.normal(size=2), float(abs(rng.normal())))
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0

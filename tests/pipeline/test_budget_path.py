@@ -1,0 +1,112 @@
+"""A time budget (``alarm.false_alarm_every``) through the pipeline: the rate-following threshold
+is the same on the per-event and the batch path whatever the batching (a replay gives the same
+alarms), is carried by each alarm (threshold, ``budget`` evidence) and trace point, and a
+stream restored from its checkpointed state continues bit for bit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from monitor.datasets import build_example
+from monitor.pipeline import Pipeline, RawRecord
+from monitor.runner import build_monitors, read_configs
+from monitor.state import decode_state, encode_state
+from tests.integration.streams import POISON, STREAMS
+from tests.pipeline.test_batch_path import assert_same, run
+
+#: 50 s at the example's 1 event/s: after warm-up each detector alarms at 2 · 50 · 1 = 100.
+BUDGET = {"rule": "shiryaev_roberts", "false_alarm_every": 50}
+#: The covariate detector's budget (the example's own covariate_alarm would be a threshold).
+COVARIATE_BUDGET = {"rule": "cusum", "false_alarm_every": "50s"}
+WARM_UP = 2 * 50 * 100_000.0
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[bytes]]:
+    folder = tmp_path_factory.mktemp("budget_path")
+    configs, lines = [], []
+    for spec in STREAMS:
+        paths = build_example(folder, seed=spec.seed, phases=spec.phases, stream=spec.name,
+                              n_calibration=300, label_delay=spec.label_delay, alarm=BUDGET,
+                              covariate_alarm=COVARIATE_BUDGET)
+        configs.append(paths["config"])
+        lines.append(paths["events"].read_bytes().splitlines())
+    values: list[bytes] = []
+    for i in range(max(map(len, lines))):
+        values += [stream[i] for stream in lines if i < len(stream)]
+        if i % 97 == 96:
+            values.append(POISON[(i // 97) % len(POISON)][1])
+    return configs, values
+
+
+@pytest.mark.parametrize("batch", [1, 37, 5000])
+def test_budgeted_batch_path_equals_the_per_event_path(
+    budgeted: tuple[list[Path], list[bytes]], batch: int
+) -> None:
+    configs, values = budgeted
+    reference = run(configs, values, 500, per_event=True)
+    assert {a["detector"] for a in reference["alarms"]} == {"covariate", "conditional"}
+    assert_same(run(configs, values, batch, per_event=False), reference)
+
+
+def test_alarms_and_traces_carry_the_threshold_in_force_and_the_budget(
+    budgeted: tuple[list[Path], list[bytes]],
+) -> None:
+    configs, values = budgeted
+    reference = run(configs, values, 64, per_event=False)
+    for alarm in reference["alarms"]:
+        evidence = alarm["evidence"]
+        assert evidence["budget"] == "50s" and evidence["budget_seconds"] == 50.0
+        assert evidence["budget_share"] == 2
+        assert evidence["event_rate"] == pytest.approx(alarm["threshold"] / 100.0)
+        # Warm-up (the first 256 updates) assumes 100 000 events/s; then the rate is 1/s
+        # (labels may arrive several per second, so the conditional rate can be higher).
+        assert alarm["threshold"] == WARM_UP or 100.0 <= alarm["threshold"] < 1_000.0
+    assert any(a["threshold"] == 100.0 for a in reference["alarms"])
+    logs = {float(t.split("log_threshold=")[1].split(",")[0]) for t in reference["traces"]}
+    assert math.log(WARM_UP) in logs and math.log(100.0) in logs
+
+
+def records(values: list[bytes], start: int = 0) -> list[RawRecord]:
+    return [RawRecord("events", 0, start + i, v, timestamp_ms=1_700_000_000_000 + start + i)
+            for i, v in enumerate(values)]
+
+
+def test_a_restored_stream_continues_bit_for_bit(
+    budgeted: tuple[list[Path], list[bytes]],
+) -> None:
+    """Stop after 700 records, checkpoint every stream (encoded as the database stores it),
+    restore into a new pipeline, go on: the same alarms as without the stop."""
+    configs, values = budgeted
+    whole = Pipeline(build_monitors(read_configs(map(str, configs))), "file:events")
+    expected = [a.to_json() for a in whole.process(records(values)).alarms]
+
+    first = Pipeline(build_monitors(read_configs(map(str, configs))), "file:events")
+    got = [a.to_json() for a in first.process(records(values[:700])).alarms]
+    second = Pipeline(build_monitors(read_configs(map(str, configs))), "file:events")
+    for name, monitor in first.streams.items():
+        second.streams[name].load_state(decode_state(*encode_state(monitor.state_dict())))
+    after = [a.to_json() for a in second.process(records(values[700:], 700)).alarms]
+    key = lambda a: (a["stream"], a["event_index"], a["detector"])  # noqa: E731
+    assert after, "the restored streams should raise alarms"
+    assert sorted(got + after, key=key) == sorted(expected, key=key)
+
+
+def test_lifetime_spending_is_the_same_on_both_paths(tmp_path: Path) -> None:
+    """Ville with lifetime spending: each restart lowers α_k, so the threshold moves at each
+    alarm; alarms, traces and states are the same per event and in batches."""
+    ville = {"rule": "ville", "alpha": 0.05, "spending": "lifetime"}
+    phases = [("stable", 150), ("extreme_covariate", 300), ("concept", 450)]
+    paths = build_example(tmp_path, seed=3, phases=phases, n_calibration=300, label_delay=4,
+                          alarm=ville, covariate_alarm=ville)
+    values = paths["events"].read_bytes().splitlines()
+    reference = run([paths["config"]], values, 500, per_event=True)
+    thresholds = sorted({a["threshold"] for a in reference["alarms"]})
+    assert len(thresholds) >= 2, "the example should raise alarms in two segments"
+    assert thresholds[0] == pytest.approx(math.pi**2 / 6 / 0.05)  # segment 1
+    assert thresholds[1] == pytest.approx(4 * math.pi**2 / 6 / 0.05)  # segment 2
+    for batch in (37, 5000):
+        assert_same(run([paths["config"]], values, batch, per_event=False), reference)
