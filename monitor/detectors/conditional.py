@@ -174,7 +174,7 @@ class ConditionalMonitor(MartingaleMonitor):
     ...     if monitor.alarm:
     ...         break
     >>> t, monitor.changepoint, monitor.adapting
-    (212, 150, True)
+    (212, 200, True)
 
     References
     ----------

@@ -167,8 +167,8 @@ class StreamDetectors:
     ...     detectors.update(X[t], scores[t])
     ...     for a in detectors.new_alarms:
     ...         print(t, a.detector, a.kind, a.changepoint)
-    302 conditional extreme_covariate_shift 185
-    310 covariate extreme_covariate_shift 295
+    302 conditional extreme_covariate_shift 227
+    310 covariate extreme_covariate_shift 303
     """
 
     def __init__(

@@ -16,8 +16,10 @@ __all__ = ["Ville"]
 class Ville(AlarmRule):
     """Alarm when S_n ≥ 1/α; by Ville's inequality P(sup_n S_n ≥ 1/α) ≤ α under the null.
 
-    The guarantee covers the whole stream (anytime-valid), not a run length. The changepoint is
-    0: the evidence is counted from the start.
+    The guarantee covers the whole stream (anytime-valid), not a run length. The alarm uses all
+    the evidence since the start, but the changepoint is estimated from the path as for CUSUM:
+    the last minimum of log S before the alarm, with the slack of
+    :class:`~.base.RunningMinimum` (S_n/S_i is the evidence gathered after update i).
 
     Parameters
     ----------
@@ -47,18 +49,23 @@ class Ville(AlarmRule):
         super().__init__()
 
     @property
-    def changepoint(self) -> int | None:
-        return 0
-
-    @property
     def threshold(self) -> float:
         return 1.0 / float(self.alpha)
 
     def _step(self, log_s: float) -> float:
+        self._min.push(self._n, log_s)
         return log_s
 
     def _path(self, log_s: NDArray[np.float64]) -> NDArray[np.float64]:
+        self._min.push_many(self._n, log_s)
         return log_s
+
+    def _load_extra(self, state: dict[str, Any]) -> None:
+        if "running_min" in state:
+            super()._load_extra(state)
+        elif self._n:  # saved before Ville estimated changepoints: estimate from here on
+            self._min.prev, self._min.minimum = self._log_stat, self._log_stat
+            self._min.argmin = self._min.estimate = self._n
 
     def _params(self) -> dict[str, Any]:
         return {"alpha": float(self.alpha)}
