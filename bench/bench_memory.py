@@ -3,8 +3,10 @@
 The default ``ConditionalMonitor`` (weighted, WATCH's WCTM with the density ratio learned from
 the first event, Simple Mixture, Shiryaev–Roberts) is fed ``--events`` exchangeable events
 (x ~ N(0, I_d), score = |N(0, 1)|, the calibration drawn the same way) through
-``update_batch`` in chunks; the alarm rule is Ville at α = 1e-12 so that no false alarm
-re-baselines the monitor and frees its reference — the worst case for memory. Every
+``update_batch`` in chunks; the alarm rule is Ville at α = 1e-12 so that a false alarm, which
+re-baselines the monitor and frees its reference, should not happen: the worst case for memory
+(an alarm is counted in the ``alarms`` column; with the window it is a sign of the approximate
+validity discussed in ``docs/algorithms.md``). Every
 ``--every`` events it prints the process RSS (``/proc/self/status`` VmRSS), the reference size
 and the events per second. With the default ``reference_window`` (5 000) the reference stops
 growing once 5 000 stream points have joined, and so does RSS; ``--window none`` shows the
@@ -45,7 +47,8 @@ def run(events: int, window: int | None, dim: int, chunk: int, every: int, seed:
     )
     print(f"weighted conditional monitor, d = {dim}, calibration {n_cal}, "
           f"reference_window = {window}, {events:,} events in chunks of {chunk:,}")
-    print(f"{'events':>12} {'RSS MB':>8} {'reference':>10} {'evicted':>10} {'events/s':>9}")
+    print(f"{'events':>12} {'RSS MB':>8} {'reference':>10} {'evicted':>10} {'alarms':>7} "
+          f"{'events/s':>9}")
     done, start, last_t, last_n = 0, time.perf_counter(), time.perf_counter(), 0
     first_rss = None
     while done < events:
@@ -58,10 +61,9 @@ def run(events: int, window: int | None, dim: int, chunk: int, every: int, seed:
             first_rss = rss if first_rss is None else first_rss
             pv = monitor._pv
             print(f"{done:>12,} {rss:>8.1f} {monitor.n_reference:>10,} "
-                  f"{getattr(pv, 'n_evicted', 0):>10,} {(done - last_n) / (now - last_t):>9,.0f}",
-                  flush=True)
+                  f"{getattr(pv, 'n_evicted', 0):>10,} {monitor.n_alarms:>7} "
+                  f"{(done - last_n) / (now - last_t):>9,.0f}", flush=True)
             last_t, last_n = now, done
-    assert monitor.n_alarms == 0, "a false alarm re-baselined the monitor: lower --alpha"
     total = time.perf_counter() - start
     print(f"RSS growth after the first checkpoint: {rss_mb() - (first_rss or 0.0):.1f} MB; "
           f"{events / total:,.0f} events/s overall")

@@ -66,10 +66,10 @@ class WeightedConformalPValue:
         pre-adaptation points (WATCH's ``fixed_cal`` variant), which keeps the refresh cost
         constant and keeps penalising a persistent out-of-support region (see the docs).
     window
-        None (default here): the reference keeps every point. An integer K: it keeps the
-        calibration points and only the K most recent stream points; older ones are evicted at
-        micro-batch boundaries (and when adaptation starts), so memory and the refresh cost stay
-        O((n_calibration + K + batch_size) · d). Validity is then approximate, see
+        None (default here): the reference keeps every point. An integer K: it keeps only the
+        n_calibration + K most recent points (the calibration counts as the oldest); older ones
+        are evicted at micro-batch boundaries (and when adaptation starts), so memory and the
+        refresh cost stay O((n_calibration + K + batch_size) · d). Validity is then approximate, see
         ``docs/algorithms.md`` (section 5, bounded reference).
 
     Examples
@@ -145,7 +145,7 @@ class WeightedConformalPValue:
         self._allocate(s.size)
         self._scores[: s.size], self._columns[:, : s.size] = s, x.T
         self._n = s.size
-        self._n_fixed = s.size  # calibration points: never evicted
+        self._n_fixed = s.size  # the reference never shrinks below the calibration size
         self._n_evicted = 0
         self._adapting = False
         self._penalised = False
@@ -211,7 +211,7 @@ class WeightedConformalPValue:
 
     @property
     def n_evicted(self) -> int:
-        """Stream points evicted from the reference by ``window`` since the last reset."""
+        """Points evicted from the reference by ``window`` since the last reset."""
         return self._n_evicted
 
     @property
@@ -292,23 +292,24 @@ class WeightedConformalPValue:
         self._refresh_weights()
 
     def _evict(self) -> None:
-        """Drop the oldest stream points beyond ``window`` (the calibration points stay).
+        """Drop the oldest points beyond n_fixed + ``window``, calibration points first.
 
-        Arrival indices [n_fixed, cut) leave; the later ones move down, and the sorted scores
-        keep their order (ties stay in arrival order). The caller refreshes the weights.
+        Arrival indices [0, extra) leave and the later ones move down; the sorted scores keep
+        their order (ties stay in arrival order). No point stays forever, so no part of the
+        reference is fixed for the whole stream (``docs/algorithms.md``). The caller refreshes
+        the weights.
         """
-        m0, n, window = self._n_fixed, self._n, self._window
-        extra = 0 if window is None else n - m0 - window
+        n, window = self._n, self._window
+        extra = 0 if window is None else n - self._n_fixed - window
         if extra <= 0:
             return
-        cut, kept = m0 + extra, n - extra
-        self._scores[m0:kept] = self._scores[cut:n]  # numpy copies overlapping slices safely
-        self._columns[:, m0:kept] = self._columns[:, cut:n]
+        kept = n - extra
+        self._scores[:kept] = self._scores[extra:n]  # numpy copies overlapping slices safely
+        self._columns[:, :kept] = self._columns[:, extra:n]
         if self._adapting:
             order = self._order[:n]
-            keep = (order < m0) | (order >= cut)
-            moved = order[keep]
-            self._order[:kept] = np.where(moved >= cut, moved - extra, moved)
+            keep = order >= extra
+            self._order[:kept] = order[keep] - extra
             self._ref[0, :kept] = self._ref[0, :n][keep]
         self._n = kept
         self._n_evicted += extra

@@ -143,8 +143,9 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     now = _layout(monitor.state_dict())
     # Keys added since (read with defaults when absent): the configuration version in force.
     assert set(now) - set(_layout(old_state)) == {"config_version", "version_since"}
-    # ... and the alarm rules' changepoint estimate (read as the latest argmin when absent)
-    now = _without_changepoint_estimate(now)
+    # ... and, deeper, the rules' changepoint estimate (the latest argmin when absent) and the
+    # weighted reference's window (unbounded when absent)
+    now = _without_keys_added_since(now)
     assert _layout(old_state) == {k: v for k, v in now.items() if k in old_state}
 
     restored = Pipeline(build_monitors(read_configs(configs)), "file:x")
@@ -162,13 +163,23 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     assert canonical(rewritten.streams[name].state_dict()) == canonical(final)
 
 
-def _without_changepoint_estimate(layout: Any) -> Any:
-    """A layout without the ``estimate`` of the alarm rules' running minima (added since)."""
+_ADDED_SINCE = {
+    "estimate": "argmin",  # an alarm rule's running minimum
+    "reference_window": "adapt",  # the conditional monitor's parameters
+    "window": "grow_reference",  # the weighted p-values' parameters
+    "n_fixed": "sum_w2",  # the weighted p-values' state
+    "n_evicted": "sum_w2",
+}
+
+
+def _without_keys_added_since(layout: Any) -> Any:
+    """A layout without the keys added since the checkpoint was written (each recognised by a
+    sibling key of the dict it belongs to)."""
     if isinstance(layout, dict):
-        return {k: _without_changepoint_estimate(v) for k, v in layout.items()
-                if not (k == "estimate" and "argmin" in layout)}
+        return {k: _without_keys_added_since(v) for k, v in layout.items()
+                if not (k in _ADDED_SINCE and _ADDED_SINCE[k] in layout)}
     if isinstance(layout, list):
-        return [_without_changepoint_estimate(v) for v in layout]
+        return [_without_keys_added_since(v) for v in layout]
     return layout
 
 
