@@ -36,10 +36,11 @@ from monitor.martingales.weighted import WeightedConformalPValue
 __all__ = ["ADAPT_MODES", "RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
 
 ADAPT_MODES: tuple[str, ...] = ("start", "on_signal")
-#: Stream points the weighted reference keeps besides the calibration (``reference_window``):
-#: large enough that the p-values' resolution and the reference's drift are those of a long
-#: run (the Monte Carlo check of ``docs/algorithms.md`` holds at a window of 100), small enough
-#: that the weight refresh costs ≈ 40 µs per micro-batch and the reference a few MB at d = 50.
+#: How many points the weighted reference keeps beyond the calibration size
+#: (``reference_window``): small enough that the weight refresh costs ≈ 50 µs per micro-batch
+#: of 32 and the reference a few MB even at d = 50; large enough that a stream spans few
+#: windows, since the approximation of the bounded reference grows with the number of windows
+#: a stream spans (``docs/algorithms.md``, section 5).
 DEFAULT_REFERENCE_WINDOW = 5000
 
 RATIO_FEATURES: tuple[str, ...] = ("quantile", "raw")
@@ -159,8 +160,8 @@ class ConditionalMonitor(MartingaleMonitor):
     adapt
         ``"start"`` or ``"on_signal"`` (see above).
     reference_window
-        Weighted monitor: the reference keeps the calibration points and the
-        ``reference_window`` most recent labelled events (default
+        Weighted monitor: the reference keeps only the m + ``reference_window`` most recent
+        points, the m calibration points leaving first (default
         :data:`DEFAULT_REFERENCE_WINDOW` = 5 000), so memory stays bounded on an endless stream;
         None keeps every event until the next alarm (memory grows without bound). Validity with
         the window is approximate, like the estimated weights: ``docs/algorithms.md``.
