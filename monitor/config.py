@@ -174,6 +174,7 @@ class StreamConfig(_Strict):
     weight_batch: Annotated[int, Field(ge=1, le=64)] = 32
     rebaseline: Annotated[int, Field(ge=0)] = 300
     max_reference: Annotated[int | None, Field(ge=100)] = None
+    reference_window: Annotated[int | None, Field(ge=1)] = 5000
     trace_every: Annotated[int, Field(ge=1)] = 10
     seed: int = 0
     last_layer: str | None = None

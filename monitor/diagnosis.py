@@ -24,8 +24,9 @@ Conditional alarm
 
 "The events of its evidence" are those from the alarm's changepoint estimate to the alarm, or
 the last k events for the k in [:data:`MIN_RECENT`, :data:`RECENT`] where the share is largest:
-the changepoint estimate (the last minimum of the martingale) can lie hundreds of events before
-an abrupt change when the statistic crosses its threshold a few events after it. Under no shift
+the changepoint estimate (the end of the martingale's last minimum, ``docs/algorithms.md``) is
+near an abrupt change on most streams but can lie hundreds of events before it, and the
+statistic can cross its threshold a few events after the change. Under no shift
 half of the last k ≥ 5 inputs being outside has probability below 1e-4 per window.
 
 :class:`monitor.detectors.pair.StreamDetectors` combines both monitors and this diagnosis for one

@@ -36,6 +36,12 @@ from monitor.martingales.weighted import WeightedConformalPValue
 __all__ = ["ADAPT_MODES", "RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
 
 ADAPT_MODES: tuple[str, ...] = ("start", "on_signal")
+#: How many points the weighted reference keeps beyond the calibration size
+#: (``reference_window``): small enough that the weight refresh costs ≈ 50 µs per micro-batch
+#: of 32 and the reference a few MB even at d = 50; large enough that a stream spans few
+#: windows, since the approximation of the bounded reference grows with the number of windows
+#: a stream spans (``docs/algorithms.md``, section 5).
+DEFAULT_REFERENCE_WINDOW = 5000
 
 RATIO_FEATURES: tuple[str, ...] = ("quantile", "raw")
 
@@ -150,9 +156,15 @@ class ConditionalMonitor(MartingaleMonitor):
         Penalise a p-value when the test point's normalised weight reaches this level.
     rebaseline, max_reference, seed
         As in :class:`~monitor.detectors.CovariateMonitor`. ``max_reference`` is only available
-        with ``weighted=False`` (the weighted p-values keep every reference point).
+        with ``weighted=False``; the weighted monitor is bounded by ``reference_window``.
     adapt
         ``"start"`` or ``"on_signal"`` (see above).
+    reference_window
+        Weighted monitor: the reference keeps only the m + ``reference_window`` most recent
+        points, the m calibration points leaving first (default
+        :data:`DEFAULT_REFERENCE_WINDOW` = 5 000), so memory stays bounded on an endless stream;
+        None keeps every event until the next alarm (memory grows without bound). Validity with
+        the window is approximate, like the estimated weights: ``docs/algorithms.md``.
     restart_on_adaptation
         With ``adapt="on_signal"``: restart the martingale when adaptation starts.
     ratio_learning_rate
@@ -174,7 +186,7 @@ class ConditionalMonitor(MartingaleMonitor):
     ...     if monitor.alarm:
     ...         break
     >>> t, monitor.changepoint, monitor.adapting
-    (212, 150, True)
+    (212, 200, True)
 
     References
     ----------
@@ -198,6 +210,7 @@ class ConditionalMonitor(MartingaleMonitor):
         max_reference: int | None = None,
         seed: int | None = 0,
         adapt: str = "start",
+        reference_window: int | None = DEFAULT_REFERENCE_WINDOW,
         restart_on_adaptation: bool = True,
         ratio_features: str = "quantile",
         ratio_learning_rate: float = 0.05,
@@ -205,6 +218,7 @@ class ConditionalMonitor(MartingaleMonitor):
         check_test_params(betting, rule, threshold, alpha)
         _check_params(weighted, batch_size, penalty_alpha, rebaseline, max_reference, seed)
         check_choice("adapt", adapt, ADAPT_MODES)
+        check_int("reference_window", reference_window, 1, allow_none=True)
         check_choice("ratio_features", ratio_features, RATIO_FEATURES)
         if not isinstance(restart_on_adaptation, bool):
             raise ValueError(
@@ -224,6 +238,7 @@ class ConditionalMonitor(MartingaleMonitor):
         self.max_reference = max_reference
         self.seed = seed
         self.adapt = adapt
+        self.reference_window = reference_window
         self.restart_on_adaptation = restart_on_adaptation
         self.ratio_features = ratio_features
         self.ratio_learning_rate = ratio_learning_rate
@@ -260,6 +275,7 @@ class ConditionalMonitor(MartingaleMonitor):
             batch_size=self.batch_size,
             penalty_alpha=self.penalty_alpha,
             seed=seed,
+            window=self.reference_window,
         )
 
     # -------------------------------------------------------------------------- properties
@@ -546,6 +562,7 @@ class ConditionalMonitor(MartingaleMonitor):
             "max_reference": self.max_reference,
             "seed": self.seed,
             "adapt": self.adapt,
+            "reference_window": self.reference_window,
             "restart_on_adaptation": self.restart_on_adaptation,
             "ratio_features": self.ratio_features,
             "ratio_learning_rate": self.ratio_learning_rate,
@@ -574,6 +591,7 @@ class ConditionalMonitor(MartingaleMonitor):
         obj = cls.__new__(cls)
         params = dict(state["params"])
         obj._threshold_arg = params.pop("threshold")
+        obj.reference_window = None  # states saved before the window: the unbounded reference
         for name, value in params.items():
             setattr(obj, name, value)
         obj.calibration_scores, obj.calibration_X = None, None
@@ -629,6 +647,6 @@ def _check_params(
     check_lifecycle(rebaseline, max_reference, seed)
     if weighted and max_reference is not None:
         raise ValueError(
-            "max_reference (bounded memory) is only available with weighted=False: the weighted "
-            "p-values keep every reference point"
+            "max_reference (quantized bounded memory) is only available with weighted=False: the "
+            "weighted monitor bounds its reference with reference_window"
         )

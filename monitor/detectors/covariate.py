@@ -115,7 +115,7 @@ class CovariateMonitor(MartingaleMonitor):
     ...     if monitor.alarm:
     ...         break
     >>> t, monitor.changepoint, monitor.phase
-    (313, 302, 'warming_up')
+    (313, 307, 'warming_up')
 
     References
     ----------

@@ -178,8 +178,8 @@ class StreamDetectors:
     ...     detectors.update(X[t], scores[t])
     ...     for a in detectors.new_alarms:
     ...         print(t, a.detector, a.kind, a.changepoint)
-    302 conditional extreme_covariate_shift 185
-    310 covariate extreme_covariate_shift 295
+    302 conditional extreme_covariate_shift 227
+    310 covariate extreme_covariate_shift 303
     """
 
     def __init__(
@@ -231,15 +231,15 @@ class StreamDetectors:
         ``betting``, when the configuration sets it, applies to both monitors; otherwise each
         keeps its own default (Composite Jumper for the covariate monitor, the one-sided Simple
         Mixture for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
-        ``weighted: false`` (the weighted p-values keep every reference point).
+        ``weighted: false``; a weighted stream bounds its reference with ``reference_window``.
         """
         betting: dict[str, Any] = {}
         if config.betting is not None:
             betting["betting"] = config.betting
         if config.weighted and config.max_reference is not None:
             raise ValueError(
-                "max_reference (bounded memory) needs weighted: false; the weighted conformal "
-                "p-values keep every reference point"
+                "max_reference (quantized bounded memory) needs weighted: false; a weighted "
+                "stream bounds its reference with reference_window"
             )
         cov_alarm = config.covariate_alarm or config.alarm
         budgets = {
@@ -268,6 +268,7 @@ class StreamDetectors:
             batch_size=config.weight_batch,
             rebaseline=config.rebaseline,
             max_reference=config.max_reference,
+            reference_window=config.reference_window,
             seed=config.seed,
             **betting,
         )

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from monitor.martingales._jit import jit
 from monitor.martingales._weighted_kernels import weighted_step
-from monitor.martingales.alarms.base import AlarmRule
+from monitor.martingales.alarms.base import CHANGEPOINT_SLACK, AlarmRule
 from monitor.martingales.alarms.cusum import CUSUM
 from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
 from monitor.martingales.alarms.shiryaev_roberts import logaddexp_compiled as _logaddexp
@@ -48,8 +48,8 @@ FloatArray = NDArray[np.float64]
 
 _JUMPERS, _POWER, _PATH = 0, 1, 2
 _VILLE, _CUSUM, _SR = 0, 1, 2
-# rule state array: n, alarm, log_stat, prev, minimum, argmin, log_sum, log_threshold
-_N, _ALARM, _STAT, _PREV, _MIN, _ARGMIN, _SUM, _THR = range(8)
+# rule state array: n, alarm, log_stat, prev, minimum, argmin, log_sum, log_threshold, estimate
+_N, _ALARM, _STAT, _PREV, _MIN, _ARGMIN, _SUM, _THR, _EST = range(9)
 _EMPTY = np.empty(0, np.float64)
 
 
@@ -65,7 +65,7 @@ def _test_span(
     """
     n, alarm, stat = rstate[_N], rstate[_ALARM] != 0.0, rstate[_STAT]
     prev, minimum, argmin, log_sum = rstate[_PREV], rstate[_MIN], rstate[_ARGMIN], rstate[_SUM]
-    thr = rstate[_THR]
+    thr, estimate = rstate[_THR], rstate[_EST]
     used = stop - start
     for t in range(start, stop):
         p = ps[t]
@@ -76,18 +76,19 @@ def _test_span(
             bstate[2] = log_s
         else:
             log_s = path[t]
+        if rkind == _SR:
+            log_sum = _logaddexp(log_sum, -prev)
+        # RunningMinimum.push, for every rule
+        if prev <= minimum:
+            minimum, argmin = prev, n
+        if prev <= minimum + CHANGEPOINT_SLACK:
+            estimate = n
+        prev = log_s
         if rkind == _VILLE:
             stat = log_s
         elif rkind == _CUSUM:
-            if prev <= minimum:
-                minimum, argmin = prev, n
-            prev = log_s
             stat = log_s - minimum
         else:
-            log_sum = _logaddexp(log_sum, -prev)
-            if prev <= minimum:
-                minimum, argmin = prev, n
-            prev = log_s
             stat = log_s + log_sum
         n += 1.0
         out_m[t] = log_s
@@ -99,6 +100,7 @@ def _test_span(
             break
     rstate[_N], rstate[_ALARM], rstate[_STAT] = n, 1.0 if alarm else 0.0, stat
     rstate[_PREV], rstate[_MIN], rstate[_ARGMIN], rstate[_SUM] = prev, minimum, argmin, log_sum
+    rstate[_EST] = estimate
     return used
 
 
@@ -117,13 +119,14 @@ def supports_betting(betting: BettingFunction) -> bool:
 
 
 def _pack_rule(rule: AlarmRule) -> tuple[int, FloatArray]:
-    state = np.zeros(8, np.float64)
+    state = np.zeros(9, np.float64)
     state[_N], state[_ALARM], state[_STAT] = rule._n, rule._alarm, rule._log_stat
     state[_THR] = rule._log_threshold
+    state[_PREV], state[_MIN], state[_ARGMIN] = rule._min.prev, rule._min.minimum, rule._min.argmin
+    state[_EST] = rule._min.estimate
     if isinstance(rule, Ville):
         return _VILLE, state
     assert isinstance(rule, CUSUM | ShiryaevRoberts)
-    state[_PREV], state[_MIN], state[_ARGMIN] = rule._min.prev, rule._min.minimum, rule._min.argmin
     if isinstance(rule, CUSUM):
         return _CUSUM, state
     state[_SUM] = rule._log_sum
@@ -132,9 +135,8 @@ def _pack_rule(rule: AlarmRule) -> tuple[int, FloatArray]:
 
 def _unpack_rule(rule: AlarmRule, state: FloatArray) -> None:
     rule._n, rule._alarm, rule._log_stat = int(state[_N]), bool(state[_ALARM]), float(state[_STAT])
-    if isinstance(rule, CUSUM | ShiryaevRoberts):
-        rule._min.prev, rule._min.minimum = float(state[_PREV]), float(state[_MIN])
-        rule._min.argmin = int(state[_ARGMIN])
+    rule._min.prev, rule._min.minimum = float(state[_PREV]), float(state[_MIN])
+    rule._min.argmin, rule._min.estimate = int(state[_ARGMIN]), int(state[_EST])
     if isinstance(rule, ShiryaevRoberts):
         rule._log_sum = float(state[_SUM])
 

@@ -65,6 +65,12 @@ class WeightedConformalPValue:
         martingale. False: after adaptation starts the reference is frozen at the
         pre-adaptation points (WATCH's ``fixed_cal`` variant), which keeps the refresh cost
         constant and keeps penalising a persistent out-of-support region (see the docs).
+    window
+        None (default here): the reference keeps every point. An integer K: it keeps only the
+        n_calibration + K most recent points (the calibration counts as the oldest); older ones
+        are evicted at micro-batch boundaries (and when adaptation starts), so memory and the
+        refresh cost stay O((n_calibration + K + batch_size) · d). Validity is then approximate, see
+        ``docs/algorithms.md`` (section 5, bounded reference).
 
     Examples
     --------
@@ -106,7 +112,12 @@ class WeightedConformalPValue:
         penalty_alpha: float = 0.1,
         seed: int | None = None,
         grow_reference: bool = True,
+        window: int | None = None,
     ) -> None:
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1
+        ):
+            raise ValueError(f"window must be None or a positive integer, got {window!r}")
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not 0.0 < float(penalty_alpha) <= 1.0:
@@ -118,6 +129,7 @@ class WeightedConformalPValue:
         self.penalty_alpha = penalty_alpha
         self.seed = seed
         self.grow_reference = grow_reference
+        self.window = window
         self._plain = ConformalPValue(reference_scores, seed=seed)
         self._load_reference(reference_scores, reference_features)
 
@@ -133,6 +145,8 @@ class WeightedConformalPValue:
         self._allocate(s.size)
         self._scores[: s.size], self._columns[:, : s.size] = s, x.T
         self._n = s.size
+        self._n_fixed = s.size  # the reference never shrinks below the calibration size
+        self._n_evicted = 0
         self._adapting = False
         self._penalised = False
         self._n_adapt = 0
@@ -144,6 +158,7 @@ class WeightedConformalPValue:
         """Cache the validated parameters as the per-event path uses them."""
         self._batch, self._alpha = int(self.batch_size), float(self.penalty_alpha)
         self._grow, self._d = bool(self.grow_reference), int(self.density_ratio.n_features)
+        self._window = None if self.window is None else int(self.window)
         self._lin = self.density_ratio.linear_params()
         self._draw_uniform = self._plain.draw_uniform
         # the current micro-batch; grown on demand up to batch_size rows
@@ -195,6 +210,11 @@ class WeightedConformalPValue:
         return self._n + (self._n_pend if self._grow else 0)
 
     @property
+    def n_evicted(self) -> int:
+        """Points evicted from the reference by ``window`` since the last reset."""
+        return self._n_evicted
+
+    @property
     def weights_ess(self) -> float:
         """Effective sample size (Σw)² / Σw² of the current reference weights."""
         if not self._adapting:
@@ -214,6 +234,7 @@ class WeightedConformalPValue:
         """From now on weight by the estimated density ratio (the adaptation start A)."""
         if self._adapting:
             return
+        self._evict()
         self._adapting = True
         n = self._n
         self._order[:n] = np.argsort(self._scores[:n], kind="stable")
@@ -266,8 +287,32 @@ class WeightedConformalPValue:
             self._reserve(k)
             append_batch(self._scores, self._columns, self._order, self._ref, n, self._pend, k)
             self._n = n + k
+            self._evict()
         self._n_pend = 0
         self._refresh_weights()
+
+    def _evict(self) -> None:
+        """Drop the oldest points beyond n_fixed + ``window``, calibration points first.
+
+        Arrival indices [0, extra) leave and the later ones move down; the sorted scores keep
+        their order (ties stay in arrival order). No point stays forever, so no part of the
+        reference is fixed for the whole stream (``docs/algorithms.md``). The caller refreshes
+        the weights.
+        """
+        n, window = self._n, self._window
+        extra = 0 if window is None else n - self._n_fixed - window
+        if extra <= 0:
+            return
+        kept = n - extra
+        self._scores[:kept] = self._scores[extra:n]  # numpy copies overlapping slices safely
+        self._columns[:, :kept] = self._columns[:, extra:n]
+        if self._adapting:
+            order = self._order[:n]
+            keep = order >= extra
+            self._order[:kept] = order[keep] - extra
+            self._ref[0, :kept] = self._ref[0, :n][keep]
+        self._n = kept
+        self._n_evicted += extra
 
     def _refresh_weights(self) -> None:
         """Recompute every reference weight with the current (now frozen) density ratio."""
@@ -292,7 +337,8 @@ class WeightedConformalPValue:
         the current micro-batch included when it joins the reference), so older states load.
         """
         params = {"batch_size": int(self.batch_size), "penalty_alpha": float(self.penalty_alpha),
-                  "seed": self.seed, "grow_reference": bool(self.grow_reference)}
+                  "seed": self.seed, "grow_reference": bool(self.grow_reference),
+                  "window": self._window}
         n, k = self._n, self._n_pend
         joined = k if self._grow else 0
         merged = n if self._adapting else 0
@@ -305,7 +351,8 @@ class WeightedConformalPValue:
             adapting=self._adapting, penalised=self._penalised, n_adapt=self._n_adapt,
             n_penalised=self._n_penalised, p_value=encode_float(self._p_value),
             order=self._order[:merged].copy(), cum=self._ref[1, : merged + 1].copy(),
-            sum_w2=self._sum_w2, pending_scores=pend[:joined, 0].tolist(),
+            sum_w2=self._sum_w2, n_fixed=self._n_fixed, n_evicted=self._n_evicted,
+            pending_scores=pend[:joined, 0].tolist(),
             pending_weights=pend[:joined, 1].tolist(), pending_x=pend[:, 2:].copy(),
         )
 
@@ -317,6 +364,7 @@ class WeightedConformalPValue:
         params = state["params"]
         obj.batch_size, obj.penalty_alpha = params["batch_size"], params["penalty_alpha"]
         obj.seed, obj.grow_reference = params["seed"], bool(params["grow_reference"])
+        obj.window = params.get("window")  # states saved before the bound: unbounded
         obj.density_ratio = OnlineDensityRatio.from_state(state["density_ratio"])
         obj._plain = ConformalPValue.from_state(state["plain"])
         obj._configure()
@@ -328,6 +376,8 @@ class WeightedConformalPValue:
         obj._n_adapt, obj._n_penalised = int(state["n_adapt"]), int(state["n_penalised"])
         obj._p_value = decode_float(state["p_value"], math.nan)
         obj._sum_w2 = float(state["sum_w2"])
+        obj._n_fixed = int(state.get("n_fixed", 0))
+        obj._n_evicted = int(state.get("n_evicted", 0))
         return obj
 
     def _restore_reference(self, state: dict[str, Any], scores: NDArray[np.float64],

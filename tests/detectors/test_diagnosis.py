@@ -56,6 +56,34 @@ def test_evidence_share_scans_recent_windows() -> None:
     assert _evidence_share(share, early_cp) == pytest.approx(5 / 10)
 
 
+def test_evidence_window_starts_at_the_changepoint_estimate() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def share(start: int, stop: int) -> float:
+        calls.append((start, stop))
+        return 0.0
+
+    _evidence_share(share, AlarmEvent(399, 303, 10.0, 9.0, 5.0))
+    assert calls[0] == (303, 399)  # then the trailing windows
+
+
+def test_changepoints_of_abrupt_toy_shifts_are_near_the_change() -> None:
+    """The first alarm of each detector after an abrupt extreme shift at event 300 (6 seeds):
+    the estimates that open the diagnosis' evidence window are a median ≤ 5 events from it."""
+    errors = []
+    for seed in range(6):
+        toy = make_toy(seed=seed)
+        det, first = _detectors(toy), dict[str, int | None]()
+        for t in range(toy.change + 100):
+            det.update(toy.X[t], toy.scores[t], event_index=t)
+            for a in det.new_alarms:
+                if a.event_index >= toy.change:
+                    first.setdefault(a.detector, a.changepoint)
+        assert set(first) == {"covariate", "conditional"}
+        errors += [abs(cp - toy.change) for cp in first.values() if cp is not None]
+    assert len(errors) == 12 and np.median(errors) <= 5
+
+
 def _detectors(toy: Toy, **kw: object) -> StreamDetectors:
     return StreamDetectors(
         CovariateMonitor("knn", toy.X_cal, threshold=1000.0),

@@ -34,24 +34,24 @@ PINNED: dict[str, tuple[list[tuple[str, int]], float, list[Alarm]]] = {
     "concept": (
         [("stable", 500), ("concept", 700)],
         10_000.0,
-        [("conditional", "concept_shift", 555, 377)],
+        [("conditional", "concept_shift", 555, 492)],
     ),
     "extreme": (
         [("stable", 500), ("extreme_covariate", 700)],
         10_000.0,
         [
-            ("conditional", "extreme_covariate_shift", 507, 377),
-            ("covariate", "extreme_covariate_shift", 519, 499),
+            ("conditional", "extreme_covariate_shift", 507, 492),
+            ("covariate", "extreme_covariate_shift", 519, 507),
         ],
     ),
     "demo": (
         list(DEMO_PHASES),
         1_000.0,
         [
-            ("covariate", "benign_covariate_shift", 845, 756),
-            ("conditional", "concept_shift", 1759, 1481),
-            ("conditional", "extreme_covariate_shift", 2207, 2110),
-            ("covariate", "extreme_covariate_shift", 2212, 2202),
+            ("covariate", "benign_covariate_shift", 845, 838),
+            ("conditional", "concept_shift", 1759, 1510),
+            ("conditional", "extreme_covariate_shift", 2207, 2190),
+            ("covariate", "extreme_covariate_shift", 2212, 2212),
         ],
     ),
 }

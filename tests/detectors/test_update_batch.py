@@ -178,6 +178,8 @@ CONDITIONAL_CONFIGS: dict[str, dict[str, Any]] = {
     "jumper": {"betting": "composite_jumper"},
     "power_raw": {"betting": "power", "ratio_features": "raw", "batch_size": 70},
     "ties": {},
+    "window": {"reference_window": 30},
+    "window_on_signal": {"reference_window": 30, "adapt": "on_signal"},
 }
 
 

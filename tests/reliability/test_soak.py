@@ -9,7 +9,7 @@ database sizes); the long runs behind docs/operations.md are that script's comma
 What still grows in bounded mode, by design: the label store up to ``labels.max_pending``, the
 diagnosis history up to 10 000 events per detector, the stored trace points (one per
 ``trace_every`` events per detector) and OOD windows. The weighted conditional monitor (WATCH,
-``weighted: true``, the default) has no bounded mode: its reference keeps every labeled score.
+``weighted: true``, the default) is bounded by ``reference_window`` instead of ``max_reference``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,18 @@ def state_sizes(folder: Path, config: dict[str, Any], at: list[int]) -> dict[int
             state = monitor.state_dict()
             sizes[stop] = {"total": _size(state), **_parts(state)}
     return sizes
+
+
+@pytest.mark.slow  # two replays of 4 096 events (~1 min on a shared machine)
+def test_weighted_reference_window_stops_growing(tmp_path: Path) -> None:
+    """The weighted conditional monitor's state (reference and density ratio) is the same size
+    after 8 and 16 OOD windows once its reference_window (100) is full; unbounded, it grows."""
+    at = [WINDOW * 8, WINDOW * 16]
+    part = "detectors.conditional.p_values"
+    bounded = state_sizes(tmp_path / "bounded", {"reference_window": 100}, at)
+    assert bounded[at[1]][part] <= 1.02 * bounded[at[0]][part]
+    unbounded = state_sizes(tmp_path / "unbounded", {"reference_window": None}, at)
+    assert unbounded[at[1]][part] >= 1.2 * unbounded[at[0]][part]
 
 
 def _parts(state: dict[str, Any], prefix: str = "", depth: int = 3) -> dict[str, int]:

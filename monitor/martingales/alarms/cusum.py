@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.martingales.alarms.base import AlarmRule, RunningMinimum, check_threshold
+from monitor.martingales.alarms.base import AlarmRule, check_threshold
 
 __all__ = ["CUSUM"]
 
@@ -17,7 +17,8 @@ class CUSUM(AlarmRule):
 
     Average run length: γ_n ≤ R_n (the Shiryaev–Roberts statistic), so the CUSUM alarm never
     comes before the SR alarm with the same threshold, and E[τ] ≥ c under the null (see
-    :class:`ShiryaevRoberts`). The changepoint is the latest argmin_{i<n} log S_i.
+    :class:`ShiryaevRoberts`). The changepoint is the last i at which log γ_i was within 0.25 of
+    zero, Page's last-zero estimate with a little slack (:class:`~.base.RunningMinimum`).
 
     Parameters
     ----------
@@ -37,7 +38,7 @@ class CUSUM(AlarmRule):
     ...     if rule.alarm:
     ...         break
     >>> t, rule.changepoint
-    (534, 411)
+    (534, 507)
 
     References
     ----------
@@ -58,14 +59,6 @@ class CUSUM(AlarmRule):
         self._log_threshold = check_threshold(threshold)
         self.threshold = threshold
 
-    def reset(self) -> None:
-        super().reset()
-        self._min = RunningMinimum()
-
-    @property
-    def changepoint(self) -> int | None:
-        return self._min.argmin if self._n else None
-
     def _step(self, log_s: float) -> float:
         self._min.push(self._n, log_s)
         return log_s - self._min.minimum
@@ -75,9 +68,3 @@ class CUSUM(AlarmRule):
 
     def _params(self) -> dict[str, Any]:
         return {"threshold": float(self.threshold)}
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {"running_min": self._min.state()}
-
-    def _load_extra(self, state: dict[str, Any]) -> None:
-        self._min.load(state["running_min"])

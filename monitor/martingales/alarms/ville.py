@@ -20,7 +20,9 @@ class Ville(AlarmRule):
     """Alarm when S_n ≥ 1/α; by Ville's inequality P(sup_n S_n ≥ 1/α) ≤ α under the null.
 
     The guarantee covers one martingale from its start (anytime-valid), not a run length. The
-    changepoint is 0: the evidence is counted from the start.
+    alarm uses all the evidence since the start, but the changepoint is estimated from the path
+    as for CUSUM: the last minimum of log S before the alarm, with the slack of
+    :class:`~.base.RunningMinimum` (S_n/S_i is the evidence gathered after update i).
 
     A detector restarts the martingale after an alarm (re-baselining), and each restart is a new
     Ville test. ``spending="per_segment"`` keeps α for every segment: P(a false alarm in each
@@ -80,25 +82,29 @@ class Ville(AlarmRule):
         return float(self.alpha) * 6.0 / (math.pi**2 * self._segment**2)
 
     @property
-    def changepoint(self) -> int | None:
-        return 0
-
-    @property
     def threshold(self) -> float:
         return 1.0 / self.segment_alpha
 
     def _step(self, log_s: float) -> float:
+        self._min.push(self._n, log_s)
         return log_s
 
     def _path(self, log_s: NDArray[np.float64]) -> NDArray[np.float64]:
+        self._min.push_many(self._n, log_s)
         return log_s
+
 
     def _params(self) -> dict[str, Any]:
         return {"alpha": float(self.alpha), "spending": self.spending}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"segment": self._segment}
+        return {**super()._extra_state(), "segment": self._segment}
 
     def _load_extra(self, state: dict[str, Any]) -> None:
+        if "running_min" in state:
+            super()._load_extra(state)
+        elif self._n:  # saved before Ville estimated changepoints: estimate from here on
+            self._min.prev, self._min.minimum = self._log_stat, self._log_stat
+            self._min.argmin = self._min.estimate = self._n
         self._segment = int(state.get("segment", 1))
         self._log_threshold = -math.log(self.segment_alpha)
