@@ -17,6 +17,7 @@ from monitor.martingales.alarms import (
 )
 from monitor.martingales.betting import (
     BETTING_FUNCTIONS,
+    AGrapaBetting,
     BettingFunction,
     CompositeJumper,
     PowerBetting,
@@ -32,6 +33,7 @@ __all__ = [
     "ALARM_RULES",
     "BETTING_FUNCTIONS",
     "CUSUM",
+    "AGrapaBetting",
     "AlarmRule",
     "BettingFunction",
     "CompositeJumper",

@@ -32,6 +32,7 @@ from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
 from monitor.martingales.alarms.shiryaev_roberts import logaddexp_compiled as _logaddexp
 from monitor.martingales.alarms.ville import Ville
 from monitor.martingales.betting._jumpers import JumperMixture, _jumpers_step
+from monitor.martingales.betting.agrapa import AGrapaBetting, _agrapa_step
 from monitor.martingales.betting.base import P_FLOOR, BettingFunction
 from monitor.martingales.betting.mixture import SimpleMixture, log_mixture
 from monitor.martingales.betting.power import PowerBetting
@@ -46,7 +47,7 @@ __all__ = ["pvalue_commit", "pvalue_span", "run_test", "supports_betting", "weig
 
 FloatArray = NDArray[np.float64]
 
-_JUMPERS, _POWER, _PATH = 0, 1, 2
+_JUMPERS, _POWER, _PATH, _AGRAPA = 0, 1, 2, 3
 _VILLE, _CUSUM, _SR = 0, 1, 2
 # rule state array: n, alarm, log_stat, prev, minimum, argmin, log_sum, log_threshold
 _N, _ALARM, _STAT, _PREV, _MIN, _ARGMIN, _SUM, _THR = range(8)
@@ -60,7 +61,7 @@ def _test_span(
 ) -> int:
     """Bet on ps[start:stop] and step the rule; stop after the first alarm; updates used.
 
-    ``bkind``: jumpers (``bstate`` is the mixture's state array, stepped in place), power
+    ``bkind``: jumpers or aGRAPA (``bstate`` is the betting's state array, stepped in place), power
     (``bstate`` = [log ε, ε − 1, log S]) or a precomputed log S ``path`` (Simple Mixture).
     """
     n, alarm, stat = rstate[_N], rstate[_ALARM] != 0.0, rstate[_STAT]
@@ -71,6 +72,8 @@ def _test_span(
         p = ps[t]
         if bkind == _JUMPERS:
             log_s = _jumpers_step(bstate, p)
+        elif bkind == _AGRAPA:
+            log_s = _agrapa_step(bstate, p)
         elif bkind == _POWER:
             log_s = bstate[2] + (bstate[0] + bstate[1] * math.log(max(p, P_FLOOR)))
             bstate[2] = log_s
@@ -113,7 +116,7 @@ def _lambda_path(ps: FloatArray, start: int, stop: int, lam: float) -> FloatArra
 
 
 def supports_betting(betting: BettingFunction) -> bool:
-    return isinstance(betting, JumperMixture | PowerBetting | SimpleMixture)
+    return isinstance(betting, JumperMixture | AGrapaBetting | PowerBetting | SimpleMixture)
 
 
 def _pack_rule(rule: AlarmRule) -> tuple[int, FloatArray]:
@@ -151,8 +154,9 @@ def run_test(
     updates.
     """
     rkind, rstate = _pack_rule(rule)
-    if isinstance(betting, JumperMixture):
-        used = _test_span(_JUMPERS, betting._state, _EMPTY, rkind, rstate, ps, start, stop,
+    if isinstance(betting, JumperMixture | AGrapaBetting):
+        kind = _JUMPERS if isinstance(betting, JumperMixture) else _AGRAPA
+        used = _test_span(kind, betting._state, _EMPTY, rkind, rstate, ps, start, stop,
                           out_m, out_s)
         betting._log_s = float(betting._state[-1])
     elif isinstance(betting, PowerBetting):

@@ -135,6 +135,7 @@ COVARIATE_CONFIGS: dict[str, dict[str, Any]] = {
     "mixture": {"betting": "mixture"},
     "power": {"betting": "power"},
     "simple_jumper": {"betting": "simple_jumper"},
+    "agrapa": {"betting": "agrapa"},
 }
 
 
@@ -177,6 +178,7 @@ CONDITIONAL_CONFIGS: dict[str, dict[str, Any]] = {
     "rebaseline0": {"rebaseline": 0},
     "jumper": {"betting": "composite_jumper"},
     "power_raw": {"betting": "power", "ratio_features": "raw", "batch_size": 70},
+    "agrapa": {"betting": "agrapa"},
     "ties": {},
 }
 

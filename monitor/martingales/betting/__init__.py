@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.martingales.betting.agrapa import AGrapaBetting
 from monitor.martingales.betting.base import BettingFunction
 from monitor.martingales.betting.composite_jumper import CompositeJumper
 from monitor.martingales.betting.mixture import SimpleMixture
@@ -12,6 +13,7 @@ from monitor.martingales.betting.simple_jumper import SimpleJumper
 
 __all__ = [
     "BETTING_FUNCTIONS",
+    "AGrapaBetting",
     "BettingFunction",
     "CompositeJumper",
     "PowerBetting",
@@ -25,6 +27,7 @@ BETTING_FUNCTIONS: dict[str, type[BettingFunction]] = {
     "composite_jumper": CompositeJumper,
     "power": PowerBetting,
     "mixture": SimpleMixture,
+    "agrapa": AGrapaBetting,
 }
 
 
