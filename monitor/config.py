@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Task = Literal["regression", "classification"]
 ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
-Betting = Literal["simple_jumper", "composite_jumper", "power", "mixture", "agrapa"]
+Betting = Literal[
+    "simple_jumper", "composite_jumper", "power", "mixture", "agrapa", "plug_in_power"
+]
 RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
 

@@ -136,6 +136,7 @@ COVARIATE_CONFIGS: dict[str, dict[str, Any]] = {
     "power": {"betting": "power"},
     "simple_jumper": {"betting": "simple_jumper"},
     "agrapa": {"betting": "agrapa"},
+    "plug_in_power": {"betting": "plug_in_power"},
 }
 
 
@@ -179,6 +180,7 @@ CONDITIONAL_CONFIGS: dict[str, dict[str, Any]] = {
     "jumper": {"betting": "composite_jumper"},
     "power_raw": {"betting": "power", "ratio_features": "raw", "batch_size": 70},
     "agrapa": {"betting": "agrapa"},
+    "plug_in_power": {"betting": "plug_in_power"},
     "ties": {},
 }
 

@@ -8,6 +8,7 @@ from monitor.martingales.betting.agrapa import AGrapaBetting
 from monitor.martingales.betting.base import BettingFunction
 from monitor.martingales.betting.composite_jumper import CompositeJumper
 from monitor.martingales.betting.mixture import SimpleMixture
+from monitor.martingales.betting.plug_in_power import PlugInPower
 from monitor.martingales.betting.power import PowerBetting
 from monitor.martingales.betting.simple_jumper import SimpleJumper
 
@@ -16,6 +17,7 @@ __all__ = [
     "AGrapaBetting",
     "BettingFunction",
     "CompositeJumper",
+    "PlugInPower",
     "PowerBetting",
     "SimpleJumper",
     "SimpleMixture",
@@ -28,6 +30,7 @@ BETTING_FUNCTIONS: dict[str, type[BettingFunction]] = {
     "power": PowerBetting,
     "mixture": SimpleMixture,
     "agrapa": AGrapaBetting,
+    "plug_in_power": PlugInPower,
 }
 
 
