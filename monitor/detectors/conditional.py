@@ -188,7 +188,7 @@ class ConditionalMonitor(MartingaleMonitor):
         calibration_scores: ArrayLike,
         calibration_X: ArrayLike | None,
         weighted: bool = True,
-        betting: str = "mixture",
+        betting: str = "plug_in_power",
         rule: str = "shiryaev_roberts",
         threshold: float = 10_000.0,
         alpha: float = 0.01,
