@@ -68,7 +68,7 @@ class StreamConfig(_Strict):
 
     Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
     classification; ``covariate_score`` is ``knn``; ``betting`` unset means the Composite Jumper
-    for the covariate monitor and the one-sided Simple Mixture for the conditional monitor (set
+    for the covariate monitor and the one-sided plug-in power for the conditional monitor (set
     it to use one betting function for both); the alarm rule is Shiryaev–Roberts with threshold
     (ARL) 10 000; OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.
     """
