@@ -16,7 +16,9 @@ from monitor.durations import parse_duration
 
 Task = Literal["regression", "classification"]
 ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
-Betting = Literal["simple_jumper", "composite_jumper", "power", "mixture"]
+Betting = Literal[
+    "simple_jumper", "composite_jumper", "power", "mixture", "agrapa", "plug_in_power"
+]
 RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
 Spending = Literal["per_segment", "lifetime"]
@@ -153,7 +155,7 @@ class StreamConfig(_Strict):
 
     Defaults: ``score`` is ``abs_residual`` for regression and ``one_minus_prob`` for
     classification; ``covariate_score`` is ``knn``; ``betting`` unset means the Composite Jumper
-    for the covariate monitor and the one-sided Simple Mixture for the conditional monitor (set
+    for the covariate monitor and the one-sided plug-in power for the conditional monitor (set
     it to use one betting function for both); the alarm rule is Shiryaev–Roberts with a budget of
     one false alarm a week (``false_alarm_every: 7d``, shared by the two detectors, the threshold
     following the event rate); OOD decisions use eg-BH at alpha 0.1 over windows of 256 events.

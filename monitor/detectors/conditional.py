@@ -141,13 +141,14 @@ class ConditionalMonitor(MartingaleMonitor):
     weighted
         WCTM (True) or plain CTM (False).
     betting
-        Betting function name. The default Simple Mixture (like Power) bets only on *small*
-        p-values — scores worse than the reference — while the jumpers also bet on large ones.
-        Weighted p-values whose reference holds earlier target points are slightly conservative
-        (too large) under a benign shift; a two-sided bet turns that into a "harmful" alarm. On
-        the Shuttle benchmarks the mixture detects concept shifts at least as fast as the
-        Composite Jumper and raises far fewer harmful alarms on benign shifts
-        (``docs/detectors.md``).
+        Betting function name. The default plug-in power (like Power and the Simple Mixture)
+        bets only on *small* p-values — scores worse than the reference — while the jumpers
+        also bet on large ones. Weighted p-values whose reference holds earlier target points
+        are slightly conservative (too large) under a benign shift; a two-sided bet turns that
+        into a "harmful" alarm. Its exponent is re-fitted to the recent p-values, so it
+        re-adapts after a long quiet stretch: on the Shuttle benchmarks it detects concept
+        shifts about twice as fast as the Simple Mixture, with as few harmful alarms on benign
+        shifts (``docs/detectors.md``).
     rule, threshold, alpha
         As in :class:`~monitor.detectors.CovariateMonitor`.
     batch_size
@@ -186,7 +187,7 @@ class ConditionalMonitor(MartingaleMonitor):
     ...     if monitor.alarm:
     ...         break
     >>> t, monitor.changepoint, monitor.adapting
-    (212, 200, True)
+    (203, 202, True)
 
     References
     ----------
@@ -200,7 +201,7 @@ class ConditionalMonitor(MartingaleMonitor):
         calibration_scores: ArrayLike,
         calibration_X: ArrayLike | None,
         weighted: bool = True,
-        betting: str = "mixture",
+        betting: str = "plug_in_power",
         rule: str = "shiryaev_roberts",
         threshold: float = 10_000.0,
         alpha: float = 0.01,

@@ -77,7 +77,8 @@ class CovariateMonitor(MartingaleMonitor):
     calibration_X
         Calibration inputs of the scorer's kind, shape (m, d), m >= 4.
     betting
-        Betting function name (``simple_jumper``, ``composite_jumper``, ``power``, ``mixture``).
+        Betting function name (``simple_jumper``, ``composite_jumper``, ``power``, ``mixture``,
+        ``agrapa``, ``plug_in_power``).
     rule, threshold, alpha
         The alarm rule as in :class:`monitor.config.AlarmConfig`: ``ville`` alarms at S ≥ 1/alpha;
         ``cusum`` and ``shiryaev_roberts`` at statistic ≥ threshold (mean run length ≥ threshold).

@@ -171,14 +171,14 @@ class StreamDetectors:
     >>> cal_scores = np.abs(rng.normal(size=600))
     >>> detectors = StreamDetectors(
     ...     CovariateMonitor("knn", X_cal, threshold=1000.0),
-    ...     ConditionalMonitor(cal_scores, X_cal, threshold=1000.0))
+    ...     ConditionalMonitor(cal_scores, X_cal))
     >>> X = np.vstack([rng.normal(size=(300, 2)), rng.normal(size=(200, 2)) + [6.0, 0.0]])
     >>> scores = np.abs(rng.normal(size=500)) * np.r_[np.ones(300), 5 * np.ones(200)]
     >>> for t in range(500):  # inputs leave the support at t = 300 and the model fails there
     ...     detectors.update(X[t], scores[t])
     ...     for a in detectors.new_alarms:
     ...         print(t, a.detector, a.kind, a.changepoint)
-    302 conditional extreme_covariate_shift 227
+    302 conditional extreme_covariate_shift 300
     310 covariate extreme_covariate_shift 303
     """
 
@@ -229,8 +229,8 @@ class StreamDetectors:
         ``calibration_X`` are the calibration events' features (the covariate scorer's input
         and the density ratio's source), ``calibration_scores`` their conditional scores.
         ``betting``, when the configuration sets it, applies to both monitors; otherwise each
-        keeps its own default (Composite Jumper for the covariate monitor, the one-sided Simple
-        Mixture for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
+        keeps its own default (Composite Jumper for the covariate monitor, the one-sided plug-in
+        power for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
         ``weighted: false``; a weighted stream bounds its reference with ``reference_window``.
         """
         betting: dict[str, Any] = {}

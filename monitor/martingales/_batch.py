@@ -32,8 +32,10 @@ from monitor.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
 from monitor.martingales.alarms.shiryaev_roberts import logaddexp_compiled as _logaddexp
 from monitor.martingales.alarms.ville import Ville
 from monitor.martingales.betting._jumpers import JumperMixture, _jumpers_step
+from monitor.martingales.betting.agrapa import AGrapaBetting, _agrapa_step
 from monitor.martingales.betting.base import P_FLOOR, BettingFunction
 from monitor.martingales.betting.mixture import SimpleMixture, log_mixture
+from monitor.martingales.betting.plug_in_power import PlugInPower, _plug_in_step
 from monitor.martingales.betting.power import PowerBetting
 from monitor.martingales.pvalues import (
     ConformalPValue,
@@ -46,7 +48,9 @@ __all__ = ["pvalue_commit", "pvalue_span", "run_test", "supports_betting", "weig
 
 FloatArray = NDArray[np.float64]
 
-_JUMPERS, _POWER, _PATH = 0, 1, 2
+_JUMPERS, _POWER, _PATH, _AGRAPA, _PLUG_IN = 0, 1, 2, 3, 4
+#: betting classes stepped by one compiled kernel on their own state array
+_STATE_KINDS = ((JumperMixture, _JUMPERS), (AGrapaBetting, _AGRAPA), (PlugInPower, _PLUG_IN))
 _VILLE, _CUSUM, _SR = 0, 1, 2
 # rule state array: n, alarm, log_stat, prev, minimum, argmin, log_sum, log_threshold, estimate
 _N, _ALARM, _STAT, _PREV, _MIN, _ARGMIN, _SUM, _THR, _EST = range(9)
@@ -60,8 +64,9 @@ def _test_span(
 ) -> int:
     """Bet on ps[start:stop] and step the rule; stop after the first alarm; updates used.
 
-    ``bkind``: jumpers (``bstate`` is the mixture's state array, stepped in place), power
-    (``bstate`` = [log ε, ε − 1, log S]) or a precomputed log S ``path`` (Simple Mixture).
+    ``bkind``: jumpers, aGRAPA or plug-in power (``bstate`` is the betting's state array,
+    stepped in place), power (``bstate`` = [log ε, ε − 1, log S]) or a precomputed log S
+    ``path`` (Simple Mixture).
     """
     n, alarm, stat = rstate[_N], rstate[_ALARM] != 0.0, rstate[_STAT]
     prev, minimum, argmin, log_sum = rstate[_PREV], rstate[_MIN], rstate[_ARGMIN], rstate[_SUM]
@@ -71,6 +76,10 @@ def _test_span(
         p = ps[t]
         if bkind == _JUMPERS:
             log_s = _jumpers_step(bstate, p)
+        elif bkind == _AGRAPA:
+            log_s = _agrapa_step(bstate, p)
+        elif bkind == _PLUG_IN:
+            log_s = _plug_in_step(bstate, p)
         elif bkind == _POWER:
             log_s = bstate[2] + (bstate[0] + bstate[1] * math.log(max(p, P_FLOOR)))
             bstate[2] = log_s
@@ -115,7 +124,8 @@ def _lambda_path(ps: FloatArray, start: int, stop: int, lam: float) -> FloatArra
 
 
 def supports_betting(betting: BettingFunction) -> bool:
-    return isinstance(betting, JumperMixture | PowerBetting | SimpleMixture)
+    return isinstance(betting, JumperMixture | AGrapaBetting | PlugInPower | PowerBetting
+                      | SimpleMixture)
 
 
 def _pack_rule(rule: AlarmRule) -> tuple[int, FloatArray]:
@@ -153,8 +163,10 @@ def run_test(
     updates.
     """
     rkind, rstate = _pack_rule(rule)
-    if isinstance(betting, JumperMixture):
-        used = _test_span(_JUMPERS, betting._state, _EMPTY, rkind, rstate, ps, start, stop,
+    kind = next((k for cls, k in _STATE_KINDS if isinstance(betting, cls)), None)
+    if kind is not None:
+        assert isinstance(betting, JumperMixture | AGrapaBetting | PlugInPower)
+        used = _test_span(kind, betting._state, _EMPTY, rkind, rstate, ps, start, stop,
                           out_m, out_s)
         betting._log_s = float(betting._state[-1])
     elif isinstance(betting, PowerBetting):

@@ -29,7 +29,8 @@ def test_quick_harness_runs_every_benchmark_and_feeds_the_report(tmp_path: Path)
 
     stat = docs["statistical"]["data"]
     detectors = {f"{fam}/{b}" for fam in ("ctm", "wctm") for b in
-                 ("simple_jumper", "composite_jumper", "power", "mixture")}
+                 ("simple_jumper", "composite_jumper", "power", "mixture", "agrapa",
+                  "plug_in_power")}
     assert set(stat["summary"]) == {"stationary", "concept_abrupt", "concept_gradual",
                                     "benign_covariate", "extreme_covariate"}
     assert set(stat["summary"]["stationary"]) == detectors | {"adwin", "kswin", "page_hinkley"}

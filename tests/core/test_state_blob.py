@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from monitor.datasets import build_example
+from monitor.detectors import ConditionalMonitor
 from monitor.pipeline import BatchOutput, Pipeline, RawRecord
 from monitor.runner import build_monitors, read_configs
 from monitor.state import BLOB_MAGIC, StateFormatError, decode_state, encode_state
@@ -125,7 +126,7 @@ def _results(out: BatchOutput) -> list[Any]:
 
 
 def test_npz_checkpoint_loads_and_continues_exactly(
-    example: tuple[list[str], list[RawRecord]],
+    example: tuple[list[str], list[RawRecord]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A checkpoint written in the npz layout by an earlier version loads, has the layout of
     today's states, and continues exactly as the same state written in today's layout.
@@ -134,6 +135,11 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     order per row, ``monitor/ood/_distances.py``, which moved the calibration scores by an ulp.)
     """
     configs, records = example
+    # The checkpoint was written when the conditional monitor's default betting was the Simple
+    # Mixture (the plug-in power since #19); the uninterrupted run must use the same one.
+    defaults = ConditionalMonitor.__init__.__defaults__ or ()
+    monkeypatch.setattr(ConditionalMonitor.__init__, "__defaults__",
+                        tuple("mixture" if d == "plug_in_power" else d for d in defaults))
     old_text = (DATA / "checkpoint_npz_v1.json").read_text()
     old_state = decode_state(old_text, (DATA / "checkpoint_npz_v1.npz").read_bytes())["state"]
 

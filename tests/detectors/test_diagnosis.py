@@ -189,7 +189,7 @@ def test_from_config_builds_both_monitors(toy: Toy) -> None:
         "cusum",
         500.0,
         16,
-        "mixture",
+        "plug_in_power",
     )
     assert cov.rebaseline == cond.rebaseline == 100 and cov.seed == cond.seed == 3
     explicit = StreamConfig.model_validate(

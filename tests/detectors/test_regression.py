@@ -34,13 +34,13 @@ PINNED: dict[str, tuple[list[tuple[str, int]], float, list[Alarm]]] = {
     "concept": (
         [("stable", 500), ("concept", 700)],
         10_000.0,
-        [("conditional", "concept_shift", 555, 492)],
+        [("conditional", "concept_shift", 515, 508)],
     ),
     "extreme": (
         [("stable", 500), ("extreme_covariate", 700)],
         10_000.0,
         [
-            ("conditional", "extreme_covariate_shift", 507, 492),
+            ("conditional", "extreme_covariate_shift", 502, 500),
             ("covariate", "extreme_covariate_shift", 519, 507),
         ],
     ),
@@ -49,8 +49,8 @@ PINNED: dict[str, tuple[list[tuple[str, int]], float, list[Alarm]]] = {
         1_000.0,
         [
             ("covariate", "benign_covariate_shift", 845, 838),
-            ("conditional", "concept_shift", 1759, 1510),
-            ("conditional", "extreme_covariate_shift", 2207, 2190),
+            ("conditional", "concept_shift", 1647, 1621),
+            ("conditional", "extreme_covariate_shift", 2202, 2201),
             ("covariate", "extreme_covariate_shift", 2212, 2212),
         ],
     ),

@@ -135,6 +135,8 @@ COVARIATE_CONFIGS: dict[str, dict[str, Any]] = {
     "mixture": {"betting": "mixture"},
     "power": {"betting": "power"},
     "simple_jumper": {"betting": "simple_jumper"},
+    "agrapa": {"betting": "agrapa"},
+    "plug_in_power": {"betting": "plug_in_power"},
 }
 
 
@@ -177,6 +179,8 @@ CONDITIONAL_CONFIGS: dict[str, dict[str, Any]] = {
     "rebaseline0": {"rebaseline": 0},
     "jumper": {"betting": "composite_jumper"},
     "power_raw": {"betting": "power", "ratio_features": "raw", "batch_size": 70},
+    "agrapa": {"betting": "agrapa"},
+    "plug_in_power": {"betting": "plug_in_power"},
     "ties": {},
     "window": {"reference_window": 30},
     "window_on_signal": {"reference_window": 30, "adapt": "on_signal"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -85,17 +86,32 @@ def test_checkpoint_every_4_to_the_end_of_the_file_equals_every_batch(
     assert got_delivered == want_delivered == [a.id for a in want_summary.alarms]
 
 
+def _batch_of(example: Example, alarm: dict[str, Any], batch_size: int = 50) -> int:
+    """The batch whose record raised ``alarm``: a covariate alarm's prediction, a conditional
+    alarm's label (the last record with its stream and event id)."""
+    needle = f'"id":"{alarm["event_id"]}"'.encode()
+    stream = f'"stream":"{alarm["stream"]}"'.encode()
+    hits = [i for i, v in enumerate(example.values) if needle in v and stream in v]
+    return (hits[0] if alarm["detector"] == "covariate" else hits[-1]) // batch_size
+
+
+def _alarm_after_another(example: Example, reference: Snapshot, every: int) -> dict[str, Any]:
+    batches = [(_batch_of(example, a), a) for a in reference.alarms]
+    for b, alarm in sorted(batches, key=lambda x: x[0]):
+        if any(every * (b // every) <= other < b for other, _ in batches):
+            return alarm
+    raise AssertionError("no alarm follows another alarm within a checkpoint interval")
+
+
 def test_alarms_replayed_by_a_resync_are_delivered_once(
     postgres_admin: Engine, example: Example, reference: Snapshot
 ) -> None:
     """An unstorable record rewinds the worker to its last checkpoint, so the batches since
     then are processed again with their alarms: ``on_alarm`` gets each id once and the summary
     counts each once, as when every batch is a checkpoint."""
-    # bikes' first covariate alarm: raised after the 20th batch (the last checkpoint before it
-    # at 10 batches per checkpoint) and after another alarm that follows that checkpoint.
-    refused = min((a for a in reference.alarms
-                   if a["stream"] == "bikes" and a["detector"] == "covariate"),
-                  key=lambda a: a["event_index"])
+    # the first alarm raised after another alarm that follows the last checkpoint before it
+    # (10 batches per checkpoint), so that the rewind replays that other alarm
+    refused = _alarm_after_another(example, reference, every=10)
     runs = []
     for every in (1, 10):
         with postgres_database(postgres_admin) as url:

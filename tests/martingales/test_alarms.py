@@ -10,9 +10,11 @@ import pytest
 
 from monitor.martingales import (
     CUSUM,
+    AGrapaBetting,
     AlarmRule,
     BettingFunction,
     CompositeJumper,
+    PlugInPower,
     PowerBetting,
     ShiryaevRoberts,
     SimpleJumper,
@@ -24,8 +26,11 @@ from monitor.martingales.alarms.base import CHANGEPOINT_SLACK
 
 
 @pytest.mark.parametrize(
-    "make_bet", [CompositeJumper, lambda: PowerBetting(0.5), SimpleMixture],
-    ids=["composite", "power-0.5", "mixture"],
+    "make_bet", [CompositeJumper, lambda: PowerBetting(0.5), SimpleMixture, AGrapaBetting,
+                 lambda: AGrapaBetting(forgets=(0.5,), max_bet=0.9), PlugInPower,
+                 lambda: PlugInPower(forgets=(1.0,), min_epsilon=0.01)],
+    ids=["composite", "power-0.5", "mixture", "agrapa", "agrapa-fast-0.9", "plug_in_power",
+         "plug_in_power-last-0.01"],
 )
 def test_ville_false_alarm_rate_is_at_most_alpha(make_bet: Callable[[], BettingFunction]) -> None:
     """P(sup S_n ≥ 1/α) ≤ α: over 1000 uniform streams of 300 steps, rate ≤ α + 3 SE."""
@@ -58,8 +63,11 @@ def run_lengths(make_bet: Callable[[], BettingFunction], make_rule: Callable[[],
 @pytest.mark.parametrize(
     ("make_bet", "rule_cls"),
     [(CompositeJumper, ShiryaevRoberts), (lambda: SimpleJumper(0.1), ShiryaevRoberts),
-     (lambda: PowerBetting(0.5), ShiryaevRoberts), (lambda: PowerBetting(0.5), CUSUM)],
-    ids=["sr-composite", "sr-simple-0.1", "sr-power-0.5", "cusum-power-0.5"],
+     (lambda: PowerBetting(0.5), ShiryaevRoberts), (lambda: PowerBetting(0.5), CUSUM),
+     (AGrapaBetting, ShiryaevRoberts), (lambda: AGrapaBetting((0.5,), 0.9), ShiryaevRoberts),
+     (PlugInPower, ShiryaevRoberts), (lambda: PlugInPower((1.0,), 0.01), ShiryaevRoberts)],
+    ids=["sr-composite", "sr-simple-0.1", "sr-power-0.5", "cusum-power-0.5", "sr-agrapa",
+         "sr-agrapa-fast-0.9", "sr-plug_in_power", "sr-plug_in_power-last-0.01"],
 )
 def test_mean_run_length_is_at_least_threshold(
     make_bet: Callable[[], BettingFunction], rule_cls: type[CUSUM | ShiryaevRoberts]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 from collections.abc import Callable
@@ -13,8 +14,10 @@ from scipy import integrate
 
 from monitor.martingales import (
     BETTING_FUNCTIONS,
+    AGrapaBetting,
     BettingFunction,
     CompositeJumper,
+    PlugInPower,
     PowerBetting,
     SimpleJumper,
     SimpleMixture,
@@ -27,6 +30,7 @@ N_STATES = 1000
 QUAD_TOL = 1e-9
 GL_X, GL_W = np.polynomial.legendre.leggauss(8)
 GL_U, GL_UW = (GL_X + 1) / 2, GL_W / 2  # nodes and weights on [0, 1]
+GLAG_V, GLAG_W = np.polynomial.laguerre.laggauss(8)  # ∫_0^∞ h(v) e^(-v) dv
 
 
 def random_states(make: Callable[[], BettingFunction], seed: int) -> Any:
@@ -66,6 +70,66 @@ def test_power_factor_integrates_to_one() -> None:
         assert abs(float(np.dot(GL_UW, vals)) - 1.0) < QUAD_TOL
 
 
+@pytest.mark.parametrize(
+    "make", [AGrapaBetting, lambda: AGrapaBetting(forgets=(0.5, 0.05), max_bet=0.9)],
+    ids=["agrapa", "agrapa-fast-0.9"],
+)
+def test_agrapa_factor_integrates_to_one(make: Callable[[], BettingFunction]) -> None:
+    # p = e^(-v), v ~ Exp(1): the factor is linear in v, so 8-point Gauss–Laguerre is exact
+    # (its largest node, ≈ 22.9, keeps p far above the floor)
+    for bet in random_states(make, seed=7):
+        before = bet.log_martingale
+        integral = sum(w * math.exp(bet.log_factor(math.exp(-v)))
+                       for v, w in zip(GLAG_V, GLAG_W, strict=True))
+        assert abs(integral - 1.0) < QUAD_TOL
+        assert bet.log_martingale == before  # log_factor does not change the state
+
+
+def test_agrapa_bets_only_on_small_p_values_and_adapts() -> None:
+    """λ is clipped to [0, c]: a run of large p-values never makes S_n grow, and after a long
+    null stretch the discounted plug-in bet still adapts within a few dozen small p-values."""
+    rng = np.random.default_rng(8)
+    bet = AGrapaBetting()
+    assert bet.update_many(rng.uniform(0.5, 1.0, size=200)).max() <= 0.0
+    bet.reset()
+    bet.update_many(rng.uniform(size=5000))
+    before = bet.log_martingale
+    path = bet.update_many(rng.uniform(0, 0.1, size=100))
+    assert path[39] - before > math.log(1e4)
+
+
+@pytest.mark.parametrize(
+    "make", [PlugInPower, lambda: PlugInPower(forgets=(1.0, 0.01), min_epsilon=0.01)],
+    ids=["plug_in_power", "plug_in_power-last-0.01"],
+)
+def test_plug_in_power_factor_integrates_to_one(make: Callable[[], BettingFunction]) -> None:
+    """p = e^(-v): ∫_0^1 f(p) dp = ∫_0^∞ f(e^(-v)) e^(-v) dv, a mixture of ε e^(-εv).
+
+    The mass beyond v = 700 (p below the floor) is at most e^(-700 ε_min) < 1e-9 here.
+    """
+    for bet in itertools.islice(random_states(make, seed=9), 300):
+        before = bet.log_martingale
+        integral, _ = integrate.quad(lambda v, b=bet: math.exp(b.log_factor(math.exp(-v)) - v),
+                                     0.0, 700.0, epsabs=1e-13, epsrel=1e-13, limit=400,
+                                     points=[1.0, 10.0, 100.0])
+        assert abs(integral - 1.0) < QUAD_TOL
+        assert bet.log_martingale == before
+
+
+def test_plug_in_power_bets_only_on_small_p_values_and_adapts() -> None:
+    """ε ≤ 1: large p-values never make S_n grow; after a long null stretch the re-fitted
+    exponent still catches a shift within a few dozen small p-values."""
+    rng = np.random.default_rng(10)
+    bet = PlugInPower()
+    path = bet.update_many(rng.uniform(0.4, 1.0, size=200))
+    assert np.all(np.diff(np.r_[0.0, path]) <= 1e-12)
+    bet.reset()
+    bet.update_many(rng.uniform(size=5000))
+    before = bet.log_martingale
+    path = bet.update_many(rng.uniform(0, 0.1, size=100))
+    assert path[39] - before > math.log(1e4)
+
+
 def test_mixture_factor_integrates_to_one() -> None:
     """p = e^(-v); quad over v ≤ V, plus the exact tail e^(-V) S_n(λ+V) / S_n(λ) (Fubini).
 
@@ -97,15 +161,19 @@ def test_mixture_matches_direct_integration() -> None:
 
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("simple_jumper", {}), ("composite_jumper", {}), ("power", {"epsilon": 0.75})],
-    ids=["simple_jumper", "composite_jumper", "power-0.75"],
+    [("simple_jumper", {}), ("composite_jumper", {}), ("power", {"epsilon": 0.75}),
+     ("agrapa", {}), ("agrapa", {"forgets": (0.3,), "max_bet": 0.9}),
+     ("plug_in_power", {"min_epsilon": 0.6}), ("plug_in_power", {"forgets": (1.0,),
+                                                                 "min_epsilon": 0.55})],
+    ids=["simple_jumper", "composite_jumper", "power-0.75", "agrapa", "agrapa-fast-0.9",
+         "plug_in_power-0.6", "plug_in_power-last-0.55"],
 )
 def test_monte_carlo_mean_is_one(name: str, params: dict[str, float]) -> None:
     """Mean of S_n over 10 000 uniform paths within 3 standard errors of 1 (n = 10, 100).
 
     The power betting function with ε ≤ ½ and the mixture have S_n of infinite variance (their
     ε → 0 part bets like 1/p): a sample mean has no standard error, so they are checked by the
-    exact quadrature above instead.
+    exact quadrature above instead; the plug-in power is run here with ε_min > ½.
     """
     rng = np.random.default_rng(5)
     bet = make_betting(name, **params)
@@ -189,9 +257,18 @@ def test_invalid_p_values_are_rejected(name: str) -> None:
 
 
 def test_make_betting_names_the_valid_choices() -> None:
-    with pytest.raises(ValueError, match="composite_jumper, mixture, power, simple_jumper"):
+    valid = "agrapa, composite_jumper, mixture, plug_in_power, power, simple_jumper"
+    with pytest.raises(ValueError, match=valid):
         make_betting("kelly")
     with pytest.raises(ValueError, match="epsilon"):
         PowerBetting(epsilon=0.0)
     with pytest.raises(ValueError, match="jump"):
         SimpleJumper(jump=1.5)
+    with pytest.raises(ValueError, match="forgetting rates"):
+        AGrapaBetting(forgets=(0.1, 1.0))
+    with pytest.raises(ValueError, match="max_bet"):
+        AGrapaBetting(max_bet=1.0)
+    with pytest.raises(ValueError, match="forgetting rate"):
+        PlugInPower(forgets=())
+    with pytest.raises(ValueError, match="min_epsilon"):
+        PlugInPower(min_epsilon=0.0)

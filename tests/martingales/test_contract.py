@@ -12,9 +12,11 @@ import pytest
 
 from monitor.martingales import (
     CUSUM,
+    AGrapaBetting,
     CompositeJumper,
     ConformalPValue,
     OnlineDensityRatio,
+    PlugInPower,
     PowerBetting,
     ShiryaevRoberts,
     SimpleJumper,
@@ -77,6 +79,8 @@ CASES = {
     "CompositeJumper": Case(CompositeJumper, p_step, lambda o: (o.log_martingale,), True),
     "PowerBetting": Case(PowerBetting, p_step, lambda o: (o.log_martingale,), True),
     "SimpleMixture": Case(SimpleMixture, p_step, lambda o: (o.log_martingale,), True),
+    "AGrapaBetting": Case(AGrapaBetting, p_step, lambda o: (o.log_martingale,), True),
+    "PlugInPower": Case(PlugInPower, p_step, lambda o: (o.log_martingale,), True),
     "Ville": Case(lambda: Ville(0.01), rule_step, rule_obs, True),
     "CUSUM": Case(lambda: CUSUM(100.0), rule_step, rule_obs, True),
     "ShiryaevRoberts": Case(lambda: ShiryaevRoberts(100.0), rule_step, rule_obs, True),

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.martingales.betting.agrapa import AGrapaBetting
 from monitor.martingales.betting.base import BettingFunction
 from monitor.martingales.betting.composite_jumper import CompositeJumper
 from monitor.martingales.betting.mixture import SimpleMixture
+from monitor.martingales.betting.plug_in_power import PlugInPower
 from monitor.martingales.betting.power import PowerBetting
 from monitor.martingales.betting.simple_jumper import SimpleJumper
 
 __all__ = [
     "BETTING_FUNCTIONS",
+    "AGrapaBetting",
     "BettingFunction",
     "CompositeJumper",
+    "PlugInPower",
     "PowerBetting",
     "SimpleJumper",
     "SimpleMixture",
@@ -25,6 +29,8 @@ BETTING_FUNCTIONS: dict[str, type[BettingFunction]] = {
     "composite_jumper": CompositeJumper,
     "power": PowerBetting,
     "mixture": SimpleMixture,
+    "agrapa": AGrapaBetting,
+    "plug_in_power": PlugInPower,
 }
 
 
