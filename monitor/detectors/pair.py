@@ -7,6 +7,7 @@ the worker's path; identical results).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.detectors._base import BatchTrace, FloatArray, as_row, window_mean
+from monitor.detectors._base import BatchTrace, FloatArray, as_row, check_int, window_mean
 from monitor.diagnosis import (
+    INSUFFICIENT_EVIDENCE,
+    MIN_EVIDENCE,
     MIN_RECENT,
     OUTSIDE_SUPPORT_LEVEL,
     PENALISED_LEVEL,
@@ -39,7 +42,9 @@ class DetectorAlarm:
     it into a :class:`monitor.records.Alarm`).
 
     ``event_index`` and ``changepoint`` are stream event indices when the caller passes
-    ``event_index`` to the updates, else indices among that detector's updates.
+    ``event_index`` to the updates, else indices among that detector's updates. ``revision``
+    is 1 when the alarm is raised and one more at each revision (an alarm raised with kind
+    ``insufficient_evidence`` is revised once its evidence is complete: :mod:`monitor.diagnosis`).
     """
 
     detector: str
@@ -50,6 +55,7 @@ class DetectorAlarm:
     threshold: float
     rule: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    revision: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +67,25 @@ class DetectorAlarm:
             "threshold": self.threshold,
             "rule": self.rule,
             "evidence": dict(self.evidence),
+            "revision": self.revision,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An alarm raised with too little evidence: its window [start, end] of the detector's
+    updates is complete after update ``end`` (``start`` + ``min_events`` - 1)."""
+
+    alarm: DetectorAlarm
+    start: int
+    end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alarm": self.alarm.to_json(), "start": self.start, "end": self.end}
+
+    @classmethod
+    def load(cls, state: dict[str, Any]) -> _Pending:
+        return cls(DetectorAlarm(**state["alarm"]), int(state["start"]), int(state["end"]))
 
 
 @dataclass(slots=True)
@@ -151,6 +175,11 @@ class StreamDetectors:
         changepoints and for the diagnosis (bounded memory).
     outside_level, penalised_level
         Diagnosis levels (:data:`OUTSIDE_SUPPORT_LEVEL`, :data:`PENALISED_LEVEL`).
+    min_events
+        Fewest events from an alarm's changepoint to the alarm from which its kind is decided
+        (:data:`MIN_EVIDENCE`); an alarm with fewer is raised as ``insufficient_evidence`` and
+        revised (a new :class:`DetectorAlarm` with the same ``event_index`` and ``revision`` 2
+        in ``new_alarms``) after the update that completes its evidence.
 
     Examples
     --------
@@ -178,6 +207,7 @@ class StreamDetectors:
         history: int = 10_000,
         outside_level: float = OUTSIDE_SUPPORT_LEVEL,
         penalised_level: float = PENALISED_LEVEL,
+        min_events: int = MIN_EVIDENCE,
     ) -> None:
         if not isinstance(covariate, CovariateMonitor):
             raise ValueError(f"covariate must be a CovariateMonitor, got {covariate!r}")
@@ -188,11 +218,14 @@ class StreamDetectors:
         for name, level in (("outside_level", outside_level), ("penalised_level", penalised_level)):
             if not 0.0 < float(level) <= 1.0:
                 raise ValueError(f"{name} must lie in (0, 1], got {level!r}")
+        check_int("min_events", min_events, 1)
         self.covariate = covariate
         self.conditional = conditional
         self.history = history
         self.outside_level = outside_level
         self.penalised_level = penalised_level
+        self.min_events = min_events
+        self._pending: list[_Pending] = []
         self._cov_events = _EventIndex(history)
         self._cond_events = _EventIndex(history)
         self._cond_outside: collections.deque[bool] = collections.deque(maxlen=history)
@@ -245,7 +278,7 @@ class StreamDetectors:
             seed=config.seed,
             **betting,
         )
-        return cls(covariate, conditional)
+        return cls(covariate, conditional, min_events=config.diagnosis.min_events)
 
     @property
     def new_alarms(self) -> tuple[DetectorAlarm, ...]:
@@ -276,6 +309,7 @@ class StreamDetectors:
         for event in self.covariate.last_alarms:
             self._new = (*self._new, self._covariate_alarm(event))
             self.conditional.start_adaptation()
+        self._new += tuple(a for _, a in self._revisions("covariate", self.covariate.n_seen))
 
     def update_conditional(
         self, x: ArrayLike, score: float, event_index: int | None = None
@@ -289,6 +323,7 @@ class StreamDetectors:
         self._cond_penalised.append(self.conditional.penalised)
         for event in self.conditional.last_alarms:
             self._new = (*self._new, self._conditional_alarm(event))
+        self._new += tuple(a for _, a in self._revisions("conditional", self._cond_events.n))
 
     # ------------------------------------------------------------------------ batch updates
     def update_batch(
@@ -316,6 +351,7 @@ class StreamDetectors:
         from its trace).
         """
         cov_stat0 = self.covariate.statistic
+        cov_n0, cond_n0 = self.covariate.n_seen, self._cond_events.n
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
 
         def on_covariate(i: int, event: AlarmEvent) -> None:
@@ -350,6 +386,9 @@ class StreamDetectors:
         ))
         self._cov_events.extend(cov_index[added:])
         result.cond_trace = _concat_traces(segments)
+        for detector, n0, n in (("covariate", cov_n0, self.covariate.n_seen),
+                                ("conditional", cond_n0, self._cond_events.n)):
+            result.alarms += [(detector, end - n0, a) for end, a in self._revisions(detector, n)]
         self._new = result.last_alarms(len(cov_index), cov_before)
         return result
 
@@ -455,9 +494,12 @@ class StreamDetectors:
         evidence: dict[str, Any],
     ) -> DetectorAlarm:
         monitor = self.covariate if detector == "covariate" else self.conditional
-        return DetectorAlarm(
+        start = event.index if event.changepoint is None else event.changepoint
+        evidence["evidence_events"] = event.index - start + 1
+        insufficient = event.index - start + 1 < self.min_events
+        alarm = DetectorAlarm(
             detector=detector,
-            kind=kind,
+            kind=INSUFFICIENT_EVIDENCE if insufficient else kind,
             event_index=int(index.lookup(event.index) or 0),
             changepoint=index.lookup(event.changepoint),
             statistic=_exp(event.log_statistic),
@@ -465,6 +507,46 @@ class StreamDetectors:
             rule=monitor.rule,
             evidence=evidence,
         )
+        if insufficient:
+            self._pending.append(_Pending(alarm, start, start + self.min_events - 1))
+        return alarm
+
+    def _revisions(self, detector: str, n: int) -> list[tuple[int, DetectorAlarm]]:
+        """The pending alarms of ``detector`` whose evidence its first ``n`` updates complete,
+        revised, with the update that completed each (in the order they were raised)."""
+        done = [p for p in self._pending if p.alarm.detector == detector and p.end < n]
+        if not done:
+            return []
+        self._pending = [p for p in self._pending if p not in done]
+        return [(p.end, self._revise(p)) for p in done]
+
+    def _revise(self, pending: _Pending) -> DetectorAlarm:
+        """The kind decided over the completed window (:mod:`monitor.diagnosis`, "Evidence
+        needed"): the shares of :func:`_evidence_share` as if the alarm had been raised at the
+        window's last update with the same changepoint."""
+        window = AlarmEvent(pending.end, pending.start, 0.0, 0.0, 0.0)
+        alarm = pending.alarm
+        if alarm.detector == "covariate":
+            outside = _evidence_share(self.covariate.outside_fraction, window)
+            kind = diagnose_covariate(outside, self.outside_level)
+            index = self._cov_events
+        else:
+            n = self._cond_events.n
+            outside = _evidence_share(
+                lambda a, b: window_mean(self._cond_outside, n, a, b), window
+            )
+            # No penalised flags after the alarm (no weighted p-value while re-baselining).
+            kind = diagnose_conditional(math.nan, outside, self.penalised_level,
+                                        self.outside_level)
+            index = self._cond_events
+        evidence = {
+            **alarm.evidence,
+            "outside_support_fraction": outside,
+            "evidence_events": self.min_events,
+            "evidence_until": index.lookup(pending.end),
+        }
+        return dataclasses.replace(alarm, kind=kind, evidence=evidence,
+                                   revision=alarm.revision + 1)
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -475,6 +557,7 @@ class StreamDetectors:
                 "history": self.history,
                 "outside_level": self.outside_level,
                 "penalised_level": self.penalised_level,
+                "min_events": self.min_events,
             },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
@@ -483,6 +566,7 @@ class StreamDetectors:
             cond_outside=np.asarray(self._cond_outside, np.uint8),
             cond_penalised=np.asarray(self._cond_penalised, np.uint8),
             new_alarms=[a.to_json() for a in self._new],
+            pending=[p.to_json() for p in self._pending],
         )
 
     @classmethod
@@ -499,6 +583,7 @@ class StreamDetectors:
         obj._cond_outside.extend(np.asarray(state["cond_outside"], bool).tolist())
         obj._cond_penalised.extend(np.asarray(state["cond_penalised"], bool).tolist())
         obj._new = tuple(DetectorAlarm(**a) for a in state["new_alarms"])
+        obj._pending = [_Pending.load(p) for p in state.get("pending", [])]
         return obj
 
 
