@@ -6,8 +6,10 @@ diagnosis and evidence), with these headers:
 ``X-Monitor-Signature: sha256=<hex>``
     HMAC-SHA256 of the exact request body with the shared secret. Receivers recompute it over the
     raw bytes they received and compare in constant time.
-``X-Monitor-Idempotency-Key: <alarm id>``
+``X-Monitor-Idempotency-Key: <alarm id>:<revision>``
     The same on every attempt (alarm ids are deterministic), so a receiver can drop repeats.
+    Each revision of an alarm (``revision`` in the body: an ``insufficient_evidence`` alarm is
+    revised once its evidence is complete) is delivered as a new delivery with its own key.
 ``X-Monitor-Attempt: <n>``
     1 for the first attempt.
 
@@ -151,6 +153,7 @@ class _Job:
     url: str = field(compare=False)
     body: bytes = field(compare=False)
     attempt: int = field(compare=False, default=1)
+    key: str = field(compare=False, default="")
 
 
 class WebhookDispatcher:
@@ -233,6 +236,7 @@ class WebhookDispatcher:
     def submit(self, alarm: Alarm) -> None:
         """Queue ``alarm`` for every URL; returns at once, never raises for delivery problems."""
         body = json_dumps(alarm.to_json()).encode("utf-8")
+        key = idempotency_key(alarm)
         with self._cond:
             reason = (
                 "dispatcher is closed"
@@ -243,11 +247,13 @@ class WebhookDispatcher:
             )
             for url in self.urls:
                 if reason is None:
-                    heapq.heappush(
-                        self._jobs, _Job(time.monotonic(), next(self._seq), alarm.id, url, body)
-                    )
+                    heapq.heappush(self._jobs, _Job(
+                        time.monotonic(), next(self._seq), alarm.id, url, body, key=key
+                    ))
                 else:
-                    self._dropped.append(_attempt(alarm.id, url, 1, None, f"{DROPPED}: {reason}"))
+                    self._dropped.append(
+                        _attempt(alarm.id, url, 1, None, f"{DROPPED}: {reason}", key)
+                    )
             self._cond.notify()
 
     def close(self, timeout: float = 10.0) -> None:
@@ -288,7 +294,9 @@ class WebhookDispatcher:
     def _drop_remaining(self) -> None:
         for job in self._jobs:
             reason = f"{DROPPED}: shutdown before attempt {job.attempt}"
-            self._dropped.append(_attempt(job.alarm_id, job.url, job.attempt, None, reason))
+            self._dropped.append(
+                _attempt(job.alarm_id, job.url, job.attempt, None, reason, job.key)
+            )
         self._jobs.clear()
 
     def _flush_dropped(self) -> None:
@@ -304,7 +312,7 @@ class WebhookDispatcher:
             "Content-Type": "application/json",
             "User-Agent": "monitor-webhooks/1",
             SIGNATURE_HEADER: sign(job.body, self.secret),
-            IDEMPOTENCY_HEADER: job.alarm_id,
+            IDEMPOTENCY_HEADER: job.key,
             ATTEMPT_HEADER: str(job.attempt),
         }
         retry_after = 0.0
@@ -315,7 +323,7 @@ class WebhookDispatcher:
             retry_after = _retry_after(response)
         except httpx.HTTPError as exc:
             status, error, retry = None, f"{type(exc).__name__}: {exc}"[:1000], True
-        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, status, error))
+        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, status, error, job.key))
         if retry and job.attempt < self.max_attempts:
             delay = max(self.backoff(job.attempt), min(retry_after, MAX_RETRY_AFTER))
             with self._cond:
@@ -328,6 +336,7 @@ class WebhookDispatcher:
                         job.url,
                         job.body,
                         job.attempt + 1,
+                        job.key,
                     ),
                 )
         elif retry:
@@ -345,10 +354,15 @@ class WebhookDispatcher:
             log.exception("recording webhook attempt %s failed", attempt)
 
 
+def idempotency_key(alarm: Alarm) -> str:
+    """The delivery key of one version of an alarm: ``<alarm id>:<revision>``."""
+    return f"{alarm.id}:{alarm.revision}"
+
+
 def _attempt(
-    alarm_id: str, url: str, n: int, status: int | None, error: str | None
+    alarm_id: str, url: str, n: int, status: int | None, error: str | None, key: str
 ) -> DeliveryAttempt:
-    return DeliveryAttempt(alarm_id, url, n, status, error, idempotency_key=alarm_id)
+    return DeliveryAttempt(alarm_id, url, n, status, error, idempotency_key=key)
 
 
 def _retry_after(response: httpx.Response) -> float:
