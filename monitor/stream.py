@@ -18,9 +18,9 @@ import numpy as np
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.detectors.pair import DetectorAlarm
+from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
-from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.records import Alarm, OODWindow, TracePoint, alarm_id
 from monitor.wiring import build_detectors, build_ood, conditional_score
 

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -125,7 +125,7 @@ def test_delivery_is_signed_with_idempotency_key_and_recorded(
     assert got.headers["X-Monitor-Signature"] == sign(got.body, SECRET)
     assert verify(got.body, SECRET, got.headers["X-Monitor-Signature"])
     assert not verify(got.body, "another-secret", got.headers["X-Monitor-Signature"])
-    assert got.headers["X-Monitor-Idempotency-Key"] == stored[0].id
+    assert got.headers["X-Monitor-Idempotency-Key"] == f"{stored[0].id}:1"
     assert got.headers["X-Monitor-Attempt"] == "1"
     assert got.headers["Content-Type"] == "application/json"
     (row,) = _deliveries(session)
@@ -136,7 +136,30 @@ def test_delivery_is_signed_with_idempotency_key_and_recorded(
         row.status_code,
         row.error,
         row.idempotency_key,
-    ) == (stored[0].id, receiver.url("/hook"), 1, 200, None, stored[0].id)
+    ) == (stored[0].id, receiver.url("/hook"), 1, 200, None, f"{stored[0].id}:1")
+
+
+def test_each_revision_is_a_delivery_of_its_own(
+    receiver: Receiver, engine: Engine, session: Session, stored: list[Alarm]
+) -> None:
+    """A receiver that drops repeats by key still gets the revision: same alarm id, new key."""
+    revised = replace(stored[0], kind="concept_shift", revision=2, revised_at=stored[1].ts)
+    hooks = _fast([receiver.url("/hook")], engine)
+    hooks.submit(stored[0])
+    hooks.submit(revised)
+    hooks.close(timeout=5)
+    got = receiver.on("/hook")
+    assert [r.headers["X-Monitor-Idempotency-Key"] for r in got] == [
+        f"{stored[0].id}:1", f"{stored[0].id}:2"
+    ]
+    bodies = [json.loads(r.body) for r in got]
+    assert [(b["id"], b["revision"], b["kind"]) for b in bodies] == [
+        (stored[0].id, 1, stored[0].kind), (stored[0].id, 2, "concept_shift")
+    ]
+    assert bodies[1]["revised_at"] == revised.to_json()["revised_at"]
+    assert sorted(r.idempotency_key for r in _deliveries(session)) == [
+        f"{stored[0].id}:1", f"{stored[0].id}:2"
+    ]
 
 
 def test_5xx_and_429_are_retried_with_the_same_key_until_success(
@@ -148,7 +171,7 @@ def test_5xx_and_429_are_retried_with_the_same_key_until_success(
     hooks.close(timeout=5)
     got = receiver.on("/flaky")
     assert [r.headers["X-Monitor-Attempt"] for r in got] == ["1", "2", "3", "4"]
-    assert {r.headers["X-Monitor-Idempotency-Key"] for r in got} == {stored[1].id}
+    assert {r.headers["X-Monitor-Idempotency-Key"] for r in got} == {f"{stored[1].id}:1"}
     assert len({r.body for r in got}) == 1  # byte-identical, so the signature is too
     rows = _deliveries(session)
     assert [(r.attempt, r.status_code) for r in rows] == [(1, 503), (2, 500), (3, 429), (4, 200)]
@@ -203,7 +226,7 @@ def test_every_url_gets_every_alarm(
     hooks.close(timeout=5)
     for path in ("/a", "/b"):
         keys = sorted(r.headers["X-Monitor-Idempotency-Key"] for r in receiver.on(path))
-        assert keys == sorted(a.id for a in stored[:3])
+        assert keys == sorted(f"{a.id}:1" for a in stored[:3])
     rows = _deliveries(session)
     assert sorted((r.url, r.alarm_id) for r in rows) == sorted(
         (u, a.id) for u in urls for a in stored[:3]
