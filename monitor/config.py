@@ -62,7 +62,7 @@ class DiagnosisConfig(_Strict):
     next events complete its evidence.
     """
 
-    min_events: Annotated[int, Field(ge=1, le=10_000)] = 10
+    min_events: Annotated[int, Field(ge=1, le=1_000)] = 10
 
 
 class LabelJoinConfig(_Strict):

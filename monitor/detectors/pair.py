@@ -219,6 +219,10 @@ class StreamDetectors:
             if not 0.0 < float(level) <= 1.0:
                 raise ValueError(f"{name} must lie in (0, 1], got {level!r}")
         check_int("min_events", min_events, 1)
+        if min_events > history // 2:
+            raise ValueError(
+                f"min_events must be at most history // 2 = {history // 2}, got {min_events}"
+            )
         self.covariate = covariate
         self.conditional = conditional
         self.history = history
@@ -349,7 +353,14 @@ class StreamDetectors:
         adapt. An alarm's evidence reads the other monitor as it was at that point of the
         arrival order (the conditional monitor at the segment's end, the covariate statistic
         from its trace).
+
+        A batch longer than :meth:`_batch_limit` updates runs as two halves in arrival order
+        (the same results): a revision is decided at the batch's end from the recent support
+        flags, which must still be kept then.
         """
+        n, m = X_cov.shape[0], X_cond.shape[0]
+        if n + m > self._batch_limit():
+            return self._split_batch(X_cov, cov_index, X_cond, cond_scores, cond_index, cov_before)
         cov_stat0 = self.covariate.statistic
         cov_n0, cond_n0 = self.covariate.n_seen, self._cond_events.n
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
@@ -391,6 +402,39 @@ class StreamDetectors:
             result.alarms += [(detector, end - n0, a) for end, a in self._revisions(detector, n)]
         self._new = result.last_alarms(len(cov_index), cov_before)
         return result
+
+    def _batch_limit(self) -> int:
+        """Most updates of one :meth:`update_batch` call: after the last update of an alarm's
+        evidence window (at most max(``min_events``, RECENT) updates long) the rest of the batch
+        must not push the window's flags out of the kept history."""
+        kept = min(self.history, self.covariate.support_history)
+        return max(1, kept - max(self.min_events, RECENT))
+
+    def _split_batch(
+        self,
+        X_cov: FloatArray,
+        cov_index: Sequence[int],
+        X_cond: FloatArray,
+        cond_scores: FloatArray,
+        cond_index: Sequence[int],
+        cov_before: NDArray[np.int64],
+    ) -> BatchResult:
+        """:meth:`update_batch` as two calls on the first and second half in arrival order
+        (labelled event j arrives after ``cov_before[j]`` predictions, before the next one)."""
+        m = X_cond.shape[0]
+        half = (X_cov.shape[0] + m) // 2
+        q = int(np.searchsorted(cov_before + np.arange(m), half))  # labels arrived in the half
+        p = half - q
+        first = self.update_batch(X_cov[:p], cov_index[:p], X_cond[:q], cond_scores[:q],
+                                  cond_index[:q], cov_before[:q])
+        second = self.update_batch(X_cov[p:], cov_index[p:], X_cond[q:], cond_scores[q:],
+                                   cond_index[q:], cov_before[q:] - p)
+        shift = {"covariate": p, "conditional": q}
+        return BatchResult(
+            _concat_traces([first.cov_trace, second.cov_trace]),
+            _concat_traces([first.cond_trace, second.cond_trace]),
+            first.alarms + [(d, i + shift[d], a) for d, i, a in second.alarms],
+        )
 
     def _conditional_segment(
         self,

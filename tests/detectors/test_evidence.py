@@ -117,3 +117,43 @@ def test_a_pending_revision_survives_a_checkpoint(stop: int) -> None:
     restored = StreamDetectors.from_state(det.state_dict())
     after = _per_event(restored, X, s, start=stop)
     assert _key(before + after) == _key(reference)
+
+
+def _short_memory(seed: int) -> StreamDetectors:
+    """Flags and event indexes of the last 60 updates only: a batch of hundreds must be split
+    (:meth:`StreamDetectors._batch_limit`) for its revisions to read the flags still kept."""
+    rng = np.random.default_rng(seed)
+    X_cal = rng.normal(size=(400, 3))
+    ville: dict[str, Any] = {"rule": "ville", "alpha": 0.1, "seed": seed, "rebaseline": 50}
+    return StreamDetectors(
+        CovariateMonitor("knn", X_cal, support_history=60, **ville),
+        ConditionalMonitor(np.abs(rng.normal(size=400)), X_cal, **ville),
+        history=60,
+    )
+
+
+@pytest.mark.parametrize("late", [0, 37], ids=["inline", "late-labels"])
+def test_one_long_batch_revises_as_the_per_event_path(late: int) -> None:
+    X, s = _stream(3, outside=True, n=300)
+    reference = []
+    det = _short_memory(3)
+    for t in range(300 + late):  # label of event t arrives after prediction t + late
+        if t < 300:
+            det.update_covariate(X[t], t)
+            reference += [(t, a) for a in det.new_alarms]
+        if t >= late:
+            det.update_conditional(X[t - late], float(s[t - late]), t - late)
+            reference += [(t - late, a) for a in det.new_alarms]
+    assert any(a.revision == 2 for _, a in reference)
+    cov_before = np.minimum(np.arange(300) + late + 1, 300).astype(np.int64)
+    result = _short_memory(3).update_batch(
+        X, list(range(300)), X, s, list(range(300)), cov_before
+    )
+    got = [(i, a) for _, i, a in result.alarms]
+    assert _key(got) == _key(reference)
+
+
+def test_min_events_must_fit_in_the_history() -> None:
+    with pytest.raises(ValueError, match="history // 2"):
+        StreamDetectors(_detectors(0).covariate, _detectors(0).conditional, history=30,
+                        min_events=16)
