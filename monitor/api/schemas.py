@@ -358,7 +358,9 @@ class EventsAccepted(BaseModel):
         description="Indexes of items skipped because an earlier request processed the same "
         "(stream, kind, id) within the de-duplication window.",
     )
-    alarms: list[AlarmPublic] = Field(description="Alarms raised by this batch.")
+    alarms: list[AlarmPublic] = Field(
+        description="Alarms raised by this batch, and the revisions it decided (`revision` > 1)."
+    )
     replayed: bool = Field(
         default=False,
         description="This is the stored answer of an earlier request with the same "
