@@ -42,11 +42,11 @@ def run_to_end(
 
     def alarm(a: Alarm) -> None:
         if on_alarm is not None:
-            on_alarm.append(a.id)
+            on_alarm.append(f"{a.id}:{a.revision}")
 
     def batch(out: BatchOutput) -> None:
         if on_batch is not None:
-            on_batch.extend(a.id for a in out.alarms)
+            on_batch.extend(f"{a.id}:{a.revision}" for a in out.alarms)
 
     worker = Worker(source, pipeline, sink, "file", batch_size=50, on_alarm=alarm,
                     on_batch=batch, checkpoint_every=checkpoint_every)
@@ -107,7 +107,7 @@ def test_alarms_replayed_by_a_resync_are_delivered_once(
     (want, want_summary, want_delivered, _), (got, got_summary, delivered, produced) = runs
     assert [i for i, n in Counter(produced).items() if n > 1], "no alarm was replayed"
     assert [i for i, n in Counter(delivered).items() if n > 1] == []
-    assert sorted(delivered) == sorted(a["id"] for a in got.alarms)
+    assert sorted(delivered) == got.alarm_versions
     assert delivered == want_delivered
     assert got == want  # the refused record is dead-lettered as when every batch is a checkpoint
     assert got_summary.to_json() == want_summary.to_json()
