@@ -82,7 +82,7 @@ def test_checkpoint_every_4_to_the_end_of_the_file_equals_every_batch(
     assert got.offsets == want.offsets
     assert got_summary.to_json() == want_summary.to_json()
     assert got_summary.batches == want_summary.batches
-    assert got_delivered == want_delivered == [a.id for a in want_summary.alarms]
+    assert got_delivered == want_delivered == [f"{a.id}:{a.revision}" for a in want_summary.alarms]
 
 
 def test_alarms_replayed_by_a_resync_are_delivered_once(
