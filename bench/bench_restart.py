@@ -63,14 +63,18 @@ def _first_alarm(monitor: CovariateMonitor | ConditionalMonitor, X: np.ndarray,
     return monitor.last_alarms[0].index if monitor.last_alarms else None
 
 
+#: No restart to measure: the restart monitor alarmed on its own before the induced re-baseline.
+SKIPPED = -1
+
+
 def restart_run(seed: int, window: int = 100, alpha: float = 0.2,
-                monitors: Sequence[str] = MONITORS) -> dict[str, tuple[bool, bool | None]]:
-    """Per monitor: (alarm within ``window`` events of the start, alarm within ``window``
-    events of the resume after an induced re-baseline; None when the restart monitor alarmed
-    on its own before it, which leaves no clean restart to measure)."""
+                monitors: Sequence[str] = MONITORS) -> dict[str, tuple[int | None, int | None]]:
+    """Per monitor: events from the start to the first alarm, and from the resume after an
+    induced re-baseline to the first alarm (None: none within ``window`` events; SKIPPED:
+    no clean restart)."""
     n = window + LEAD + REBASELINE + window
     data, cal_scores, scores = _stream(seed, [("stable", n)])
-    out: dict[str, tuple[bool, bool | None]] = {}
+    out: dict[str, tuple[int | None, int | None]] = {}
     for name in monitors:
         start = _monitor(name, data, cal_scores, seed, alpha)
         first = _first_alarm(start, data.X[:window], scores[:window])
@@ -79,30 +83,38 @@ def restart_run(seed: int, window: int = 100, alpha: float = 0.2,
         again = _monitor(name, data, cal_scores, seed, alpha)
         lo = window
         if _first_alarm(again, data.X[lo : lo + LEAD], scores[lo : lo + LEAD]) is not None:
-            out[name] = (first is not None, None)
+            out[name] = (first, SKIPPED)
             continue
         # Re-baseline exactly as an alarm does (MartingaleMonitor._raise: restart, warm up).
         again._raise(again._test.alarm_event(again.n_seen - 1))
         resumed = again.n_seen + REBASELINE
         hit = _first_alarm(again, data.X[lo + LEAD :], scores[lo + LEAD :])
-        out[name] = (first is not None, hit is not None and hit < resumed + window)
+        late = hit is None or hit >= resumed + window
+        out[name] = (first, None if late else hit - resumed)
     return out
 
 
 def restart_rates(n_streams: int, window: int = 100, alpha: float = 0.2, workers: int = 1,
-                  monitors: Sequence[str] = MONITORS) -> dict[str, dict[str, float]]:
-    """Per monitor: the start and restart alarm rates, their difference and its standard
-    error (two independent proportions)."""
+                  monitors: Sequence[str] = MONITORS, early: int = 10
+                  ) -> dict[str, dict[str, float]]:
+    """Per monitor: the start and restart rates of an alarm within ``window`` events, their
+    difference and its standard error (two independent proportions), and both rates within
+    the first ``early`` events."""
     run = functools.partial(restart_run, window=window, alpha=alpha, monitors=tuple(monitors))
     runs = _parallel(run, range(n_streams), workers)
     result: dict[str, dict[str, float]] = {}
     for name in monitors:
         start = [r[name][0] for r in runs]
-        restart = [r[name][1] for r in runs if r[name][1] is not None]
-        p0, p1 = float(np.mean(start)), float(np.mean(restart))
+        restart = [r[name][1] for r in runs if r[name][1] != SKIPPED]
+
+        def rate(firsts: list[int | None], within: int) -> float:
+            return float(np.mean([f is not None and f < within for f in firsts]))
+
+        p0, p1 = rate(start, window), rate(restart, window)
         se = math.sqrt(p0 * (1 - p0) / len(start) + p1 * (1 - p1) / len(restart))
         result[name] = {"start": p0, "restart": p1, "difference": p1 - p0, "se": se,
-                        "n_start": len(start), "n_restart": len(restart)}
+                        "n_start": len(start), "n_restart": len(restart),
+                        "start_early": rate(start, early), "restart_early": rate(restart, early)}
     return result
 
 
@@ -117,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = 200 if args.quick else 1000
     started = time.perf_counter()
     results: dict[str, Any] = {
-        "n_streams": n, "alpha": args.alpha, "window": args.window, "rebaseline": REBASELINE,
+        "n_streams": n, "alpha": args.alpha, "window": args.window, "early": 10,
+        "rebaseline": REBASELINE,
         "rates": restart_rates(n, args.window, args.alpha, args.workers),
     }
     results["seconds"] = time.perf_counter() - started
