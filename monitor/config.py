@@ -126,6 +126,17 @@ class OODConfig(_Strict):
     conformal: Literal["full", "split"] = "full"
 
 
+class DiagnosisConfig(_Strict):
+    """How much evidence an alarm's diagnosis needs (docs/detectors.md, "Diagnosis").
+
+    ``min_events``: fewest events from the alarm's changepoint to the alarm from which a kind is
+    decided; an alarm with fewer is raised as ``insufficient_evidence`` and revised once the
+    next events complete its evidence.
+    """
+
+    min_events: Annotated[int, Field(ge=1, le=1_000)] = 10
+
+
 class LabelJoinConfig(_Strict):
     """Bounded store of predictions waiting for labels (and labels waiting for predictions)."""
 
@@ -172,6 +183,7 @@ class StreamConfig(_Strict):
     ood: OODConfig = OODConfig()
     labels: LabelJoinConfig = LabelJoinConfig()
     retention: RetentionConfig = RetentionConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()
     weighted: bool = True
     weight_batch: Annotated[int, Field(ge=1, le=64)] = 32
     rebaseline: Annotated[int, Field(ge=0)] = 300

@@ -22,6 +22,16 @@ Conditional alarm
     one — and the fading of the penalty once such inputs have joined the reference); else
     ``concept_shift``.
 
+**Evidence needed.** No kind is decided from fewer than ``min_events`` (default
+:data:`MIN_EVIDENCE`) events in the window from the alarm's changepoint estimate to the alarm.
+An alarm with a shorter window (an alarm at the stream's first events: under Ville a single
+p-value below ``alpha`` is enough to alarm) is raised with the kind
+:data:`INSUFFICIENT_EVIDENCE`; the detector's next events (those the re-baseline collects)
+complete the window, and once it holds ``min_events`` events the alarm is revised with the kind
+decided over ``[changepoint, changepoint + min_events - 1]`` (and the trailing windows ending
+there). A revised conditional alarm is decided by the support test alone: a re-baselining
+monitor computes no weighted p-value, so no penalised flag, after its alarm.
+
 "The events of its evidence" are those from the alarm's changepoint estimate to the alarm, or
 the last k events for the k in [:data:`MIN_RECENT`, :data:`RECENT`] where the share is largest:
 the changepoint estimate (the end of the martingale's last minimum, ``docs/algorithms.md``) is
@@ -37,6 +47,8 @@ from __future__ import annotations
 
 __all__ = [
     "ALARM_KINDS",
+    "INSUFFICIENT_EVIDENCE",
+    "MIN_EVIDENCE",
     "MIN_RECENT",
     "OUTSIDE_SUPPORT_LEVEL",
     "PENALISED_LEVEL",
@@ -49,7 +61,17 @@ ALARM_KINDS: tuple[str, ...] = (
     "concept_shift",
     "extreme_covariate_shift",
     "benign_covariate_shift",
+    "insufficient_evidence",
 )
+
+#: Kind of an alarm raised with fewer than ``min_events`` events of evidence (revised later).
+INSUFFICIENT_EVIDENCE = "insufficient_evidence"
+#: Default ``min_events``: fewest events in [changepoint, alarm] from which a kind is decided.
+#: Under no shift an input is outside the support with probability <= 0.02, so a share >= 0.5
+#: of 10 events has probability P(Bin(10, 0.02) >= 5) = 7.4e-7, against 0.02 for the
+#: single input that decided an alarm at the stream's first event; and an extreme shift (every
+#: input outside) still completes 10 events of evidence within 10 events.
+MIN_EVIDENCE = 10
 
 #: Share of inputs outside the calibration support that makes a shift "extreme" ("mostly").
 OUTSIDE_SUPPORT_LEVEL = 0.5

@@ -14,7 +14,10 @@ Metric names (labels in braces):
 
 - ``monitor_events_processed_total{stream,kind}``: events folded into the stream's checkpoint,
   by ``kind``: ``prediction``, or ``label`` (labels received, separately or inside a prediction)
-- ``monitor_alarms_total{stream,detector,kind}``: alarms stored
+- ``monitor_alarms_total{stream,detector,kind}``: alarm diagnoses stored, by the kind each version
+  was stored with: an alarm raised as ``insufficient_evidence`` and revised later counts once
+  under each of its two kinds (a count by the alarms' current kind would go down at each
+  revision, which a Prometheus counter must never do)
 - ``monitor_alarms_unacknowledged{stream}``: alarms not yet acknowledged
 - ``monitor_dead_letters_total{source,stream}``: records that could not be processed
 - ``monitor_ood_windows_total{stream}``: OOD decision windows closed
@@ -60,6 +63,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from monitor.db.models import (
+    AlarmRevisionRow,
     AlarmRow,
     AlertOutboxRow,
     CheckpointRow,
@@ -287,24 +291,27 @@ class DatabaseCollector(Collector):
     def _alarm_families(
         self, session: Session, registered: set[str], streams: list[str]
     ) -> Iterator[Metric]:
-        rows = session.execute(
-            select(
-                AlarmRow.stream,
-                AlarmRow.detector,
-                AlarmRow.kind,
-                func.count(),
-                func.count(case((AlarmRow.acknowledged_at.is_(None), 1))),
-            ).group_by(AlarmRow.stream, AlarmRow.detector, AlarmRow.kind)
+        versions = session.execute(
+            select(AlarmRow.stream, AlarmRow.detector, AlarmRevisionRow.kind, func.count())
+            .join(AlarmRevisionRow, AlarmRevisionRow.alarm_id == AlarmRow.id)
+            .group_by(AlarmRow.stream, AlarmRow.detector, AlarmRevisionRow.kind)
         ).all()
         alarms = _zeros(streams, DETECTORS, ALARM_KINDS)
-        open_by_stream = _zeros(streams)
-        for s, d, k, n, unacked in rows:
+        for s, d, k, n in versions:
             stream = _bounded(s, registered)
             key = (stream, d if d in DETECTORS else UNKNOWN, k if k in ALARM_KINDS else UNKNOWN)
             alarms[key] = alarms.get(key, 0.0) + n
-            open_by_stream[(stream,)] += unacked
+        open_by_stream = _zeros(streams)
+        unacknowledged = session.execute(
+            select(AlarmRow.stream, func.count())
+            .where(AlarmRow.acknowledged_at.is_(None))
+            .group_by(AlarmRow.stream)
+        ).all()
+        for s, unacked in unacknowledged:
+            open_by_stream[(_bounded(s, registered),)] += unacked
         yield _counter(
-            "monitor_alarms", "Alarms stored.", ["stream", "detector", "kind"], alarms.items()
+            "monitor_alarms", "Alarm diagnoses stored (each revision under its kind).",
+            ["stream", "detector", "kind"], alarms.items(),
         )
         yield _gauge(
             "monitor_alarms_unacknowledged",

@@ -13,13 +13,16 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Detector = Literal["covariate", "conditional", "ood"]
-AlarmKind = Literal["concept_shift", "extreme_covariate_shift", "benign_covariate_shift"]
+AlarmKind = Literal[
+    "concept_shift", "extreme_covariate_shift", "benign_covariate_shift", "insufficient_evidence"
+]
 
 DETECTORS: tuple[str, ...] = ("covariate", "conditional", "ood")
 ALARM_KINDS: tuple[str, ...] = (
     "concept_shift",
     "extreme_covariate_shift",
     "benign_covariate_shift",
+    "insufficient_evidence",
 )
 
 #: Namespace for deterministic alarm ids: replaying the same events yields the same ids, which
@@ -50,7 +53,13 @@ def iso(ts: datetime) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """One alarm with its diagnosis (README "HTTP API", docs/api.md)."""
+    """One alarm with its diagnosis (README "HTTP API", docs/api.md).
+
+    ``revision`` is 1 when the alarm is raised; a revision (the kind decided once an
+    ``insufficient_evidence`` alarm's evidence is complete) is the same alarm (same ``id``,
+    ``event_id``, ``ts``) with the new ``kind`` and ``evidence``, ``revision`` + 1 and
+    ``revised_at``, the time of the event that completed the evidence.
+    """
 
     stream: str
     detector: str
@@ -64,6 +73,8 @@ class Alarm:
     rule: str
     evidence: dict[str, Any] = field(default_factory=dict)
     id: str = ""
+    revision: int = 1
+    revised_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -73,7 +84,18 @@ class Alarm:
         out = asdict(self)
         out["ts"] = iso(self.ts)
         out["statistic"] = finite(self.statistic)
+        out["revised_at"] = None if self.revised_at is None else iso(self.revised_at)
         return {"id": out.pop("id"), **out}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Alarm:
+        """The alarm of :meth:`to_json` output."""
+        revised = data.get("revised_at")
+        return cls(**{
+            **data,
+            "ts": datetime.fromisoformat(data["ts"]),
+            "revised_at": None if revised is None else datetime.fromisoformat(revised),
+        })
 
 
 @dataclass(frozen=True, slots=True)

@@ -525,4 +525,6 @@ def _alarm_json(row: Any) -> dict[str, Any]:
         threshold=row.threshold,
         rule=row.rule,
         evidence=dict(row.evidence or {}),
+        revision=row.revision,
+        revised_at=row.revised_at,
     ).to_json()

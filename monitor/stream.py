@@ -6,6 +6,7 @@ points, OOD windows). It holds no I/O; its whole state round-trips through :meth
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ import numpy as np
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
 from monitor.detectors.pair import BatchResult, DetectorAlarm
+from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.durations import format_duration
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
-from monitor.records import Alarm, OODWindow, TracePoint
+from monitor.records import Alarm, OODWindow, TracePoint, alarm_id
 from monitor.wiring import build_detectors, build_ood, conditional_score
 
 STATE_VERSION = 1
@@ -59,6 +61,8 @@ class StreamMonitor:
         self._alarms: list[Alarm] = []
         self._traces: list[TracePoint] = []
         self._windows: list[OODWindow] = []
+        #: Alarms raised as ``insufficient_evidence``, by id, until their revision.
+        self._unrevised: dict[str, Alarm] = {}
         # The checked features of the last prepared batch's events, by id(event); the event is
         # kept beside them so that its id cannot be reused while the entry lives.
         self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
@@ -247,7 +251,8 @@ class StreamMonitor:
                 seq, event_id = batch.cond_seq[i], batch.cond_ids[i]
                 index, ts = batch.cond_index[i], batch.cond_ts[i]
             alarms.append((seq, self._alarm_record(raised, event_id, index, ts)))
-            traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
+            if raised.revision == 1:
+                traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
         self._alarms += [alarm for _, alarm in alarms]
@@ -305,10 +310,31 @@ class StreamMonitor:
     def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
         for raised in self.detectors.new_alarms:
             self._alarms.append(self._alarm_record(raised, event_id, index, ts))
-            self._traces.append(self._trace_point(raised.detector, index, ts))
+            if raised.revision == 1:
+                self._traces.append(self._trace_point(raised.detector, index, ts))
 
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
+    ) -> Alarm:
+        """The record of an alarm raised at event ``index`` or, for a revision, of the alarm it
+        revises, revised at ``ts`` (the event that completed its evidence)."""
+        evidence = _json_safe({
+            **raised.evidence, **self._budget_evidence(raised),
+            "config_version": self.config_version,
+        })
+        if raised.revision > 1:
+            original = self._unrevised.pop(alarm_id(self.name, raised.detector,
+                                                    raised.event_index))
+            return dataclasses.replace(original, kind=raised.kind, evidence=evidence,
+                                       revision=raised.revision, revised_at=ts)
+        record = self._new_alarm_record(raised, event_id, index, ts, evidence)
+        if raised.kind == INSUFFICIENT_EVIDENCE:
+            self._unrevised[record.id] = record
+        return record
+
+    def _new_alarm_record(
+        self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime,
+        evidence: dict[str, Any],
     ) -> Alarm:
         return Alarm(
             stream=self.name,
@@ -321,10 +347,7 @@ class StreamMonitor:
             statistic=raised.statistic,
             threshold=self._threshold(raised),
             rule=raised.rule,
-            evidence=_json_safe({
-                **raised.evidence, **self._budget_evidence(raised),
-                "config_version": self.config_version,
-            }),
+            evidence=evidence,
         )
 
     def _alarm_config(self, detector: str) -> AlarmConfig:
@@ -478,6 +501,7 @@ class StreamMonitor:
             "join": self.join.state_dict(),
             "config_version": self.config_version,
             "version_since": self.version_since,
+            "unrevised": [a.to_json() for a in self._unrevised.values()],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -502,6 +526,7 @@ class StreamMonitor:
             return
         self.version_since = int(state.get("version_since", 0))
         self.detectors = type(self.detectors).from_state(state["detectors"])
+        self._unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
 

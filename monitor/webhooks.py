@@ -12,6 +12,8 @@ POST with these headers:
     clock (:func:`verify`), so a captured request cannot be replayed later.
 ``X-Monitor-Idempotency-Key: <alarm id>:<revision>``
     The same on every attempt (alarm ids are deterministic), so a receiver can drop repeats.
+    Each revision of an alarm (``revision`` in the body: an ``insufficient_evidence`` alarm is
+    revised once its evidence is complete) is delivered as a new delivery with its own key.
 ``X-Monitor-Attempt: <n>``
     1 for the first attempt.
 

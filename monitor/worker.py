@@ -29,8 +29,8 @@ since the previous checkpoint, and commits those offsets to the source. Results 
 replaying the batches after the last checkpoint (after a crash or a resynchronisation) stores
 nothing twice. Every resynchronisation rewinds to the last checkpoint; alarms already passed to
 ``on_alarm`` in this process are not passed again, but after a crash the alarms of the batches
-after the last checkpoint are delivered again (at-least-once for them; the alarm id is the
-idempotency key).
+after the last checkpoint are delivered again (at-least-once for them; the alarm id and its
+revision are the idempotency key: a revision of an alarm is delivered as a version of its own).
 
 Exceptions::
 
@@ -383,9 +383,10 @@ class Worker:
         self._isolate_until: dict[TopicPartition, int] = {}
         self._refused: dict[TopicPartition, int] = {}  # offsets whose source commit was refused
         self._pending = _Pending()  # progress since the last checkpoint
-        # Alarm ids passed to on_alarm that a resync could replay, and what decides when they
-        # cannot be replayed any more: the furthest (next) offset read, and the checkpointed one.
-        self._delivered: set[str] = set()
+        # Alarm versions (id, revision) passed to on_alarm that a resync could replay, and what
+        # decides when they cannot be replayed any more: the furthest (next) offset read, and
+        # the checkpointed one.
+        self._delivered: set[tuple[str, int]] = set()
         self._read_to: dict[TopicPartition, int] = {}
         self._stored: dict[TopicPartition, int] = {}
         # One writer per stream (monitor.db.writers): the offset key of each topic (another
@@ -529,8 +530,8 @@ class Worker:
         self._pending.add(out, records)
         self._isolated(records)
         # A resync replays the batches since the last checkpoint: deliver their alarms once.
-        fresh = [alarm for alarm in out.alarms if alarm.id not in self._delivered]
-        self._delivered.update(alarm.id for alarm in fresh)
+        fresh = [a for a in out.alarms if (a.id, a.revision) not in self._delivered]
+        self._delivered.update((a.id, a.revision) for a in fresh)
         if checkpoint:
             self._checkpointed()
         if self.on_alarm is not None:

@@ -90,6 +90,7 @@ class AlarmFilters(TypedDict):
     since: datetime | None
     until: datetime | None
     acknowledged: bool | None
+    revised_since: datetime | None
 
 
 _ALARMS_PUBLIC = TypeAdapter(AlarmsPublic)

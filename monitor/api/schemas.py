@@ -18,7 +18,9 @@ from monitor.config import NAME_PATTERN, StreamConfig
 
 __all__ = [
     "AckRequest",
+    "AlarmDetail",
     "AlarmPublic",
+    "AlarmRevisionPublic",
     "AlarmsPublic",
     "AlertDeliveriesPublic",
     "AlertDeliveryPublic",
@@ -36,7 +38,9 @@ __all__ = [
 ]
 
 DetectorName = Literal["covariate", "conditional", "ood"]
-AlarmKindName = Literal["concept_shift", "extreme_covariate_shift", "benign_covariate_shift"]
+AlarmKindName = Literal[
+    "concept_shift", "extreme_covariate_shift", "benign_covariate_shift", "insufficient_evidence"
+]
 StreamName = Annotated[str, Field(pattern=NAME_PATTERN, examples=["bikes"])]
 
 ALARM_EXAMPLE: dict[str, Any] = {
@@ -54,6 +58,8 @@ ALARM_EXAMPLE: dict[str, Any] = {
     "evidence": {"covariate_statistic": 3.1, "penalised_fraction": 0.0, "weights_ess": 812.4},
     "acknowledged_at": None,
     "acknowledged_by": None,
+    "revision": 1,
+    "revised_at": None,
 }
 
 CALIBRATION_ROW_EXAMPLE: dict[str, Any] = {
@@ -90,8 +96,10 @@ class AlarmPublic(BaseModel):
     stream: str
     detector: str = Field(description="`covariate`, `conditional` or `ood`.")
     kind: str = Field(
-        description="`concept_shift`, `extreme_covariate_shift` or "
-        "`benign_covariate_shift` (informational: the monitor adapted)."
+        description="`concept_shift`, `extreme_covariate_shift`, "
+        "`benign_covariate_shift` (informational: the monitor adapted) or "
+        "`insufficient_evidence` (too few events to decide yet: the alarm is revised with the "
+        "decided kind once the next events complete its evidence)."
     )
     event_id: str
     event_index: int = Field(ge=0, description="The stream's events counted from 0.")
@@ -103,6 +111,31 @@ class AlarmPublic(BaseModel):
     evidence: dict[str, Any] = Field(description="Diagnosis evidence (detector specific).")
     acknowledged_at: datetime | None = None
     acknowledged_by: str | None = None
+    revision: int = Field(
+        default=1, ge=1, description="1 as raised; one more at each revision of the diagnosis."
+    )
+    revised_at: datetime | None = Field(
+        default=None,
+        description="Time of the event that completed the evidence of the latest revision "
+        "(null for revision 1).",
+    )
+
+
+class AlarmRevisionPublic(BaseModel):
+    """One version of an alarm's diagnosis."""
+
+    revision: int = Field(ge=1)
+    kind: str
+    evidence: dict[str, Any]
+    revised_at: datetime | None = None
+
+
+class AlarmDetail(AlarmPublic):
+    """An alarm with every version of its diagnosis (``GET /alarms/{id}``)."""
+
+    revisions: list[AlarmRevisionPublic] = Field(
+        description="Every version, revision 1 (as raised) first; the last one is the alarm's."
+    )
 
 
 class AlarmsPublic(BaseModel):
@@ -327,7 +360,9 @@ class EventsAccepted(BaseModel):
         description="Indexes of items skipped because an earlier request processed the same "
         "(stream, kind, id) within the de-duplication window.",
     )
-    alarms: list[AlarmPublic] = Field(description="Alarms raised by this batch.")
+    alarms: list[AlarmPublic] = Field(
+        description="Alarms raised by this batch, and the revisions it decided (`revision` > 1)."
+    )
     replayed: bool = Field(
         default=False,
         description="This is the stored answer of an earlier request with the same "

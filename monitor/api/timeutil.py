@@ -17,7 +17,7 @@ from fastapi import Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator
 
-__all__ = ["ISO_8601", "Since", "Until", "check_range"]
+__all__ = ["ISO_8601", "RevisedSince", "Since", "Until", "check_range"]
 
 #: A date, or a date and time with optional seconds, fraction and UTC offset (naive times and
 #: plain dates are taken as UTC; a date is its midnight).
@@ -44,6 +44,16 @@ Since = Annotated[
         json_schema_extra={"pattern": ISO_8601},
         examples=["2026-11-30T12:00:00Z"],
         description="ISO 8601 date and time, inclusive; naive = UTC; a date = its midnight UTC.",
+    ),
+    AfterValidator(_iso_text),
+]
+RevisedSince = Annotated[
+    str | None,
+    Query(
+        json_schema_extra={"pattern": ISO_8601},
+        examples=["2026-11-30T12:00:00Z"],
+        description="Only alarms revised at or after this ISO 8601 time (`revised_at`), "
+        "whatever their `ts`; naive = UTC; a date = its midnight UTC.",
     ),
     AfterValidator(_iso_text),
 ]

@@ -33,6 +33,7 @@ from monitor.records import Alarm, OODWindow, TracePoint
 
 __all__ = [
     "NAMING_CONVENTION",
+    "AlarmRevisionRow",
     "AlarmRow",
     "AlertOutboxRow",
     "Base",
@@ -147,7 +148,9 @@ class CalibrationEventRow(Base):
 
 
 class AlarmRow(Base):
-    """An alarm (docs/api.md) plus its acknowledgement."""
+    """An alarm (docs/api.md) plus its acknowledgement, as of its latest revision (the kind,
+    evidence, ``revision`` and ``revised_at`` of the last version; every version is kept in
+    ``alarm_revisions``)."""
 
     __tablename__ = "alarms"
     __table_args__ = (
@@ -160,6 +163,7 @@ class AlarmRow(Base):
             "ix_alarms_stream_detector_ts_id", "stream", "detector", "ts", "id",
             postgresql_include=["acknowledged_at"],
         ),
+        Index("ix_alarms_revised_at_id", "revised_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(SHORT, primary_key=True)
@@ -177,6 +181,8 @@ class AlarmRow(Base):
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     acknowledged_by: Mapped[str | None] = mapped_column(LABEL)
     created_at: Mapped[datetime] = _created()
+    revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     def to_record(self) -> Alarm:
         """The pipeline's :class:`~monitor.records.Alarm` (without the acknowledgement)."""
@@ -193,7 +199,25 @@ class AlarmRow(Base):
             rule=self.rule,
             evidence=dict(self.evidence),
             id=self.id,
+            revision=self.revision,
+            revised_at=self.revised_at,
         )
+
+
+class AlarmRevisionRow(Base):
+    """One version of an alarm: revision 1 as raised, then each revision (``monitor.records``
+    ``Alarm``); the alarm's row holds the latest."""
+
+    __tablename__ = "alarm_revisions"
+
+    alarm_id: Mapped[str] = mapped_column(
+        SHORT, ForeignKey("alarms.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(SHORT)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
 
 
 class TracePointRow(Base):

@@ -52,6 +52,7 @@ from monitor.db.errors import (
     StreamNotFoundError,
 )
 from monitor.db.models import (
+    AlarmRevisionRow,
     AlarmRow,
     AlertOutboxRow,
     CalibrationEventRow,
@@ -72,6 +73,7 @@ __all__ = [
     "acknowledge_alarm",
     "alarm_cursor",
     "alarm_cursor_key",
+    "alarm_revisions_query",
     "alarms_query",
     "alert_deliveries_query",
     "calibration_event",
@@ -219,9 +221,14 @@ def alarms_query(
     since: datetime | None = None,
     until: datetime | None = None,
     acknowledged: bool | None = None,
+    revised_since: datetime | None = None,
     order: Order = "desc",
 ) -> Select[AlarmRow]:
-    """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default)."""
+    """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default).
+
+    ``revised_since``: only alarms revised at or after this time (``revised_at``, the time of the
+    event that completed the alarm's evidence), whatever their ``ts``.
+    """
     _check_order(order)
     query = select(AlarmRow)
     if stream is not None:
@@ -234,6 +241,8 @@ def alarms_query(
         query = query.where(AlarmRow.ts >= since)
     if until is not None:
         query = query.where(AlarmRow.ts < until)
+    if revised_since is not None:
+        query = query.where(AlarmRow.revised_at >= revised_since)
     if acknowledged is not None:
         acked = AlarmRow.acknowledged_at.is_not(None)
         query = query.where(acked if acknowledged else AlarmRow.acknowledged_at.is_(None))
@@ -311,6 +320,15 @@ def alarm_cursor_key(cursor: str, order: Order) -> tuple[datetime, str]:
 def get_alarm(session: Session, alarm_id: str) -> AlarmRow | None:
     """The alarm with this id, or ``None``."""
     return session.get(AlarmRow, alarm_id)
+
+
+def alarm_revisions_query(alarm_id: str) -> Select[AlarmRevisionRow]:
+    """Every stored version of an alarm, oldest (revision 1) first."""
+    return (
+        select(AlarmRevisionRow)
+        .where(AlarmRevisionRow.alarm_id == alarm_id)
+        .order_by(AlarmRevisionRow.revision)
+    )
 
 
 def acknowledge_alarm(

@@ -7,7 +7,9 @@ reprocesses exactly the events whose results were not committed.
 
 Replays are idempotent: alarms (deterministic ids, unique per stream, detector and event index),
 trace points, OOD windows and flags and dead letters (unique per source location) are inserted with
-``ON CONFLICT DO NOTHING``; checkpoints and offsets are upserted. Offsets only ever increase: a
+``ON CONFLICT DO NOTHING``; checkpoints and offsets are upserted. An alarm's revision (a record
+with ``revision`` > 1) is inserted into ``alarm_revisions`` the same way and updates the alarm's
+row only when it is newer than the stored one. Offsets only ever increase: a
 batch carrying a smaller offset than the stored one raises :class:`OffsetRegressionError` and
 writes nothing.
 """
@@ -30,6 +32,7 @@ from monitor.config import StreamConfig
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
 from monitor.db.models import (
+    AlarmRevisionRow,
     AlarmRow,
     AlertOutboxRow,
     Base,
@@ -166,6 +169,7 @@ def persist_batch(
         for table, table_rows in rows.inserts():
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _revise_alarms(session, rows.revised)
         _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
@@ -258,6 +262,8 @@ class _BatchRows:
     """A batch turned into row dicts, validated before any write."""
 
     alarms: list[Row]
+    alarm_revisions: list[Row]
+    revised: list[Row]
     trace_points: list[Row]
     ood_windows: list[Row]
     ood_flags: list[Row]
@@ -277,7 +283,9 @@ class _BatchRows:
     ) -> _BatchRows:
         now = utcnow()
         return cls(
-            alarms=[_alarm_row(a, now) for a in alarms],
+            alarms=[_alarm_row(a, now) for a in alarms if a.revision == 1],
+            alarm_revisions=[_alarm_revision_row(a, now) for a in alarms],
+            revised=[_alarm_row(a, now) for a in alarms if a.revision > 1],
             trace_points=[_trace_row(t, now) for t in trace_points],
             ood_windows=[_ood_window_row(w, now) for w in ood_windows],
             ood_flags=[_ood_flag_row(w, e) for w in ood_windows for e in w.flagged_ids],
@@ -289,6 +297,7 @@ class _BatchRows:
     def inserts(self) -> Iterable[tuple[Table, list[Row]]]:
         """Insert-if-absent tables in foreign-key order, with their rows."""
         yield _table(AlarmRow), self.alarms
+        yield _table(AlarmRevisionRow), self.alarm_revisions
         yield _table(TracePointRow), self.trace_points
         yield _table(OODWindowRow), self.ood_windows
         yield _table(OODFlagRow), self.ood_flags
@@ -312,6 +321,17 @@ def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
     if dialect == "sqlite":
         return sqlite.insert(table)
     raise PersistenceError(f"unsupported database dialect {dialect!r}")
+
+
+def _revise_alarms(session: Session, rows: list[Row]) -> None:
+    """Bring each revised alarm's row to its revision (a replayed older one changes nothing)."""
+    for row in rows:
+        session.execute(
+            update(AlarmRow)
+            .where(AlarmRow.id == row["id"], AlarmRow.revision < row["revision"])
+            .values(kind=row["kind"], evidence=row["evidence"], revision=row["revision"],
+                    revised_at=row["revised_at"])
+        )
 
 
 def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
@@ -376,6 +396,19 @@ def _alarm_row(alarm: Alarm, now: datetime) -> Row:
         "threshold": alarm.threshold,
         "rule": alarm.rule,
         "evidence": alarm.evidence,
+        "created_at": now,
+        "revision": alarm.revision,
+        "revised_at": alarm.revised_at,
+    }
+
+
+def _alarm_revision_row(alarm: Alarm, now: datetime) -> Row:
+    return {
+        "alarm_id": alarm.id,
+        "revision": alarm.revision,
+        "kind": alarm.kind,
+        "evidence": alarm.evidence,
+        "revised_at": alarm.revised_at,
         "created_at": now,
     }
 
@@ -545,6 +578,7 @@ def persist_replay(
         for table, table_rows in rows.inserts():
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        _revise_alarms(session, rows.revised)
         _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()

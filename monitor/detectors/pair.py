@@ -7,6 +7,7 @@ the worker's path; identical results).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -18,8 +19,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from monitor.config import BUDGET_SHARE, DEFAULT_THRESHOLD
 from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.detectors._base import BatchTrace, FloatArray, as_row, window_mean
+from monitor.detectors._base import BatchTrace, FloatArray, as_row, check_int, window_mean
 from monitor.diagnosis import (
+    INSUFFICIENT_EVIDENCE,
+    MIN_EVIDENCE,
     MIN_RECENT,
     OUTSIDE_SUPPORT_LEVEL,
     PENALISED_LEVEL,
@@ -42,7 +45,9 @@ class DetectorAlarm:
     it into a :class:`monitor.records.Alarm`).
 
     ``event_index`` and ``changepoint`` are stream event indices when the caller passes
-    ``event_index`` to the updates, else indices among that detector's updates.
+    ``event_index`` to the updates, else indices among that detector's updates. ``revision``
+    is 1 when the alarm is raised and one more at each revision (an alarm raised with kind
+    ``insufficient_evidence`` is revised once its evidence is complete: :mod:`monitor.diagnosis`).
     """
 
     detector: str
@@ -53,6 +58,7 @@ class DetectorAlarm:
     threshold: float
     rule: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    revision: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,7 +70,25 @@ class DetectorAlarm:
             "threshold": self.threshold,
             "rule": self.rule,
             "evidence": dict(self.evidence),
+            "revision": self.revision,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An alarm raised with too little evidence: its window [start, end] of the detector's
+    updates is complete after update ``end`` (``start`` + ``min_events`` - 1)."""
+
+    alarm: DetectorAlarm
+    start: int
+    end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alarm": self.alarm.to_json(), "start": self.start, "end": self.end}
+
+    @classmethod
+    def load(cls, state: dict[str, Any]) -> _Pending:
+        return cls(DetectorAlarm(**state["alarm"]), int(state["start"]), int(state["end"]))
 
 
 @dataclass(slots=True)
@@ -162,6 +186,11 @@ class StreamDetectors:
         A time budget's threshold per detector (``"covariate"``, ``"conditional"``): before
         each update it sets that monitor's threshold, which then follows the detector's update
         rate on event time (updates without ``ts`` count at the budget's maximum rate).
+    min_events
+        Fewest events from an alarm's changepoint to the alarm from which its kind is decided
+        (:data:`MIN_EVIDENCE`); an alarm with fewer is raised as ``insufficient_evidence`` and
+        revised (a new :class:`DetectorAlarm` with the same ``event_index`` and ``revision`` 2
+        in ``new_alarms``) after the update that completes its evidence.
 
     Examples
     --------
@@ -190,6 +219,7 @@ class StreamDetectors:
         outside_level: float = OUTSIDE_SUPPORT_LEVEL,
         penalised_level: float = PENALISED_LEVEL,
         budgets: dict[str, EventRateThreshold] | None = None,
+        min_events: int = MIN_EVIDENCE,
     ) -> None:
         if not isinstance(covariate, CovariateMonitor):
             raise ValueError(f"covariate must be a CovariateMonitor, got {covariate!r}")
@@ -209,11 +239,18 @@ class StreamDetectors:
             if (covariate if name == "covariate" else conditional).rule == "ville":
                 raise ValueError(f"the {name} monitor's ville rule takes no budget")
         self.budgets = budgets
+        check_int("min_events", min_events, 1)
+        if min_events > history // 2:
+            raise ValueError(
+                f"min_events must be at most history // 2 = {history // 2}, got {min_events}"
+            )
         self.covariate = covariate
         self.conditional = conditional
         self.history = history
         self.outside_level = outside_level
         self.penalised_level = penalised_level
+        self.min_events = min_events
+        self._pending: list[_Pending] = []
         self._cov_events = _EventIndex(history)
         self._cond_events = _EventIndex(history)
         self._cond_outside: collections.deque[bool] = collections.deque(maxlen=history)
@@ -275,7 +312,9 @@ class StreamDetectors:
         for monitor, alarm in ((covariate, cov_alarm), (conditional, config.alarm)):
             if alarm.rule == "ville" and alarm.spending != "per_segment":
                 monitor._test.rule = Ville(alpha=alarm.alpha, spending=alarm.spending)
-        return cls(covariate, conditional, budgets=budgets)
+        return cls(
+            covariate, conditional, budgets=budgets, min_events=config.diagnosis.min_events
+        )
 
     @property
     def new_alarms(self) -> tuple[DetectorAlarm, ...]:
@@ -317,6 +356,7 @@ class StreamDetectors:
         for event in self.covariate.last_alarms:
             self._new = (*self._new, self._covariate_alarm(event))
             self.conditional.start_adaptation()
+        self._new += tuple(a for _, a in self._revisions("covariate", self.covariate.n_seen))
 
     def update_conditional(
         self,
@@ -336,6 +376,7 @@ class StreamDetectors:
         self._cond_penalised.append(self.conditional.penalised)
         for event in self.conditional.last_alarms:
             self._new = (*self._new, self._conditional_alarm(event))
+        self._new += tuple(a for _, a in self._revisions("conditional", self._cond_events.n))
 
     # ------------------------------------------------------------------------ batch updates
     def update_batch(
@@ -366,12 +407,21 @@ class StreamDetectors:
         read by a detector with a time budget (None: the updates count at its maximum rate;
         :class:`EventRateThreshold`): its monitor then runs in spans of one
         threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
+
+        A batch longer than :meth:`_batch_limit` updates runs as two halves in arrival order
+        (the same results): a revision is decided at the batch's end from the recent support
+        flags, which must still be kept then.
         """
+        n, m = X_cov.shape[0], X_cond.shape[0]
+        if n + m > self._batch_limit():
+            return self._split_batch(X_cov, cov_index, X_cond, cond_scores, cond_index, cov_before,
+                                     cov_ts, cond_ts)
         cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
         cond_thr = self._budget_thresholds("conditional", cond_ts, len(cond_index))
         cov_seg = _segment_thresholds(self.covariate, len(cov_index))
         cond_seg = _segment_thresholds(self.conditional, len(cond_index))
         cov_stat0 = self.covariate.statistic
+        cov_n0, cond_n0 = self.covariate.n_seen, self._cond_events.n
         cov_alarms: list[tuple[int, AlarmEvent, float]] = []
 
         def on_covariate(i: int, event: AlarmEvent) -> None:
@@ -411,8 +461,56 @@ class StreamDetectors:
         ))
         self._cov_events.extend(cov_index[added:])
         result.cond_trace = _concat_traces(segments)
+        for detector, n0, n in (("covariate", cov_n0, self.covariate.n_seen),
+                                ("conditional", cond_n0, self._cond_events.n)):
+            result.alarms += [(detector, end - n0, a) for end, a in self._revisions(detector, n)]
         self._new = result.last_alarms(len(cov_index), cov_before)
         return result
+
+    def _batch_limit(self) -> int:
+        """Most updates of one :meth:`update_batch` call: after the last update of an alarm's
+        evidence window (at most max(``min_events``, RECENT) updates long) the rest of the batch
+        must not push the window's flags out of the kept history."""
+        kept = min(self.history, self.covariate.support_history)
+        return max(1, kept - max(self.min_events, RECENT))
+
+    def _split_batch(
+        self,
+        X_cov: FloatArray,
+        cov_index: Sequence[int],
+        X_cond: FloatArray,
+        cond_scores: FloatArray,
+        cond_index: Sequence[int],
+        cov_before: NDArray[np.int64],
+        cov_ts: ArrayLike | None = None,
+        cond_ts: ArrayLike | None = None,
+    ) -> BatchResult:
+        """:meth:`update_batch` as two calls on the first and second half in arrival order
+        (labelled event j arrives after ``cov_before[j]`` predictions, before the next one)."""
+        m = X_cond.shape[0]
+        half = (X_cov.shape[0] + m) // 2
+        q = int(np.searchsorted(cov_before + np.arange(m), half))  # labels arrived in the half
+        p = half - q
+        cts = None if cov_ts is None else np.asarray(cov_ts, np.float64)
+        dts = None if cond_ts is None else np.asarray(cond_ts, np.float64)
+        first = self.update_batch(
+            X_cov[:p], cov_index[:p], X_cond[:q], cond_scores[:q], cond_index[:q], cov_before[:q],
+            None if cts is None else cts[:p], None if dts is None else dts[:q],
+        )
+        second = self.update_batch(
+            X_cov[p:], cov_index[p:], X_cond[q:], cond_scores[q:], cond_index[q:],
+            cov_before[q:] - p, None if cts is None else cts[p:], None if dts is None else dts[q:],
+        )
+        shift = {"covariate": p, "conditional": q}
+        return BatchResult(
+            _concat_traces([first.cov_trace, second.cov_trace]),
+            _concat_traces([first.cond_trace, second.cond_trace]),
+            first.alarms + [(d, i + shift[d], a) for d, i, a in second.alarms],
+            cov_thresholds=_concat_thresholds(first.cov_thresholds, second.cov_thresholds, p,
+                                              X_cov.shape[0] - p),
+            cond_thresholds=_concat_thresholds(first.cond_thresholds, second.cond_thresholds, q,
+                                               m - q),
+        )
 
     def _conditional_segment(
         self,
@@ -557,9 +655,12 @@ class StreamDetectors:
         if threshold is None:
             budgeted = detector in self.budgets
             threshold = monitor.threshold if budgeted else _exp(event.log_threshold)
-        return DetectorAlarm(
+        start = event.index if event.changepoint is None else event.changepoint
+        evidence["evidence_events"] = event.index - start + 1
+        insufficient = event.index - start + 1 < self.min_events
+        alarm = DetectorAlarm(
             detector=detector,
-            kind=kind,
+            kind=INSUFFICIENT_EVIDENCE if insufficient else kind,
             event_index=int(index.lookup(event.index) or 0),
             changepoint=index.lookup(event.changepoint),
             statistic=_exp(event.log_statistic),
@@ -567,6 +668,46 @@ class StreamDetectors:
             rule=monitor.rule,
             evidence=evidence,
         )
+        if insufficient:
+            self._pending.append(_Pending(alarm, start, start + self.min_events - 1))
+        return alarm
+
+    def _revisions(self, detector: str, n: int) -> list[tuple[int, DetectorAlarm]]:
+        """The pending alarms of ``detector`` whose evidence its first ``n`` updates complete,
+        revised, with the update that completed each (in the order they were raised)."""
+        done = [p for p in self._pending if p.alarm.detector == detector and p.end < n]
+        if not done:
+            return []
+        self._pending = [p for p in self._pending if p not in done]
+        return [(p.end, self._revise(p)) for p in done]
+
+    def _revise(self, pending: _Pending) -> DetectorAlarm:
+        """The kind decided over the completed window (:mod:`monitor.diagnosis`, "Evidence
+        needed"): the shares of :func:`_evidence_share` as if the alarm had been raised at the
+        window's last update with the same changepoint."""
+        window = AlarmEvent(pending.end, pending.start, 0.0, 0.0, 0.0)
+        alarm = pending.alarm
+        if alarm.detector == "covariate":
+            outside = _evidence_share(self.covariate.outside_fraction, window)
+            kind = diagnose_covariate(outside, self.outside_level)
+            index = self._cov_events
+        else:
+            n = self._cond_events.n
+            outside = _evidence_share(
+                lambda a, b: window_mean(self._cond_outside, n, a, b), window
+            )
+            # No penalised flags after the alarm (no weighted p-value while re-baselining).
+            kind = diagnose_conditional(math.nan, outside, self.penalised_level,
+                                        self.outside_level)
+            index = self._cond_events
+        evidence = {
+            **alarm.evidence,
+            "outside_support_fraction": outside,
+            "evidence_events": self.min_events,
+            "evidence_until": index.lookup(pending.end),
+        }
+        return dataclasses.replace(alarm, kind=kind, evidence=evidence,
+                                   revision=alarm.revision + 1)
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -579,6 +720,7 @@ class StreamDetectors:
                 "history": self.history,
                 "outside_level": self.outside_level,
                 "penalised_level": self.penalised_level,
+                "min_events": self.min_events,
             },
             covariate=self.covariate.state_dict(),
             conditional=self.conditional.state_dict(),
@@ -588,6 +730,7 @@ class StreamDetectors:
             cond_outside=np.asarray(self._cond_outside, np.uint8),
             cond_penalised=np.asarray(self._cond_penalised, np.uint8),
             new_alarms=[a.to_json() for a in self._new],
+            pending=[p.to_json() for p in self._pending],
         )
 
     @classmethod
@@ -608,6 +751,7 @@ class StreamDetectors:
         obj._cond_outside.extend(np.asarray(state["cond_outside"], bool).tolist())
         obj._cond_penalised.extend(np.asarray(state["cond_penalised"], bool).tolist())
         obj._new = tuple(DetectorAlarm(**a) for a in state["new_alarms"])
+        obj._pending = [_Pending.load(p) for p in state.get("pending", [])]
         return obj
 
 
@@ -713,3 +857,15 @@ def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:
     return BatchTrace(*(cat(name) for name in (  # type: ignore[arg-type]
         "p_value", "log_martingale", "log_statistic", "weights_ess", "penalised"
     )))
+
+
+def _concat_thresholds(
+    first: FloatArray | None, second: FloatArray | None, n1: int, n2: int
+) -> FloatArray | None:
+    """The thresholds in force over two halves of a split batch (None: fixed in both)."""
+    if first is None and second is None:
+        return None
+    return np.concatenate([
+        np.full(n1, np.nan) if first is None else first,
+        np.full(n2, np.nan) if second is None else second,
+    ])

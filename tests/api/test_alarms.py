@@ -325,3 +325,36 @@ def test_body_written_by_postgresql_past_the_last_page_and_special_values(
     assert by_id[varied_alarms[1].id]["ts"] == "2026-11-30T12:00:01.000011Z"
     assert by_id[varied_alarms[1].id]["acknowledged_by"] == "José ☃"
     assert by_id[varied_alarms[0].id]["acknowledged_at"].endswith(":00.500000Z")
+
+
+def test_a_revised_alarm_shows_its_versions_and_is_found_by_revised_since(
+    client: TestClient, session: Session, alarms: list[Alarm]
+) -> None:
+    """A client polling with ``since`` does not see a revision (the alarm keeps its ``ts``); one
+    polling with ``revised_since`` does, and the alarm's page shows every version."""
+    raised = replace(alarm("bikes", 500), kind="insufficient_evidence", ts=T0,
+                     evidence={"evidence_events": 1})
+    revised = replace(raised, kind="concept_shift", revision=2,
+                      revised_at=T0 + timedelta(hours=2), evidence={"evidence_events": 10})
+    store(session, alarms=[raised])
+    store(session, alarms=[revised])
+    body = client.get(f"/alarms/{raised.id}", headers=READ).json()
+    assert (body["kind"], body["revision"], body["revised_at"]) == (
+        "concept_shift", 2, revised.to_json()["revised_at"]
+    )
+    assert [(v["revision"], v["kind"], v["evidence"]) for v in body["revisions"]] == [
+        (1, "insufficient_evidence", {"evidence_events": 1}),
+        (2, "concept_shift", {"evidence_events": 10}),
+    ]
+    assert body["revisions"][0]["revised_at"] is None
+    later = (T0 + timedelta(hours=1)).isoformat()
+    new = client.get("/alarms", params={"since": later}, headers=READ).json()
+    assert raised.id not in {a["id"] for a in new["data"]}
+    changed = client.get("/alarms", params={"revised_since": later}, headers=READ).json()
+    assert [(a["id"], a["revision"]) for a in changed["data"]] == [(raised.id, 2)]
+    after = (T0 + timedelta(hours=3)).isoformat()
+    assert client.get("/alarms", params={"revised_since": after}, headers=READ).json()["data"] == []
+    kind = client.get("/alarms", params={"kind": "insufficient_evidence"}, headers=READ)
+    assert kind.status_code == 200 and kind.json()["data"] == []
+    assert client.get("/alarms", params={"revised_since": "yesterday"}, headers=READ
+                      ).status_code == 422

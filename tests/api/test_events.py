@@ -173,7 +173,9 @@ def test_alarm_is_returned_listed_and_measured(client: TestClient, session: Sess
     (raised,) = [a for a in body["alarms"] if a["kind"] == "concept_shift"]
     assert raised["stream"] == "bikes" and raised["detector"] == "conditional"
     assert raised["event_index"] >= 100 and raised["rule"] == "ville"
-    assert client.get(f"/alarms/{raised['id']}", headers=READ).json() == raised
+    detail = client.get(f"/alarms/{raised['id']}", headers=READ).json()
+    assert [v["revision"] for v in detail.pop("revisions")] == [1]
+    assert detail == raised
     metrics = client.get("/metrics", headers=READ).text
     assert (
         'monitor_alarms_total{detector="conditional",kind="concept_shift",stream="bikes"}'
@@ -259,7 +261,7 @@ def test_alarms_from_http_ingest_reach_the_webhooks(
         k: v for k, v in alarms[0].items() if k not in ("acknowledged_at", "acknowledged_by")
     }
     assert verify(body, "s3cret", headers["X-Monitor-Signature"], headers["X-Monitor-Timestamp"])
-    assert headers["X-Monitor-Idempotency-Key"] == f"{alarms[0]['id']}:1"
+    assert headers["X-Monitor-Idempotency-Key"] == f"{alarms[0]['id']}:{alarms[0]['revision']}"
     rows = session.scalars(select(WebhookDeliveryRow)).all()
     assert sorted((r.alarm_id, r.status_code, r.receiver) for r in rows) == sorted(
         (a["id"], 204, "webhook-1") for a in alarms

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
@@ -9,8 +11,10 @@ from sqlalchemy.orm import Session
 from monitor.config import StreamConfig
 from monitor.db.repositories import create_stream
 from monitor.metrics import source_kind
+from monitor.records import ALARM_KINDS
 from tests.api.factories import (
     READ,
+    alarm,
     calibration_rows,
     checkpoint,
     dead_letter,
@@ -63,7 +67,7 @@ def test_every_series_exists_from_start_up(client: TestClient, session: Session)
     alarms = got["monitor_alarms_total"]
     key = (("detector", "conditional"), ("kind", "concept_shift"), ("stream", "bikes"))
     assert alarms[key] == 0
-    assert len([k for k in alarms if dict(k)["stream"] == "bikes"]) == 9
+    assert len([k for k in alarms if dict(k)["stream"] == "bikes"]) == 3 * len(ALARM_KINDS)
     assert got["monitor_dead_letters_total"][(("source", "kafka"), ("stream", "bikes"))] == 0
     for name in ("monitor_ood_windows_total", "monitor_ood_flagged_total",
                  "monitor_alarms_unacknowledged", "monitor_label_join_pending_predictions"):
@@ -100,3 +104,21 @@ def test_source_kind_is_bounded() -> None:
     assert source_kind("memory:t") == "memory"
     assert source_kind("file:" + "x" * 500) == "file"
     assert source_kind("ftp:/x") == "unknown"
+
+
+def test_a_revision_never_makes_the_alarm_counter_go_down(
+    client: TestClient, session: Session
+) -> None:
+    """Each version counts under the kind it was stored with: revising an
+    ``insufficient_evidence`` alarm adds one under its decided kind and takes nothing away."""
+    register(session, "bikes")
+    raised = replace(alarm("bikes", 1), detector="conditional", kind="insufficient_evidence")
+    store(session, alarms=[raised])
+    key = {k: (("detector", "conditional"), ("kind", k), ("stream", "bikes"))
+           for k in ("insufficient_evidence", "concept_shift")}
+    before = _samples(client)["monitor_alarms_total"]
+    store(session, alarms=[replace(raised, kind="concept_shift", revision=2, revised_at=raised.ts)])
+    after = _samples(client)["monitor_alarms_total"]
+    assert (before[key["insufficient_evidence"]], before[key["concept_shift"]]) == (1, 0)
+    assert (after[key["insufficient_evidence"]], after[key["concept_shift"]]) == (1, 1)
+    assert _samples(client)["monitor_alarms_unacknowledged"][(("stream", "bikes"),)] == 1

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -139,6 +139,29 @@ def test_delivery_is_signed_with_idempotency_key_and_recorded(
         row.error,
         row.idempotency_key,
     ) == (stored[0].id, receiver.url("/hook"), 1, 200, None, f"{stored[0].id}:1")
+
+
+def test_each_revision_is_a_delivery_of_its_own(
+    receiver: Receiver, engine: Engine, session: Session, stored: list[Alarm]
+) -> None:
+    """A receiver that drops repeats by key still gets the revision: same alarm id, new key."""
+    revised = replace(stored[0], kind="concept_shift", revision=2, revised_at=stored[1].ts)
+    hooks = _fast([receiver.url("/hook")], engine)
+    hooks.submit(stored[0])
+    hooks.submit(revised)
+    hooks.close(timeout=5)
+    got = receiver.on("/hook")
+    assert [r.headers["X-Monitor-Idempotency-Key"] for r in got] == [
+        f"{stored[0].id}:1", f"{stored[0].id}:2"
+    ]
+    bodies = [json.loads(r.body) for r in got]
+    assert [(b["id"], b["revision"], b["kind"]) for b in bodies] == [
+        (stored[0].id, 1, stored[0].kind), (stored[0].id, 2, "concept_shift")
+    ]
+    assert bodies[1]["revised_at"] == revised.to_json()["revised_at"]
+    assert sorted(r.idempotency_key for r in _deliveries(session)) == [
+        f"{stored[0].id}:1", f"{stored[0].id}:2"
+    ]
 
 
 def test_5xx_and_429_are_retried_with_the_same_key_until_success(

@@ -147,8 +147,11 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     uninterrupted.process(records[:SPLIT])
     (name, monitor), = uninterrupted.streams.items()
     now = _layout(monitor.state_dict())
-    # Keys added since (read with defaults when absent): the configuration version in force.
-    assert set(now) - set(_layout(old_state)) == {"config_version", "version_since"}
+    # Keys added since (read with defaults when absent): the configuration version in force,
+    # the alarms waiting for their evidence and the diagnosis' min_events (alarm revisions).
+    assert set(now) - set(_layout(old_state)) == {"config_version", "version_since", "unrevised"}
+    assert now["detectors"].pop("pending") == []
+    assert now["detectors"]["params"].pop("min_events") == "int"
     # The OOD part's layout follows its configuration: since the default became full-conformal
     # KNN p-values its runs hold leave-one-out distances, not split calibration scores. The old
     # split runs still load and continue (below). Deeper, the rules' changepoint estimate (the

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 TABLES = {
+    "alarm_revisions",
     "alarms",
     "alert_outbox",
     "calibration_events",

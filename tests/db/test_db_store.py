@@ -266,3 +266,36 @@ def test_concurrent_writers_wait_for_each_other(db_engine: Engine, db_session: S
     assert counts["trace_points"] == 1000 and load_offsets(db_session, SOURCE) == {0: 20}
     acked = select(func.count()).where(AlarmRow.acknowledged_by == "alice")
     assert db_session.execute(acked).scalar_one() == 20
+
+
+def test_a_revision_updates_the_alarm_and_keeps_every_version(db_session: Session) -> None:
+    from monitor.db.models import AlarmRevisionRow
+    from monitor.db.repositories import alarm_revisions_query
+
+    raised = replace(alarm(1), kind="insufficient_evidence", evidence={"evidence_events": 1})
+    revised = replace(raised, kind="extreme_covariate_shift", evidence={"evidence_events": 10},
+                      revision=2, revised_at=T0 + timedelta(seconds=9))
+    persist_batch(db_session, alarms=[raised])
+    persist_batch(db_session, alarms=[revised])
+    # A replay of both batches (a crash before the offsets moved) changes nothing, and an older
+    # version arriving after a newer one never rolls the alarm back.
+    persist_batch(db_session, alarms=[raised, revised])
+    persist_batch(db_session, alarms=[raised])
+    row = db_session.get(AlarmRow, raised.id)
+    assert row is not None and row.to_record() == revised
+    assert (row.kind, row.revision) == ("extreme_covariate_shift", 2)
+    versions = [(r.revision, r.kind, r.evidence, r.revised_at)
+                for r in db_session.scalars(alarm_revisions_query(raised.id))]
+    assert versions == [(1, "insufficient_evidence", {"evidence_events": 1}, None),
+                        (2, "extreme_covariate_shift", {"evidence_events": 10}, revised.revised_at)]
+    assert db_session.scalar(select(func.count()).select_from(AlarmRevisionRow)) == 2
+    db_session.rollback()
+
+
+def test_an_alarm_and_its_revision_in_one_batch(db_session: Session) -> None:
+    raised = replace(alarm(2), kind="insufficient_evidence")
+    revised = replace(raised, kind="concept_shift", revision=2, revised_at=T0)
+    persist_batch(db_session, alarms=[raised, revised])
+    row = db_session.get(AlarmRow, raised.id)
+    assert row is not None and (row.kind, row.revision) == ("concept_shift", 2)
+    db_session.rollback()

@@ -171,6 +171,12 @@ class Snapshot:
     def alarm_keys(self) -> list[tuple[str, str, int]]:
         return [(a["stream"], a["detector"], a["event_index"]) for a in self.alarms]
 
+    @property
+    def alarm_versions(self) -> list[str]:
+        """``id:revision`` of every version of the stored alarms (revision 1 up to the row's),
+        sorted: what the worker delivers, once each."""
+        return sorted(f"{a['id']}:{r}" for a in self.alarms for r in range(1, a["revision"] + 1))
+
 
 def snapshot(url: str) -> Snapshot:
     engine = make_engine(url)

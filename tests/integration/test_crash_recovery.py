@@ -105,11 +105,13 @@ def test_sigkill_at_random_points_then_restart_changes_nothing(
 
 
 def delivered_ids(out: Path) -> list[str]:
-    """Ids of the alarms a ``monitor run`` process printed (a killed one may end mid-line)."""
+    """``id:revision`` of the alarm versions a ``monitor run`` process printed (a killed one may
+    end mid-line); a revision is the same alarm id delivered again with ``revision`` 2."""
     ids = []
     for line in out.read_text().splitlines():
         try:
-            ids.append(json.loads(line)["id"])
+            alarm = json.loads(line)
+            ids.append(f"{alarm['id']}:{alarm['revision']}")
         except ValueError:
             continue
     return ids

@@ -43,11 +43,11 @@ def run_to_end(
 
     def alarm(a: Alarm) -> None:
         if on_alarm is not None:
-            on_alarm.append(a.id)
+            on_alarm.append(f"{a.id}:{a.revision}")
 
     def batch(out: BatchOutput) -> None:
         if on_batch is not None:
-            on_batch.extend(a.id for a in out.alarms)
+            on_batch.extend(f"{a.id}:{a.revision}" for a in out.alarms)
 
     worker = Worker(source, pipeline, sink, "file", batch_size=50, on_alarm=alarm,
                     on_batch=batch, checkpoint_every=checkpoint_every)
@@ -83,7 +83,7 @@ def test_checkpoint_every_4_to_the_end_of_the_file_equals_every_batch(
     assert got.offsets == want.offsets
     assert got_summary.to_json() == want_summary.to_json()
     assert got_summary.batches == want_summary.batches
-    assert got_delivered == want_delivered == [a.id for a in want_summary.alarms]
+    assert got_delivered == want_delivered == [f"{a.id}:{a.revision}" for a in want_summary.alarms]
 
 
 def _batch_of(example: Example, alarm: dict[str, Any], batch_size: int = 50) -> int:
@@ -123,7 +123,7 @@ def test_alarms_replayed_by_a_resync_are_delivered_once(
     (want, want_summary, want_delivered, _), (got, got_summary, delivered, produced) = runs
     assert [i for i, n in Counter(produced).items() if n > 1], "no alarm was replayed"
     assert [i for i, n in Counter(delivered).items() if n > 1] == []
-    assert sorted(delivered) == sorted(a["id"] for a in got.alarms)
+    assert sorted(delivered) == got.alarm_versions
     assert delivered == want_delivered
     assert got == want  # the refused record is dead-lettered as when every batch is a checkpoint
     assert got_summary.to_json() == want_summary.to_json()

@@ -98,7 +98,7 @@ class Run:
         assert_same_results(got, reference)
         assert got.offsets == {(f"kafka:{self.topic}", p): o for p, o in self.end.items()}
         printed = [json.loads(line) for line in self.worker.out.read_text().splitlines()]
-        assert sorted(a["id"] for a in printed) == sorted(a["id"] for a in got.alarms)
+        assert sorted(f"{a['id']}:{a['revision']}" for a in printed) == got.alarm_versions
         assert_clean_stop(self.worker.logs(), events)
 
 

@@ -4,8 +4,9 @@ Each stream has uniform p-values for ``change`` updates, then p ~ U(0, hi): the 
 ``change`` updates after the reset. Over 200 seeds (local generators) the median
 |estimate − change| among the streams that alarm is compared with a stated tolerance, for every
 rule and the betting functions that are or were defaults (the covariate monitor's Composite
-Jumper, the conditional monitor's plug-in power and, before it, Simple Mixture). Figures (``docs/algorithms.md``): the medians measured
-at these seeds, with about 1.5× slack in the tolerances.
+Jumper, the conditional monitor's plug-in power and, before it, Simple Mixture). Figures
+(``docs/algorithms.md``): the medians measured at these seeds, with about 1.5× slack in the
+tolerances.
 """
 
 from __future__ import annotations

@@ -56,9 +56,10 @@ def test_run_posts_each_alarm_to_the_webhook(tmp_path: Path) -> None:
         signed = f"{headers['X-Monitor-Timestamp']}.{headers['raw']}".encode()
         digest = hmac.new(b"s3cret", signed, hashlib.sha256).hexdigest()
         assert headers["X-Monitor-Signature"] == f"sha256={digest}"
-        assert headers["X-Monitor-Idempotency-Key"] == f"{alarm['id']}:1"
+        assert headers["X-Monitor-Idempotency-Key"] == f"{alarm['id']}:{alarm['revision']}"
         assert alarm["kind"] in (
             "concept_shift",
             "extreme_covariate_shift",
             "benign_covariate_shift",
+            "insufficient_evidence",
         )

@@ -57,12 +57,14 @@ class CrashRun:
     seconds: float = 0.0
 
     def printed_alarm_ids(self) -> list[str]:
-        """Alarm ids printed on stdout by every incarnation, in order (JSON lines)."""
+        """``id:revision`` of the alarm versions printed on stdout by every incarnation, in
+        order (JSON lines; a revision is its alarm's id printed again with ``revision`` 2)."""
         ids = []
         for worker in self.workers:
             for line in worker.out.read_text().splitlines():
                 if line.startswith("{"):
-                    ids.append(json.loads(line)["id"])
+                    alarm = json.loads(line)
+                    ids.append(f"{alarm['id']}:{alarm['revision']}")
         return ids
 
     def summary(self) -> dict[str, Any]:

@@ -12,8 +12,15 @@ from starlette.concurrency import run_in_threadpool
 from monitor.api import queries
 from monitor.api.deps import ContextDep, PrincipalDep, ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
-from monitor.api.schemas import AckRequest, AlarmKindName, AlarmPublic, AlarmsPublic, DetectorName
-from monitor.api.timeutil import Since, Until, check_range
+from monitor.api.schemas import (
+    AckRequest,
+    AlarmDetail,
+    AlarmKindName,
+    AlarmPublic,
+    AlarmsPublic,
+    DetectorName,
+)
+from monitor.api.timeutil import RevisedSince, Since, Until, check_range
 from monitor.config import NAME_PATTERN
 from monitor.db import repositories as repo
 from monitor.db.errors import AlarmNotFoundError
@@ -51,6 +58,7 @@ async def list_alarms(
     since: Since = None,
     until: Until = None,
     acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged alarms.")] = None,
+    revised_since: RevisedSince = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
     cursor: Annotated[
         str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
@@ -60,8 +68,11 @@ async def list_alarms(
 
     Pagination is by keyset: pass the page's `next_cursor` as `cursor` (with the same filters)
     to get the next page; alarms stored meanwhile never make a page repeat or skip one.
+    An alarm raised as `insufficient_evidence` keeps its `ts` when it is revised: a client
+    polling with `since` sees new alarms, one polling with `revised_since` sees revisions.
     """
     start, end = check_range(since, until)
+    revised, _ = check_range(revised_since, None)
     filters = queries.AlarmFilters(
         stream=stream,
         kind=kind,
@@ -69,6 +80,7 @@ async def list_alarms(
         since=start,
         until=end,
         acknowledged=acknowledged,
+        revised_since=revised,
     )
     # One thread hop for all the blocking work (a sync route with a sync session dependency
     # costs three), and the body is validated and serialised once, in pydantic-core.
@@ -84,12 +96,20 @@ def _alarms_json(
 
 
 @router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
-def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmPublic:
-    """The alarm with its diagnosis, evidence and acknowledgement."""
+def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmDetail:
+    """The alarm with its diagnosis, evidence and acknowledgement, and every version of its
+    diagnosis (`revisions`)."""
     row = repo.get_alarm(session, alarm_id)
     if row is None:
         raise HTTPException(404, f"no alarm with id {alarm_id!r}")
-    return to_public(row)
+    revisions = [
+        {"revision": r.revision, "kind": r.kind, "evidence": r.evidence,
+         "revised_at": r.revised_at}
+        for r in session.scalars(repo.alarm_revisions_query(alarm_id))
+    ]
+    return AlarmDetail.model_validate(
+        to_public(row).model_dump() | {"revisions": revisions}
+    )
 
 
 def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
