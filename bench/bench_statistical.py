@@ -152,7 +152,8 @@ class _RunLength:
 # ----------------------------------------------------------------------- power/diagnosis
 @dataclass
 class ShiftRun:
-    """Alarms of one scripted stream (event indices), for one scenario and seed."""
+    """Alarms of one scripted stream (event indices), for one scenario and seed; an alarm raised
+    with too little evidence is listed once, with its revised (decided) kind."""
 
     scenario: str
     seed: int
@@ -175,7 +176,13 @@ def shift_run(scenario: str, seed: int, **overrides: Any) -> ShiftRun:
     run = ShiftRun(scenario, seed, data.change_points[0])
     for t, (x, s) in enumerate(zip(data.X, scores, strict=True)):
         detectors.update(x, s, event_index=t)
-        run.alarms += [_alarm_json(a) for a in detectors.new_alarms]
+        for a in detectors.new_alarms:  # a revision (decided kind) replaces its first version
+            same = [i for i, b in enumerate(run.alarms)
+                    if (b["detector"], b["event_index"]) == (a.detector, a.event_index)]
+            if same:
+                run.alarms[same[0]] = _alarm_json(a)
+            else:
+                run.alarms.append(_alarm_json(a))
         ctm.update(None, s)
         if ctm.alarm:
             run.ctm_alarms.append(t)
@@ -189,6 +196,7 @@ def _alarm_json(alarm: DetectorAlarm) -> dict[str, Any]:
         "event_index": alarm.event_index,
         "changepoint": alarm.changepoint,
         "evidence": alarm.evidence,
+        "revision": alarm.revision,
     }
 
 

@@ -71,11 +71,14 @@ class Severity(enum.IntEnum):
 #: The severity of each alarm kind. A concept shift means the model's predictions no longer hold
 #: (act now); an extreme covariate shift puts inputs outside the calibration support, where the
 #: model extrapolates (look soon); a benign covariate shift moves inputs within the support, where
-#: the model is still valid (for the record).
+#: the model is still valid (for the record). An alarm raised before its diagnosis has enough
+#: evidence (``insufficient_evidence``) is a warning; its revision carries the decided kind's
+#: severity and is routed again.
 SEVERITY_OF_KIND: dict[str, Severity] = {
     "concept_shift": Severity.CRITICAL,
     "extreme_covariate_shift": Severity.WARNING,
     "benign_covariate_shift": Severity.INFO,
+    "insufficient_evidence": Severity.WARNING,
 }
 
 ReceiverType = Literal["webhook", "slack", "alertmanager"]

@@ -61,6 +61,7 @@ def test_severity_of_each_kind() -> None:
         "concept_shift": Severity.CRITICAL,
         "extreme_covariate_shift": Severity.WARNING,
         "benign_covariate_shift": Severity.INFO,
+        "insufficient_evidence": Severity.WARNING,
     }
 
 

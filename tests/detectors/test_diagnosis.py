@@ -101,8 +101,12 @@ def test_extreme_shift_alarms_are_diagnosed_extreme() -> None:
         alarms += det.new_alarms
     after = [a for a in alarms if a.event_index >= 1000 + toy.change]
     assert {a.detector for a in after} == {"covariate", "conditional"}
-    assert all(a.kind == "extreme_covariate_shift" for a in after)
-    first = after[0]
+    # the latest version of each alarm (an alarm a few events after its changepoint is raised
+    # as insufficient_evidence, then revised once min_events events complete the evidence)
+    latest = {(a.detector, a.event_index): a for a in after}
+    assert all(a.kind == "extreme_covariate_shift" for a in latest.values())
+    assert all(a.kind in ("extreme_covariate_shift", "insufficient_evidence") for a in after)
+    first = next(a for a in after if a.kind == "extreme_covariate_shift")
     assert first.changepoint is not None and 1000 <= first.changepoint <= first.event_index
     assert first.rule == "shiryaev_roberts" and first.threshold == pytest.approx(1000.0)
     assert first.statistic >= first.threshold
@@ -125,7 +129,9 @@ def test_concept_shift_is_diagnosed_concept() -> None:
         det.update(X[t], toy.scores[t])
         alarms += det.new_alarms
     conditional = [a for a in alarms if a.detector == "conditional"]
-    assert conditional and conditional[0].kind == "concept_shift"
+    # the first alarm's latest version (raised early, it may wait for its evidence first)
+    first = [a for a in conditional if a.event_index == conditional[0].event_index]
+    assert first and first[-1].kind == "concept_shift"
     assert not [a for a in alarms if a.detector == "covariate" and a.event_index < toy.change + 300]
 
 

@@ -23,11 +23,12 @@ def _alarms(phases: list[tuple[str, int]], seed: int, covariate_threshold: float
         CovariateMonitor("knn", s.X_calibration, threshold=covariate_threshold, seed=seed),
         ConditionalMonitor(cal_scores, s.X_calibration, seed=seed),
     )
-    out: list[Alarm] = []
+    latest: dict[tuple[str, int], Alarm] = {}  # each alarm's latest version (revisions replace)
     for t in range(len(s)):
         detectors.update(s.X[t], scores[t], event_index=t)
-        out += [(a.detector, a.kind, a.event_index, a.changepoint) for a in detectors.new_alarms]
-    return out
+        for a in detectors.new_alarms:
+            latest[a.detector, a.event_index] = (a.detector, a.kind, a.event_index, a.changepoint)
+    return list(latest.values())
 
 
 PINNED: dict[str, tuple[list[tuple[str, int]], float, list[Alarm]]] = {

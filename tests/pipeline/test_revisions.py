@@ -72,7 +72,10 @@ def test_a_checkpoint_between_an_alarm_and_its_revision(example: tuple[Path, lis
     reference = _monitor(config)
     alarms = _feed(reference, values)
     pending = next(a for a in alarms if a["kind"] == "insufficient_evidence")
-    cut = values.index(next(v for v in values if pending["event_id"].encode() in v)) + 1
+    # cut right after the record that raised it: its prediction (covariate) or its label
+    kind = b'"kind":"label"' if pending["detector"] == "conditional" else b'"kind":"prediction"'
+    raised_by = next(v for v in values if pending["event_id"].encode() in v and kind in v)
+    cut = values.index(raised_by) + 1
     first = _monitor(config)
     before = _feed(first, values[:cut])
     assert before[-1]["id"] == pending["id"] and before[-1]["revision"] == 1
