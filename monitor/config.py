@@ -61,6 +61,18 @@ class LabelJoinConfig(_Strict):
     max_delay_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
 
 
+class PerformanceConfig(_Strict):
+    """Model performance windows: labelled events per window (docs/explain.md)."""
+
+    window: Annotated[int, Field(ge=10)] = 500
+
+
+class AttributionConfig(_Strict):
+    """Feature attribution of covariate alarms: post-alarm prediction events tested."""
+
+    window: Annotated[int, Field(ge=20)] = 200
+
+
 class StreamConfig(_Strict):
     """One monitored stream.
 
@@ -86,6 +98,8 @@ class StreamConfig(_Strict):
     rebaseline: Annotated[int, Field(ge=0)] = 300
     max_reference: Annotated[int | None, Field(ge=100)] = None
     trace_every: Annotated[int, Field(ge=1)] = 10
+    performance: PerformanceConfig = PerformanceConfig()
+    attribution: AttributionConfig = AttributionConfig()
     seed: int = 0
     last_layer: str | None = None
 

@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from monitor.events import Event, InvalidEvent, decode_batch, decode_event
-from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.records import (
+    Alarm,
+    AlarmEvidence,
+    DeadLetter,
+    OODWindow,
+    PerformanceWindow,
+    TracePoint,
+)
 from monitor.stream import StreamMonitor
 
 
@@ -35,17 +42,26 @@ class BatchOutput:
     alarms: list[Alarm] = field(default_factory=list)
     trace_points: list[TracePoint] = field(default_factory=list)
     ood_windows: list[OODWindow] = field(default_factory=list)
+    performance_windows: list[PerformanceWindow] = field(default_factory=list)
+    alarm_evidence: list[AlarmEvidence] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0
 
     def add_records(
-        self, alarms: list[Alarm], trace_points: list[TracePoint], ood_windows: list[OODWindow]
+        self,
+        alarms: list[Alarm],
+        trace_points: list[TracePoint],
+        ood_windows: list[OODWindow],
+        performance_windows: Sequence[PerformanceWindow] = (),
+        alarm_evidence: Sequence[AlarmEvidence] = (),
     ) -> None:
         self.alarms += alarms
         self.trace_points += trace_points
         self.ood_windows += ood_windows
+        self.performance_windows += performance_windows
+        self.alarm_evidence += alarm_evidence
 
     def read(self, records: Iterable[Any]) -> None:
         """Advance the next offset of each partition past ``records``."""

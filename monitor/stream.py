@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from monitor.attribution import AlarmAttribution, CompletedAttribution, density_ratio_directions
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.detectors.pair import DetectorAlarm
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
-from monitor.records import Alarm, OODWindow, TracePoint
+from monitor.performance import ClosedWindow, PerformanceWindows
+from monitor.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
 from monitor.wiring import build_detectors, build_ood, conditional_score
 
 STATE_VERSION = 1
@@ -51,6 +53,10 @@ class StreamMonitor:
         self.detectors = build_detectors(config, calibration)
         self.ood = build_ood(config, calibration)
         self.join = LabelJoin(config.labels.max_pending, config.labels.max_delay_seconds)
+        self.performance = PerformanceWindows(calibration.n_classes, config.performance.window)
+        self.attribution = AlarmAttribution(
+            calibration.features, self.feature_names, config.attribution.window
+        )
         self.event_index = 0
         self.labeled = 0
         self.window_index = 0
@@ -58,6 +64,8 @@ class StreamMonitor:
         self._alarms: list[Alarm] = []
         self._traces: list[TracePoint] = []
         self._windows: list[OODWindow] = []
+        self._performance: list[PerformanceWindow] = []
+        self._attributed: list[CompletedAttribution] = []
         # The checked features of the last prepared batch's events, by id(event); the event is
         # kept beside them so that its id cannot be reused while the entry lives.
         self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
@@ -65,6 +73,14 @@ class StreamMonitor:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The features' names: the calibration's, else ``x0``, ``x1``, … by position."""
+        names = self.calibration.feature_names
+        return names if names is not None else tuple(
+            f"x{j}" for j in range(self.calibration.n_features)
+        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -116,6 +132,7 @@ class StreamMonitor:
         index = self.event_index
         self.event_index += 1
         self.detectors.update_covariate(x, index)
+        self._attributed += self.attribution.add(x.reshape(1, -1), index)
         self._collect_alarms(event.id, index, ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
@@ -137,6 +154,9 @@ class StreamMonitor:
         self.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         self._trace("conditional", pending.event_index, ts)
+        self._add_performance(
+            self.performance.add([pending.prediction], [joined.label], [pending.event_index], [ts])
+        )
 
     # -- batches ------------------------------------------------------------------------------
 
@@ -242,6 +262,10 @@ class StreamMonitor:
             traces.append((seq, 0, self._traced(detector, trace, i, index, ts)))
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
+        self._attribute_batch(batch, X_cov, alarms)
+        self._add_performance(self.performance.add(
+            batch.cond_predictions, batch.cond_labels, batch.cond_index, batch.cond_ts
+        ))
         self._alarms += [alarm for _, alarm in alarms]
         self._traces += [point for _, _, point in traces]
         if self.ood is not None and batch.cov_index:
@@ -253,6 +277,46 @@ class StreamMonitor:
             for decision in self.ood.windows():
                 ts = batch.cov_ts[decision.end_index - first]
                 self._windows.append(self._window_record(decision, ts))
+
+    def _attribute_batch(
+        self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]]
+    ) -> None:
+        """Feed the batch's predictions to the attribution windows, each alarm's window opened
+        where the per-event path opens it: after the prediction or label that raised it."""
+        done = 0
+        for seq, alarm in alarms:
+            if not _needs_attribution(alarm):
+                continue
+            start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
+            if start > done:
+                self._attributed += self.attribution.add(X_cov[done:start], batch.cov_index[done])
+                done = start
+            self.attribution.open(alarm.id)
+        if done < len(batch.cov_index):
+            self._attributed += self.attribution.add(X_cov[done:], batch.cov_index[done])
+
+    def _add_performance(self, closed: list[ClosedWindow]) -> None:
+        self._performance += [
+            PerformanceWindow(self.name, w.window_index, w.start_index, w.end_index, w.ts, w.n,
+                              w.metrics)
+            for w in closed
+        ]
+
+    def _alarm_evidence(self) -> list[AlarmEvidence]:
+        """The completed attributions as evidence of their alarms, with the density ratio's
+        leading directions while the weighted monitor adapts (as it stands now, at the end of
+        the batch: the same on both paths)."""
+        coefficients = self.detectors.conditional.density_ratio_coefficients
+        out = []
+        for done in self._attributed:
+            evidence: dict[str, Any] = {"attribution": done.attribution}
+            if coefficients is not None:
+                evidence["density_ratio_directions"] = density_ratio_directions(
+                    coefficients, self.feature_names
+                )
+            out.append(AlarmEvidence(self.name, done.alarm_id, evidence))
+        self._attributed = []
+        return out
 
     def _traced(self, detector: str, trace: Any, i: int, index: int, ts: datetime) -> TracePoint:
         """The trace point of a detector's update i of a batch (its values from the trace)."""
@@ -280,20 +344,29 @@ class StreamMonitor:
         decision = self.ood.flush()
         if decision is not None:
             self._windows.append(self._window_record(decision, self.last_ts or datetime.now(UTC)))
-        return bool(self._windows or self._alarms or self._traces)
+        return bool(self._windows or self._alarms or self._traces or self._performance
+                    or self._attributed)
 
-    def drain(self) -> tuple[list[Alarm], list[TracePoint], list[OODWindow]]:
-        """The records produced since the last drain: alarms, trace points, OOD windows."""
-        drained = self._alarms, self._traces, self._windows
-        self._alarms, self._traces, self._windows = [], [], []
+    def drain(self) -> tuple[
+        list[Alarm], list[TracePoint], list[OODWindow], list[PerformanceWindow],
+        list[AlarmEvidence],
+    ]:
+        """The records produced since the last drain: alarms, trace points, OOD windows,
+        performance windows and the evidence that completes earlier alarms."""
+        drained = (self._alarms, self._traces, self._windows, self._performance,
+                   self._alarm_evidence())
+        self._alarms, self._traces, self._windows, self._performance = [], [], [], []
         return drained
 
     # -- records ------------------------------------------------------------------------------
 
     def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
         for raised in self.detectors.new_alarms:
-            self._alarms.append(self._alarm_record(raised, event_id, index, ts))
+            alarm = self._alarm_record(raised, event_id, index, ts)
+            self._alarms.append(alarm)
             self._traces.append(self._trace_point(raised.detector, index, ts))
+            if _needs_attribution(alarm):
+                self.attribution.open(alarm.id)
 
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
@@ -441,6 +514,9 @@ class StreamMonitor:
             "join": self.join.state_dict(),
             "config_version": self.config_version,
             "version_since": self.version_since,
+            "performance": self.performance.state_dict(),
+            "attribution": self.attribution.state_dict(),
+            "attributed": [[done.alarm_id, done.attribution] for done in self._attributed],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -460,6 +536,7 @@ class StreamMonitor:
             None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
         )
         self.join.load_state(state["join"])
+        self._load_explanations(state)
         if int(state.get("config_version", 1)) != self.config_version:
             self.version_since = self.event_index
             return
@@ -467,6 +544,21 @@ class StreamMonitor:
         self.detectors = type(self.detectors).from_state(state["detectors"])
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+
+
+    def _load_explanations(self, state: dict[str, Any]) -> None:
+        """Performance windows and attributions of a state (absent in states written before
+        they existed). Under another configuration version only the window counter is kept
+        (window numbers go on without repeating); open windows start afresh."""
+        self._attributed = [CompletedAttribution(a, e) for a, e in state.get("attributed", [])]
+        performance = state.get("performance")
+        if performance is None:
+            return
+        if int(state.get("config_version", 1)) != self.config_version:
+            self.performance.window_index = int(performance["window_index"])
+            return
+        self.performance = PerformanceWindows.from_state(performance)
+        self.attribution = AlarmAttribution.from_state(state["attribution"])
 
 
 @dataclass(slots=True)
@@ -489,6 +581,8 @@ class _Batch:
     cond_ids: list[str] = field(default_factory=list)
     cond_seq: list[int] = field(default_factory=list)
     cond_before: list[int] = field(default_factory=list)
+    cond_predictions: list[Any] = field(default_factory=list)
+    cond_labels: list[Any] = field(default_factory=list)
     seq: int = 0
 
     def add_prediction(
@@ -513,6 +607,8 @@ class _Batch:
         self.cond_ids.append(pending.event_id)
         self.cond_seq.append(self.seq)
         self.cond_before.append(len(self.cov_index))
+        self.cond_predictions.append(pending.prediction)
+        self.cond_labels.append(joined.label)
         self.seq += 1
 
 
@@ -521,6 +617,11 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
         raise CalibrationError("classification calibration needs probability-vector predictions")
     if config.task == "regression" and calibration.n_classes is not None:
         raise CalibrationError("regression calibration needs numeric predictions")
+
+
+def _needs_attribution(alarm: Alarm) -> bool:
+    """Covariate alarms and extreme-covariate-shift alarms get a feature attribution."""
+    return alarm.detector == "covariate" or alarm.kind == "extreme_covariate_shift"
 
 
 def _finite(value: float) -> float:
