@@ -303,18 +303,9 @@ class StreamMonitor:
         ]
 
     def _alarm_evidence(self) -> list[AlarmEvidence]:
-        """The completed attributions as evidence of their alarms, with the density ratio's
-        leading directions while the weighted monitor adapts (as it stands now, at the end of
-        the batch: the same on both paths)."""
-        coefficients = self.detectors.conditional.density_ratio_coefficients
-        out = []
-        for done in self._attributed:
-            evidence: dict[str, Any] = {"attribution": done.attribution}
-            if coefficients is not None:
-                evidence["density_ratio_directions"] = density_ratio_directions(
-                    coefficients, self.feature_names
-                )
-            out.append(AlarmEvidence(self.name, done.alarm_id, evidence))
+        """The completed attributions as evidence of their alarms."""
+        out = [AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution})
+               for done in self._attributed]
         self._attributed = []
         return out
 
@@ -382,8 +373,20 @@ class StreamMonitor:
             statistic=raised.statistic,
             threshold=self._threshold(raised.detector),
             rule=raised.rule,
-            evidence=_json_safe({**raised.evidence, "config_version": self.config_version}),
+            evidence=_json_safe({**self._named_directions(raised.evidence),
+                                 "config_version": self.config_version}),
         )
+
+    def _named_directions(self, evidence: dict[str, Any]) -> dict[str, Any]:
+        """The density ratio's coefficients (while the weighted monitor adapts) as its leading
+        directions, by feature name."""
+        if "density_ratio_coefficients" not in evidence:
+            return evidence
+        out = dict(evidence)
+        out["density_ratio_directions"] = density_ratio_directions(
+            out.pop("density_ratio_coefficients"), self.feature_names
+        )
+        return out
 
     def _threshold(self, detector: str) -> float:
         """The configured threshold, exactly (the detectors work with its logarithm)."""
