@@ -27,7 +27,9 @@ DEFAULT_WINDOW = 500
 LOG_LOSS_EPS = 1e-15
 
 
-def regression_metrics(predictions: NDArray[np.float64], labels: NDArray[np.float64]) -> dict[str, float]:
+def regression_metrics(
+    predictions: NDArray[np.float64], labels: NDArray[np.float64]
+) -> dict[str, float]:
     """Mean absolute error and root mean squared error."""
     residual = np.asarray(labels, np.float64) - np.asarray(predictions, np.float64)
     return {"mae": float(np.mean(np.abs(residual))),

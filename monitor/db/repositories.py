@@ -66,6 +66,7 @@ from monitor.db.models import (
 
 __all__ = [
     "CALIBRATION_FIELDS",
+    "PERFORMANCE_FIELDS",
     "Page",
     "acknowledge_alarm",
     "alarm_cursor",

@@ -98,7 +98,7 @@ def test_p_values_are_not_trivially_conservative_on_continuous_data() -> None:
 def test_attribution_shape_and_order() -> None:
     rng = np.random.default_rng(0)
     reference = rng.normal(size=(300, 3))
-    window = rng.normal(size=(100, 3)) + [0.0, 1.0, 0.4]
+    window = rng.normal(size=(100, 3)) + np.array([0.0, 1.0, 0.4])
     out = attribute_features(reference, window, ["a", "b", "c"], 1000, 1099)
     assert out["method"] == METHOD and out["guarantee"] == GUARANTEE
     assert out["window"] == {"start_index": 1000, "end_index": 1099, "n": 100}
@@ -142,7 +142,7 @@ def test_bad_input_is_refused(args: tuple, match: str) -> None:
 def test_windows_fill_across_calls_and_resume_from_state() -> None:
     rng = np.random.default_rng(5)
     calibration = rng.normal(size=(300, 2))
-    stream = rng.normal(size=(120, 2)) + [2.0, 0.0]
+    stream = rng.normal(size=(120, 2)) + np.array([2.0, 0.0])
     whole = AlarmAttribution(calibration, ["u", "v"], window=50)
     whole.open("first")
     done = whole.add(stream[:30], 0)

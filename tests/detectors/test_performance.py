@@ -7,8 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, log_loss, mean_absolute_error, mean_squared_error
-from sklearn.metrics import recall_score
+from sklearn.metrics import (
+    accuracy_score,
+    log_loss,
+    mean_absolute_error,
+    mean_squared_error,
+    recall_score,
+)
 
 from monitor.performance import PerformanceWindows
 

@@ -4,8 +4,9 @@
 monitors over its share in one call per monitor; ``Pipeline(per_event=True)`` decodes and observes
 each record on its own, as the worker did before. Every result — alarms (ids, indexes,
 statistics, changepoints, kinds, evidence), trace points, OOD windows, performance windows, the
-alarms' later evidence (feature attributions), dead letters and the streams' checkpointed states — must be the same for batches of 1, 37 and 5 000, on streams with
-interleaved and delayed labels, bad records and alarms in the middle of a batch.
+alarms' later evidence (feature attributions), dead letters and the streams' checkpointed
+states — must be the same for batches of 1, 37 and 5 000, on streams with interleaved and delayed
+labels, bad records and alarms in the middle of a batch.
 """
 
 from __future__ import annotations
