@@ -55,6 +55,7 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("PUT", "/streams/{name}"),
                 ("GET", "/streams/{name}/trace"),
                 ("GET", "/streams/{name}/ood"),
+                ("GET", "/streams/{name}/performance"),
                 ("GET", "/alarms"),
                 ("GET", "/alarms/{alarm_id}"),
                 ("POST", "/alarms/{alarm_id}/ack"),
