@@ -229,11 +229,11 @@ class AlarmAttribution:
         return done
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state (the sorted calibration columns and the open windows)."""
+        """JSON-ready state: the open windows (not the calibration, which the stream's
+        configuration holds: :meth:`load_state` takes it from the object it restores into)."""
         return {
             "window": self.window,
             "feature_names": list(self.feature_names),
-            "reference": self._reference.copy(),
             "open": [
                 {"alarm_id": w.alarm_id, "rows": np.asarray(w.rows, np.float64),
                  "start_index": w.start_index, "end_index": w.end_index}
@@ -241,16 +241,18 @@ class AlarmAttribution:
             ],
         }
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> AlarmAttribution:
-        obj = cls(np.asarray(state["reference"], np.float64), state["feature_names"],
-                  int(state["window"]))
-        d = len(obj.feature_names)
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Resume the open windows of :meth:`state_dict` output, taken with the same window and
+        features (and calibration)."""
+        if int(state["window"]) != self.window or tuple(state["feature_names"]) != \
+                self.feature_names:
+            raise ValueError("the state was taken with another window or other features")
+        d = len(self.feature_names)
+        self._open = []
         for w in state["open"]:
             rows = np.asarray(w["rows"], np.float64).reshape(-1, d).tolist()
             start = None if w["start_index"] is None else int(w["start_index"])
-            obj._open.append(_OpenWindow(str(w["alarm_id"]), rows, start, int(w["end_index"])))
-        return obj
+            self._open.append(_OpenWindow(str(w["alarm_id"]), rows, start, int(w["end_index"])))
 
 
 def _matrix(X: ArrayLike, name: str, min_rows: int = 1) -> FloatArray:

@@ -561,7 +561,7 @@ class StreamMonitor:
             self.performance.window_index = int(performance["window_index"])
             return
         self.performance = PerformanceWindows.from_state(performance)
-        self.attribution = AlarmAttribution.from_state(state["attribution"])
+        self.attribution.load_state(state["attribution"])
 
 
 @dataclass(slots=True)

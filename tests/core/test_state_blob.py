@@ -141,8 +141,11 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     uninterrupted.process(records[:SPLIT])
     (name, monitor), = uninterrupted.streams.items()
     now = _layout(monitor.state_dict())
-    # Keys added since (read with defaults when absent): the configuration version in force.
-    assert set(now) - set(_layout(old_state)) == {"config_version", "version_since"}
+    # Keys added since (read with defaults when absent): the configuration version in force,
+    # the open performance window and attribution windows (docs/explain.md).
+    assert set(now) - set(_layout(old_state)) == {
+        "config_version", "version_since", "performance", "attribution", "attributed"
+    }
     assert _layout(old_state) == {k: v for k, v in now.items() if k in old_state}
 
     restored = Pipeline(build_monitors(read_configs(configs)), "file:x")

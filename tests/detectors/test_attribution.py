@@ -158,11 +158,18 @@ def test_windows_fill_across_calls_and_resume_from_state() -> None:
     split.add(stream[:30], 0)
     split.open("second")
     split.add(stream[30:45], 30)
-    resumed = AlarmAttribution.from_state(split.state_dict())
+    resumed = AlarmAttribution(calibration, ["u", "v"], window=50)
+    resumed.load_state(split.state_dict())
     assert resumed.pending == ("first", "second")
     again = resumed.add(stream[45:], 45)
     assert [d.attribution for d in again] == [d.attribution for d in done]
     assert resumed.pending == ()
+
+
+def test_a_state_of_another_window_is_refused() -> None:
+    state = AlarmAttribution(np.zeros((10, 2)), ["a", "b"], window=30).state_dict()
+    with pytest.raises(ValueError, match="another window or other features"):
+        AlarmAttribution(np.zeros((10, 2)), ["a", "b"], window=40).load_state(state)
 
 
 def test_constructor_checks() -> None:
