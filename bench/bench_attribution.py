@@ -59,12 +59,15 @@ def ranking(seeds: int, shifts: tuple[float, ...]) -> None:
         print(f"  shift {shift:.2f} IQR: shifted features ranked first in {hits}/{seeds} seeds")
 
 
-def selected_validity(streams: int, length: int, threshold: float, continuous: bool) -> None:
+def selected_p_values(
+    streams: int, length: int, threshold: float, continuous: bool
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """The feature names, then per attributed false alarm the p-value of each feature (one
+    row per alarm) and the smallest Holm-adjusted p-value."""
     X = np.random.default_rng(0).normal(size=(49_097, 5)) if continuous else features()
     names = tuple(f"x{j}" for j in range(5)) if continuous else SHUTTLE_FEATURES
     p_values: list[list[float]] = []
     p_min_adjusted: list[float] = []
-    started = time.perf_counter()
     for seed in range(streams):
         rows = np.random.default_rng(1000 + seed).choice(X.shape[0], N_CALIBRATION + length,
                                                          replace=False)
@@ -81,7 +84,12 @@ def selected_validity(streams: int, length: int, threshold: float, continuous: b
             by_name = {f["feature"]: f for f in d.attribution["features"]}
             p_values.append([by_name[name]["p_value"] for name in names])
             p_min_adjusted.append(min(f["p_adjusted"] for f in by_name.values()))
-    p = np.asarray(p_values)
+    return names, np.asarray(p_values).reshape(-1, len(names)), np.asarray(p_min_adjusted)
+
+
+def selected_validity(streams: int, length: int, threshold: float, continuous: bool) -> None:
+    started = time.perf_counter()
+    names, p, p_min_adjusted = selected_p_values(streams, length, threshold, continuous)
     n = p.shape[0]
     data = "continuous N(0, 1) features" if continuous else "Shuttle"
     print(f"validity with the alarm choosing the window ({data}): {streams} streams of "
@@ -92,7 +100,7 @@ def selected_validity(streams: int, length: int, threshold: float, continuous: b
         se = math.sqrt(a * (1 - a) / max(n, 1))
         rates = ", ".join(f"{name} {r:.3f}" for name, r in zip(names, (p <= a).mean(0),
                                                                    strict=True))
-        fwer = float(np.mean(np.asarray(p_min_adjusted) <= a))
+        fwer = float(np.mean(p_min_adjusted <= a))
         print(f"  a = {a}: P(p <= a) {rates}; family-wise (Holm) {fwer:.3f}; "
               f"standard error {se:.3f}")
 
