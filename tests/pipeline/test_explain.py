@@ -79,3 +79,55 @@ def test_performance_windows_equal_a_direct_computation(example: dict[str, Path]
         assert w.metrics["rmse"] == pytest.approx(math.sqrt((residual**2).mean()), rel=1e-12)
     # the model fails beyond its training range: the extreme phase's windows are much worse
     assert windows[-1].metrics["mae"] > 5 * windows[0].metrics["mae"]
+
+
+def classification_events(n: int, seed: int) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """Prediction events with named features, labels 3 predictions late; the (probability,
+    label) pairs in the order the labels join."""
+    rng = np.random.default_rng(seed)
+    proba = rng.dirichlet(np.ones(3), size=n)
+    labels = rng.integers(0, 3, size=n)
+    lines: list[bytes] = []
+    for i in range(n):
+        event = {"kind": "prediction", "stream": "digits", "id": f"e-{i}",
+                 "ts": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+                 "features": {"a": float(rng.normal()), "b": float(rng.normal())},
+                 "prediction": proba[i].tolist()}
+        lines.append(json.dumps(event).encode())
+        if i >= 3:
+            lines.append(json.dumps({"kind": "label", "stream": "digits", "id": f"e-{i - 3}",
+                                     "ts": event["ts"], "label": int(labels[i - 3])}).encode())
+    return lines, proba[: n - 3], labels[: n - 3]
+
+
+@pytest.mark.parametrize("per_event", [False, True], ids=["batch", "per-event"])
+def test_classification_performance_windows(per_event: bool) -> None:
+    from sklearn.metrics import log_loss
+
+    from monitor.calibration import Calibration
+    from monitor.config import StreamConfig
+    from monitor.stream import StreamMonitor
+
+    rng = np.random.default_rng(0)
+    rows = [{"features": {"a": float(rng.normal()), "b": float(rng.normal())},
+             "prediction": rng.dirichlet(np.ones(3)).tolist(), "label": int(rng.integers(3))}
+            for _ in range(200)]
+    config = StreamConfig(name="digits", task="classification", calibration=rows,
+                          performance={"window": 50}, ood={"enabled": False})
+    monitor = StreamMonitor(config, Calibration.from_rows(rows))
+    assert monitor.feature_names == ("a", "b")
+    lines, proba, labels = classification_events(240, seed=1)
+    pipeline = Pipeline({"digits": monitor}, "file:events", per_event=per_event)
+    records = [RawRecord("events", 0, i, v) for i, v in enumerate(lines)]
+    windows = [w for start in range(0, len(records), 64)
+               for w in pipeline.process(records[start : start + 64]).performance_windows]
+    assert [w.window_index for w in windows] == [0, 1, 2, 3]
+    for w in windows:
+        k = slice(50 * w.window_index, 50 * (w.window_index + 1))
+        assert w.metrics["accuracy"] == pytest.approx(np.mean(proba[k].argmax(1) == labels[k]))
+        assert w.metrics["log_loss"] == pytest.approx(
+            log_loss(labels[k], proba[k], labels=[0, 1, 2]), rel=1e-9
+        )
+        assert {m for m in w.metrics if m.startswith("recall_class_")} == {
+            f"recall_class_{c}" for c in set(labels[k].tolist())
+        }
