@@ -221,6 +221,7 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
     p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
+    _alerts_argument(p)
     p.add_argument(
         "--batch-size", type=_positive_int, default=None, help="records per transaction"
     )
@@ -321,6 +322,12 @@ def _add_db(sub: Any) -> None:
     down = s.add_parser("downgrade", help="alembic downgrade")
     down.add_argument("revision")
     down.set_defaults(handler=_cmd_db_downgrade)
+    prune = s.add_parser(
+        "prune", help="delete results older than each stream's retention policy"
+    )
+    prune.add_argument("--batch", type=int, default=5000, help="rows per delete transaction")
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(handler=_cmd_db_prune)
 
 
 def _add_serve(sub: Any) -> None:
@@ -332,7 +339,31 @@ def _add_serve(sub: Any) -> None:
         type=int,
         help="worker processes (default: MONITOR_API_WORKERS or 1; one per core is usual)",
     )
+    _alerts_argument(p)
     p.set_defaults(handler=_cmd_serve)
+
+
+def _alerts_argument(p: Any) -> None:
+    p.add_argument(
+        "--alerts",
+        metavar="FILE",
+        help="alert routing file, YAML or JSON (default: MONITOR_ALERTS_FILE; "
+        "docs/operations.md, \"Alert routing\")",
+    )
+
+
+def _with_alerts(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` with ``--alerts``, checked now: a bad routing file is one line, exit 2."""
+    from monitor.alerts import AlertRoutingError, load_alert_routing
+    from monitor.webhooks import webhook_urls
+
+    if getattr(args, "alerts", None):
+        settings = settings.model_copy(update={"alerts_file": args.alerts})
+    try:
+        load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    return settings
 
 
 def _add_dashboards(sub: Any) -> None:
@@ -344,6 +375,13 @@ def _add_dashboards(sub: Any) -> None:
     push.add_argument("--user", help="basic-auth user (with --password)")
     push.add_argument("--password", help="basic-auth password")
     push.add_argument("--prometheus-url", help="Prometheus URL for the panels fed by /metrics")
+    push.add_argument(
+        "--datasource-db",
+        metavar="URL",
+        help="database URL Grafana's datasource connects with, as Grafana reaches it: the "
+        "read-only reader role (or MONITOR_GRAFANA_DATABASE_URL); without it the datasource is "
+        "left as it is (--db is never handed to Grafana)",
+    )
     push.set_defaults(handler=_cmd_dashboards_push)
 
 
@@ -379,6 +417,7 @@ def _safe_url(url: str) -> str:
 def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import run_source
 
+    settings = _with_alerts(args, settings)
     summary = run_source(
         source_url=args.source,
         configs=args.config,
@@ -568,11 +607,16 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.db.store import CheckpointMovedError
     from monitor.dead_letters import replay_dead_letters
     from monitor.runner import DatabaseSink, RunError
 
-    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise UserError(str(exc)) from None
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate, routing=routing)
     try:
         report = replay_dead_letters(
             sink,
@@ -625,6 +669,22 @@ def _cmd_db_downgrade(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_db_prune(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.retention import prune
+    from monitor.runner import DatabaseSink
+
+    if args.batch < 1:
+        raise UserError(f"--batch must be at least 1, got {args.batch}")
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    report = prune(sink.sessions, batch=args.batch)
+    if args.json:
+        print(json.dumps({"deleted": report.deleted, "transactions": report.transactions}))
+    else:
+        rows = ", ".join(f"{n} {table}" for table, n in report.deleted.items())
+        print(f"pruned {rows} in {report.transactions} transactions")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -632,6 +692,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.api.app import guard_limits
     from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
+    settings = _with_alerts(args, settings)
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
@@ -671,24 +732,31 @@ def _prepare_workers(settings: Settings) -> None:
         upgrade(settings.database_url)
     os.environ["MONITOR_DATABASE_URL"] = settings.database_url  # it may come from --db
     os.environ["MONITOR_AUTO_MIGRATE"] = "false"
+    os.environ["MONITOR_ALERTS_FILE"] = settings.alerts_file  # it may come from --alerts
 
 
 def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.dashboards import DashboardPushError, push_dashboards
+    from monitor.dashboards import POSTGRES_UID, DashboardPushError, push_dashboards
 
+    datasource = args.datasource_db or os.environ.get("MONITOR_GRAFANA_DATABASE_URL") or None
     try:
         pushed = push_dashboards(
             args.grafana_url,
             token=args.token or os.environ.get("GRAFANA_TOKEN") or None,
             user=args.user,
             password=args.password,
-            database_url=settings.database_url,
+            database_url=datasource,
             prometheus_url=args.prometheus_url,
         )
     except DashboardPushError as exc:
         raise UserError(str(exc)) from None
     for uid in pushed:
         print(f"dashboard {uid} pushed to {args.grafana_url}")
+    if datasource is None:
+        print(
+            f"datasource {POSTGRES_UID} left as it is: pass --datasource-db with the read-only "
+            "reader's URL to create or update it (docs/dashboards.md)"
+        )
     return 0
 
 

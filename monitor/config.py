@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from monitor.durations import parse_duration
 
 Task = Literal["regression", "classification"]
 ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
@@ -73,6 +75,26 @@ class AttributionConfig(_Strict):
     window: Annotated[int, Field(ge=20)] = 200
 
 
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class RetentionConfig(_Strict):
+    """How long stored results are kept (``monitor db prune`` and the worker apply it).
+
+    Each age is a duration (``90d``, ``12h``, seconds) or null to keep forever. Trace points,
+    OOD windows and dead letters age on the stream's own event-time clock (the newest stored row
+    of the kind), so a replay of old data is not pruned on arrival; acknowledged alarms age from
+    their acknowledgement (wall clock). Unacknowledged alarms are never pruned, and the trace
+    points within ``alarm_context`` events of a kept alarm (from its changepoint) are kept.
+    """
+
+    trace_points: Duration | None = 90 * 86400.0
+    ood_windows: Duration | None = 90 * 86400.0
+    dead_letters: Duration | None = 30 * 86400.0
+    acknowledged_alarms: Duration | None = 365 * 86400.0
+    alarm_context: Annotated[int, Field(ge=0)] = 1000
+
+
 class StreamConfig(_Strict):
     """One monitored stream.
 
@@ -93,6 +115,7 @@ class StreamConfig(_Strict):
     covariate_alarm: AlarmConfig | None = None
     ood: OODConfig = OODConfig()
     labels: LabelJoinConfig = LabelJoinConfig()
+    retention: RetentionConfig = RetentionConfig()
     weighted: bool = True
     weight_batch: Annotated[int, Field(ge=1, le=64)] = 32
     rebaseline: Annotated[int, Field(ge=0)] = 300

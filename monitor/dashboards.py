@@ -322,8 +322,9 @@ def _upsert_datasource(api: Any, body: dict[str, Any]) -> None:
 def _require_datasource(api: Any, uid: str) -> None:
     if not _exists(api.datasource.get_datasource_by_uid, uid):
         raise DashboardPushError(
-            f"Grafana has no datasource with uid {uid!r}: pass the database URL so that the push "
-            "creates it (--db or MONITOR_DATABASE_URL), or provision it from "
+            f"Grafana has no datasource with uid {uid!r}: pass the database URL Grafana should "
+            "connect with, a read-only role's (--datasource-db or MONITOR_GRAFANA_DATABASE_URL), "
+            "so that the push creates it, or provision it from "
             "dashboards/provisioning/datasources"
         )
 

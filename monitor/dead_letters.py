@@ -139,6 +139,7 @@ def _letter_json(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,
         "ts": row.ts.isoformat(),
+        "ts_source": row.ts_source,
         "source": row.source_name or row.source,
         "partition": row.partition,
         "offset": row.offset,
@@ -379,9 +380,11 @@ def _persist(
 ) -> set[int]:
     """One transaction: results, checkpoints (checked against ``marks``), replayed dead letters
     deleted, failed ones updated; the ids actually deleted."""
+    from monitor.alerts import outbox_rows
     from monitor.db.store import persist_replay
     from monitor.state import Checkpoint
 
+    alerts = outbox_rows(out.alarms, sink.routing) if sink.routing and out.alarms else []
     checkpoints = {
         name: Checkpoint(name, state["version"], state["event_index"], state)
         for name, state in states.items()
@@ -398,4 +401,5 @@ def _persist(
             expected={name: marks.get(name) for name in checkpoints},
             replayed=replayed,
             failed=failed,
+            alerts=alerts,
         )

@@ -33,6 +33,10 @@ Metric names (labels in braces):
 - ``monitor_trace_event_index{stream,detector}``: event index of that latest trace point
 - ``monitor_webhook_deliveries_total{result}``: delivery attempts by ``result``: ``success``,
   ``http_error``, ``error`` (no answer) or ``dropped``
+- ``monitor_alert_outbox{receiver,status}``: alert deliveries ``pending`` (queued or waiting
+  for a retry) and ``dead`` (given up), by receiver *name* (the routing file's, never a URL)
+- ``monitor_alert_delivery_attempts_total{receiver,result}``: alert delivery attempts by
+  receiver name and ``result`` (``success``, ``http_error``, ``error``)
 - ``monitor_database_up``: 1 if the scrape could read the database
 """
 
@@ -53,6 +57,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from monitor.db.models import (
     AlarmRow,
+    AlertOutboxRow,
     CheckpointRow,
     DeadLetterRow,
     OODWindowRow,
@@ -83,6 +88,8 @@ SOURCE_KINDS: tuple[str, ...] = ("file", "kafka", "http", "memory")
 RULE_DETECTORS: tuple[str, ...] = ("covariate", "conditional")
 EVENT_KINDS: tuple[str, ...] = ("prediction", "label")
 WEBHOOK_RESULTS: tuple[str, ...] = ("success", "http_error", "error", "dropped")
+OUTBOX_GAUGES: tuple[str, ...] = ("pending", "dead")
+ALERT_RESULTS: tuple[str, ...] = ("success", "http_error", "error")
 
 
 def source_kind(source: str | None) -> str:
@@ -253,6 +260,7 @@ class DatabaseCollector(Collector):
         yield from _join_families(stats, streams)
         yield from _trace_families(session, sorted(registered), configs)
         yield _webhook_family(session)
+        yield from _alert_families(session)
 
     def _alarm_families(
         self, session: Session, registered: set[str], streams: list[str]
@@ -439,6 +447,44 @@ def _webhook_family(session: Session) -> Metric:
         "Webhook delivery attempts by result.",
         ["result"],
         counts.items(),
+    )
+
+
+def _alert_families(session: Session) -> Iterator[Metric]:
+    """Outbox gauges and attempts per receiver name (bounded: the receivers ever configured)."""
+    rows = session.execute(
+        select(AlertOutboxRow.receiver, AlertOutboxRow.status, func.count())
+        .where(AlertOutboxRow.status.in_(OUTBOX_GAUGES))
+        .group_by(AlertOutboxRow.receiver, AlertOutboxRow.status)
+    ).all()
+    receivers = sorted(set(session.scalars(select(AlertOutboxRow.receiver).distinct())))
+    outbox = _zeros(receivers, OUTBOX_GAUGES)
+    for receiver, status, n in rows:
+        outbox[(receiver, status)] = n
+    yield _gauge(
+        "monitor_alert_outbox",
+        "Alert deliveries pending (queued or waiting for a retry) and dead, by receiver.",
+        ["receiver", "status"],
+        outbox.items(),
+    )
+    result = case(
+        (WebhookDeliveryRow.status_code.between(200, 299), "success"),
+        (WebhookDeliveryRow.status_code.is_not(None), "http_error"),
+        else_="error",
+    )
+    attempts = _zeros(receivers, ALERT_RESULTS)
+    query = (
+        select(WebhookDeliveryRow.receiver, result, func.count())
+        .where(WebhookDeliveryRow.receiver.is_not(None))
+        .group_by(WebhookDeliveryRow.receiver, result)
+    )
+    for receiver, r, n in session.execute(query).all():
+        attempts[(receiver, r)] = n
+    yield _counter(
+        "monitor_alert_delivery_attempts",
+        "Alert delivery attempts by receiver and result.",
+        ["receiver", "result"],
+        attempts.items(),
     )
 
 

@@ -59,7 +59,7 @@ def classification_metrics(
 @dataclass(frozen=True, slots=True)
 class ClosedWindow:
     """One closed window: its number, the smallest and largest event index of its labelled
-    events, the time its last label joined, its size and metrics."""
+    events, the event time of its last labelled event, its size and metrics."""
 
     window_index: int
     start_index: int
@@ -110,7 +110,7 @@ class PerformanceWindows:
         event_indexes: Sequence[int],
         ts: Sequence[datetime],
     ) -> list[ClosedWindow]:
-        """Labelled events in join order (``ts``: when each label joined); the windows they
+        """Labelled events in join order (``ts``: each one's event time); the windows they
         closed."""
         closed: list[ClosedWindow] = []
         start = 0

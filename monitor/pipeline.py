@@ -6,7 +6,9 @@ persists what :meth:`Pipeline.process` returns together with the source offsets.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -132,7 +134,8 @@ class Pipeline:
                 positions.append(k)
                 events.append(event)
                 continue
-            dead.append((k, _dead_letter(self.source, record, reason, _record_time(record))))
+            known = None if isinstance(event, InvalidEvent) else event
+            dead.append((k, _dead_letter(self.source, record, reason, known)))
         for name, (positions, events) in routed.items():
             monitor = self.streams[name]
 
@@ -153,7 +156,7 @@ class Pipeline:
             for i, reason in rejected:
                 record = records[positions[i]]
                 dead.append((positions[i], _dead_letter(
-                    self.source, record, reason, _record_time(record), name
+                    self.source, record, reason, events[i], name
                 )))
             if len(rejected) < len(events):
                 out.events += len(events) - len(rejected)
@@ -218,14 +221,14 @@ class Pipeline:
             # The record's time is only the fallback of an event without ``ts``.
             monitor.observe(event, _record_time(record) if event.ts is None else event.ts)
         except InvalidEvent as exc:
-            ts = _record_time(record)
-            out.dead_letters.append(_dead_letter(self.source, record, str(exc), ts, stream))
+            known = None if isinstance(event, Exception) else event
+            out.dead_letters.append(_dead_letter(self.source, record, str(exc), known, stream))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
             log.exception("internal error on %s", _where(record))
+            known = None if isinstance(event, Exception) else event
             reason = _internal_error(exc)
-            ts = _record_time(record)
-            out.dead_letters.append(_dead_letter(self.source, record, reason, ts, stream))
+            out.dead_letters.append(_dead_letter(self.source, record, reason, known, stream))
             return
         out.events += 1
         out.touched.add(event.stream)
@@ -249,18 +252,47 @@ def _where(record: Any) -> str:
 
 def _record_time(record: Any) -> datetime:
     """Event time fallback: the record's broker timestamp, else ingest time."""
+    return record_time(record)[0]
+
+
+def record_time(record: Any, event: Any = None) -> tuple[datetime, str]:
+    """A dead letter's time and where it came from (docs/persistence.md, "One time base"): the
+    event's own ``ts`` where it can be read (``"event"``: from the decoded event, else from the
+    raw record's ``ts`` field), else the broker's timestamp (``"broker"``), else now
+    (``"ingest"``)."""
+    ts = getattr(event, "ts", None)
+    if ts is None:
+        ts = _raw_ts(getattr(record, "value", None))
+    if isinstance(ts, datetime):
+        return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)), "event"
     ts_ms = getattr(record, "timestamp_ms", None)
     if ts_ms is not None and ts_ms > 0:
-        return datetime.fromtimestamp(ts_ms / 1000.0, tz=UTC)
-    return datetime.now(UTC)
+        return datetime.fromtimestamp(ts_ms / 1000.0, tz=UTC), "broker"
+    return datetime.now(UTC), "ingest"
+
+
+def _raw_ts(value: Any) -> datetime | None:
+    """The ``ts`` field of a record that did not decode as an event, when it reads as one."""
+    if not isinstance(value, bytes | bytearray) or len(value) > DeadLetter.MAX_PAYLOAD * 64:
+        return None
+    try:
+        data = json.loads(value)
+        ts = data.get("ts") if isinstance(data, dict) else None
+        if not isinstance(ts, str):
+            return None
+        parsed = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return parsed if math.isfinite(parsed.timestamp()) else None
 
 
 def _dead_letter(
-    source: str, record: Any, reason: str, ts: datetime, stream: str | None = None
+    source: str, record: Any, reason: str, event: Any = None, stream: str | None = None
 ) -> DeadLetter:
     # Keyed like the stored offsets: "<scheme>:<topic>" (``kafka:predictions``,
     # ``file:/data/events.jsonl``), or the bare topic for sources without a name (``http``).
     scheme = source.split(":", 1)[0]
+    ts, ts_source = record_time(record, event)
     return DeadLetter(
         source=f"{scheme}:{record.topic}" if scheme and record.topic else (source or record.topic),
         partition=record.partition,
@@ -269,4 +301,5 @@ def _dead_letter(
         payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
         ts=ts,
         stream=stream,
+        ts_source=ts_source,
     )

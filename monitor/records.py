@@ -125,7 +125,8 @@ class OODWindow:
 class PerformanceWindow:
     """The model's metrics over one window of a stream's labelled events (docs/explain.md):
     ``start_index``/``end_index`` the smallest and largest event index of its events, ``ts``
-    the time the window's last label joined, ``metrics`` metric name → value."""
+    the event time of the window's last labelled event (its prediction's time), ``metrics``
+    metric name → value."""
 
     stream: str
     window_index: int
@@ -165,6 +166,8 @@ class DeadLetter:
     payload: bytes
     ts: datetime
     stream: str | None = None
+    #: Where ``ts`` came from: ``event`` (the record's own ts), ``broker`` or ``ingest``.
+    ts_source: str = "ingest"
 
     #: Payloads are truncated to this many bytes before they are stored.
     MAX_PAYLOAD = 4096
@@ -177,6 +180,7 @@ class DeadLetter:
             "reason": self.reason,
             "payload": self.payload[: self.MAX_PAYLOAD].decode("utf-8", errors="replace"),
             "ts": iso(self.ts),
+            "ts_source": self.ts_source,
             "stream": self.stream,
         }
 

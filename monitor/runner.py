@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import ConfigError, StreamConfig, load_stream_config
@@ -21,6 +22,11 @@ from monitor.worker import (
     TopicPartition,
     Worker,
 )
+
+if TYPE_CHECKING:
+    from monitor.alerts import AlertRouting
+
+log = logging.getLogger(__name__)
 
 
 class RunError(Exception):
@@ -61,7 +67,7 @@ def read_configs(paths: Iterable[str]) -> list[StreamConfig]:
 class DatabaseSink:
     """Persists each batch with its detector checkpoints and source offsets in one transaction."""
 
-    def __init__(self, url: str, migrate: bool = True) -> None:
+    def __init__(self, url: str, migrate: bool = True, routing: AlertRouting | None = None) -> None:
         from monitor.db.engine import make_engine, session_factory
         from monitor.db.migrate import upgrade
 
@@ -69,6 +75,8 @@ class DatabaseSink:
             upgrade(url)
         self.engine = make_engine(url)
         self.sessions = session_factory(self.engine)
+        #: Alert routing: each batch's alarms are queued in ``alert_outbox`` with the batch.
+        self.routing = routing
 
     def load_offsets(
         self, keys: set[TopicPartition], source: Callable[[str], str]
@@ -106,9 +114,15 @@ class DatabaseSink:
             name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
         }
+        alerts = []
+        if self.routing is not None and out.alarms:
+            from monitor.alerts import outbox_rows
+
+            alerts = outbox_rows(out.alarms, self.routing)
         with self.sessions() as session:
             persist_batch(
                 session,
+                alerts=alerts,
                 alarms=out.alarms,
                 trace_points=out.trace_points,
                 ood_windows=out.ood_windows,
@@ -220,7 +234,7 @@ def run_source(
     kind = source_url.split(":", 1)[0]
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
-    hooks = _webhooks(settings, sink)
+    hooks = _alerts(settings, sink)
     watched = _watch(metrics_port, metrics_host, health_bound_s, store, pipeline, source, sink)
     worker = Worker(
         source if watched is None else watched.source,
@@ -228,11 +242,12 @@ def run_source(
         sink if watched is None else watched.sink,
         source_kind=kind,
         batch_size=batch_size,
-        on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.submit),
+        on_alarm=_fan_out(on_alarm, None if hooks is None else hooks.notify),
         on_batch=on_batch if watched is None else _batch_fan_out(watched.batch_done, on_batch),
         retry=retry,
         summary_limit=None if kind == "file" else 10_000,
         checkpoint_every=checkpoint_every,
+        housekeeping=_retention(settings, sink),
     )
     stop = stop if stop is not None else StopFlag()  # an unset flag is falsy
     ended = "the source ended"
@@ -307,12 +322,36 @@ def _batch_fan_out(
     return call
 
 
-def _webhooks(settings: Settings, sink: Sink) -> Any:
-    """The alarm webhook dispatcher of ``settings``; attempts are stored when a database is."""
+@dataclass
+class _AlertHooks:
+    """What delivers a run's alarms: ``notify`` is called with each durable alarm."""
+
+    notify: Callable[[Alarm], None]
+    close: Callable[[], None]
+
+
+def _alerts(settings: Settings, sink: Sink) -> _AlertHooks | None:
+    """With a database, the sink queues each batch's routed alarms in ``alert_outbox`` and a
+    delivery thread sends them (at-least-once); without one (``--no-store``), the in-memory
+    dispatcher of ``MONITOR_WEBHOOK_URLS`` (at-most-once). None: no receiver."""
+    from monitor.alerts import AlertDelivery, AlertRoutingError, routing_from_settings
     from monitor.webhooks import dispatcher_from_settings
 
-    record: Any = sink.sessions if isinstance(sink, DatabaseSink) else (lambda attempt: None)
-    return dispatcher_from_settings(settings, record)
+    try:
+        routing = routing_from_settings(settings)
+    except AlertRoutingError as exc:
+        raise RunError(str(exc)) from None
+    if routing is None:
+        return None
+    if not isinstance(sink, DatabaseSink):
+        if settings.alerts_file:
+            log.warning("--no-store: the alert routing file needs the database (its outbox); "
+                        "only MONITOR_WEBHOOK_URLS receive alarms, from memory")
+        hooks = dispatcher_from_settings(settings, lambda attempt: None)
+        return None if hooks is None else _AlertHooks(hooks.submit, hooks.close)
+    sink.routing = routing
+    delivery = AlertDelivery(sink.sessions, settings.webhook_secret, routing.delivery).start()
+    return _AlertHooks(delivery.wake, delivery.close)
 
 
 def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], None] | None:
@@ -447,6 +486,20 @@ def rebind_stream(
         return (None if old is None else old.describe()), writer.describe()
     finally:
         sink.close()
+
+
+def _retention(settings: Settings, sink: Any) -> tuple[float, Callable[[], Any]] | None:
+    """The worker's background retention pass (monitor.db.retention), when it stores results."""
+    if not isinstance(sink, DatabaseSink) or settings.retention_interval <= 0:
+        return None
+    from monitor.db.retention import prune
+
+    def task() -> None:
+        report = prune(sink.sessions, max_seconds=settings.retention_max_seconds)
+        if report.total:
+            log.info("retention: pruned %s", report.deleted)
+
+    return settings.retention_interval, task
 
 
 def list_alarms(

@@ -26,10 +26,13 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./monitor.db"
     #: ``"read:TOKEN_A,write:TOKEN_B"``; write implies read. Empty: no token is valid.
     api_tokens: str = ""
-    #: Comma-separated webhook URLs that receive every alarm.
+    #: Comma-separated webhook URLs that receive every alarm (a catch-all alert route).
     webhook_urls: str = ""
-    #: HMAC key used to sign webhook bodies.
+    #: HMAC key used to sign alert deliveries (``X-Monitor-Signature``).
     webhook_secret: str = ""
+    #: Alert routing file, YAML or JSON: receivers (webhook, Slack, Alertmanager) and the
+    #: streams, kinds and severities routed to each (docs/operations.md, "Alert routing").
+    alerts_file: str = ""
     #: HMAC key of the API's pagination cursors (an edited or forged cursor is a 422). Empty: a
     #: built-in key, which detects edits but not a forger who read the source; set it (the same
     #: on every replica) to deny forgeries.
@@ -47,6 +50,10 @@ class Settings(BaseSettings):
     #: a crash and deliver their alarms again, each with its id (docs/streaming.md, "Delivery
     #: semantics"). 5 was chosen by measurement: most of the saving, a bounded replay.
     checkpoint_every: int = Field(default=5, ge=1)
+    #: Seconds between the worker's background retention passes (``monitor db prune`` between
+    #: batches, each pass at most ``retention_max_seconds``); 0 turns them off.
+    retention_interval: float = Field(default=600.0, ge=0)
+    retention_max_seconds: float = Field(default=2.0, gt=0)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
     #: Logging level of the service (DEBUG, INFO, WARNING, ERROR or CRITICAL).

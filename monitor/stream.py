@@ -148,7 +148,10 @@ class StreamMonitor:
         self.join.add_label(event.id, event.label, ts.timestamp())
 
     def _observe_joined(self, joined: Joined, ts: datetime) -> None:
+        # One time base: the conditional trace and its alarms carry the prediction's event time
+        # (the label's ``ts`` only says when the evidence arrived).
         pending = joined.pending
+        ts = datetime.fromtimestamp(pending.ts, UTC)
         score = conditional_score(self.config, pending.prediction, joined.label)
         self.detectors.update_conditional(np.asarray(pending.features), score, pending.event_index)
         self.labeled += 1
@@ -224,7 +227,7 @@ class StreamMonitor:
             self.last_ts = ts
             if join._ready:
                 for joined in join.drain():
-                    batch.add_joined(joined, config, ts)
+                    batch.add_joined(joined, config)
         if batch.cov_index or batch.cond_index:
             self._advance(batch)
         return rejected
@@ -601,12 +604,12 @@ class _Batch:
         for kind, value in inputs.items():
             self.ood_rows.setdefault(kind, []).append(value)
 
-    def add_joined(self, joined: Joined, config: StreamConfig, ts: datetime) -> None:
+    def add_joined(self, joined: Joined, config: StreamConfig) -> None:
         pending = joined.pending
         self.cond_rows.append(pending.features)
         self.cond_scores.append(conditional_score(config, pending.prediction, joined.label))
         self.cond_index.append(pending.event_index)
-        self.cond_ts.append(ts)
+        self.cond_ts.append(datetime.fromtimestamp(pending.ts, UTC))  # the prediction's time
         self.cond_ids.append(pending.event_id)
         self.cond_seq.append(self.seq)
         self.cond_before.append(len(self.cov_index))

@@ -1,19 +1,27 @@
 """Alarm webhooks: signed, idempotent, retried deliveries that never block detection.
 
-Each alarm is POSTed to every configured URL as ``alarm.to_json()`` (the alarm record with its
-diagnosis and evidence), with these headers:
+Every alarm delivery (to a webhook, Slack or Alertmanager receiver; :mod:`monitor.alerts`) is a
+POST with these headers:
 
+``X-Monitor-Timestamp: <unix seconds>``
+    When the request was signed.
 ``X-Monitor-Signature: sha256=<hex>``
-    HMAC-SHA256 of the exact request body with the shared secret. Receivers recompute it over the
-    raw bytes they received and compare in constant time.
-``X-Monitor-Idempotency-Key: <alarm id>``
+    HMAC-SHA256, with the shared secret, of ``f"{timestamp}.{body}"`` (the timestamp header's
+    value, a dot, the exact request body). A receiver recomputes it over the raw bytes it
+    received, compares in constant time and refuses a timestamp more than 5 minutes from its
+    clock (:func:`verify`), so a captured request cannot be replayed later.
+``X-Monitor-Idempotency-Key: <alarm id>:<revision>``
     The same on every attempt (alarm ids are deterministic), so a receiver can drop repeats.
 ``X-Monitor-Attempt: <n>``
     1 for the first attempt.
 
-A 2xx answer ends the delivery. Connection errors, timeouts, 429 and 5xx are retried with
-exponential backoff (``Retry-After`` is honoured when longer) up to ``max_attempts``; any other
-answer (3xx, 4xx) is final. Every attempt, and every delivery dropped without an attempt (queue
+With a database, alarms are delivered from the ``alert_outbox`` table by
+:class:`monitor.alerts.AlertDelivery` (at-least-once across crashes, routed per receiver).
+:class:`WebhookDispatcher` is the delivery of runs without a database (``monitor run
+--no-store``): an in-memory queue, so a crash loses what it holds. A 2xx answer ends the
+delivery. Connection errors, timeouts, 429 and 5xx are retried with exponential backoff
+(``Retry-After`` is honoured when longer) up to ``max_attempts``; any other answer (3xx, 4xx)
+is final. Every attempt, and every delivery dropped without an attempt (queue
 full, shutdown), is recorded (``webhook_deliveries`` with :class:`DatabaseRecorder`).
 
 :meth:`WebhookDispatcher.submit` only appends to a bounded in-memory queue; the HTTP calls and the
@@ -50,7 +58,9 @@ __all__ = [
     "DeliveryAttempt",
     "WebhookDispatcher",
     "exponential_backoff",
+    "idempotency_key",
     "sign",
+    "signed_headers",
     "verify",
 ]
 
@@ -59,33 +69,80 @@ log = logging.getLogger(__name__)
 #: ``error`` of a recorded delivery that was dropped without being attempted starts with this.
 DROPPED = "dropped"
 SIGNATURE_HEADER = "X-Monitor-Signature"
+TIMESTAMP_HEADER = "X-Monitor-Timestamp"
+#: Seconds a signature's timestamp may be from the receiver's clock (:func:`verify`).
+SIGNATURE_TOLERANCE = 300.0
 IDEMPOTENCY_HEADER = "X-Monitor-Idempotency-Key"
 ATTEMPT_HEADER = "X-Monitor-Attempt"
 #: Longest wait a receiver's ``Retry-After`` can impose between two attempts, in seconds.
 MAX_RETRY_AFTER = 300.0
 
 
-def sign(body: bytes, secret: str) -> str:
-    """The ``X-Monitor-Signature`` value of ``body``.
+def sign(body: bytes, secret: str, timestamp: int) -> str:
+    """The ``X-Monitor-Signature`` value of ``body`` sent at ``timestamp`` (unix seconds):
+    HMAC-SHA256 of ``f"{timestamp}.{body}"``, the scheme of Stripe's and Slack's webhooks.
 
     Examples
     --------
-    >>> sign(b'{"id":"a"}', "s3cret")
-    'sha256=0c86f909b8dbe4c4da8ec47d6ff3d4db2e0b90f70dc2180b2ba70423cf0a46f5'
+    >>> sign(b'{"id":"a"}', "s3cret", 1764547200)
+    'sha256=4e32e33c7eaac67cca690e1f97c7c4f2a448a86d85ee8e26db0499dbb4b4dbca'
     """
-    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+    message = str(int(timestamp)).encode("ascii") + b"." + body
+    return "sha256=" + hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
 
 
-def verify(body: bytes, secret: str, signature: str) -> bool:
-    """What a receiver does: recompute the signature of the raw body, compare in constant time.
+def verify(
+    body: bytes,
+    secret: str,
+    signature: str,
+    timestamp: str | int,
+    *,
+    tolerance: float = SIGNATURE_TOLERANCE,
+    now: float | None = None,
+) -> bool:
+    """What a receiver does with a delivery: refuse a timestamp (``X-Monitor-Timestamp``) more
+    than ``tolerance`` seconds from its clock ``now``, recompute the signature over the raw body
+    and that timestamp, and compare it with ``X-Monitor-Signature`` in constant time.
 
     Examples
     --------
-    >>> signature = sign(b"{}", "s3cret")
-    >>> verify(b"{}", "s3cret", signature), verify(b"{ }", "s3cret", signature)
-    (True, False)
+    >>> signature = sign(b"{}", "s3cret", 1764547200)
+    >>> verify(b"{}", "s3cret", signature, "1764547200", now=1764547260)
+    True
+    >>> verify(b"{ }", "s3cret", signature, "1764547200", now=1764547260)  # body changed
+    False
+    >>> verify(b"{}", "s3cret", signature, "1764547200", now=1764547200 + 301)  # replayed late
+    False
     """
-    return hmac.compare_digest(sign(body, secret), signature)
+    try:
+        sent = int(timestamp)
+    except (TypeError, ValueError):
+        return False
+    clock = time.time() if now is None else now
+    if not abs(clock - sent) <= tolerance:
+        return False
+    return hmac.compare_digest(sign(body, secret, sent), signature)
+
+
+def signed_headers(
+    body: bytes, secret: str, key: str, attempt: int, now: float | None = None
+) -> dict[str, str]:
+    """Every header of a delivery: content type, timestamp, signature, idempotency key and
+    attempt number."""
+    timestamp = int(time.time() if now is None else now)
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "monitor-webhooks/2",
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(body, secret, timestamp),
+        IDEMPOTENCY_HEADER: key,
+        ATTEMPT_HEADER: str(attempt),
+    }
+
+
+def idempotency_key(alarm: Alarm) -> str:
+    """``{alarm id}:{revision}`` (revision 1 for an alarm record without revisions)."""
+    return f"{alarm.id}:{getattr(alarm, 'revision', 1)}"
 
 
 def exponential_backoff(
@@ -150,6 +207,7 @@ class _Job:
     alarm_id: str = field(compare=False)
     url: str = field(compare=False)
     body: bytes = field(compare=False)
+    key: str = field(compare=False)
     attempt: int = field(compare=False, default=1)
 
 
@@ -233,6 +291,7 @@ class WebhookDispatcher:
     def submit(self, alarm: Alarm) -> None:
         """Queue ``alarm`` for every URL; returns at once, never raises for delivery problems."""
         body = json_dumps(alarm.to_json()).encode("utf-8")
+        key = idempotency_key(alarm)
         with self._cond:
             reason = (
                 "dispatcher is closed"
@@ -244,10 +303,12 @@ class WebhookDispatcher:
             for url in self.urls:
                 if reason is None:
                     heapq.heappush(
-                        self._jobs, _Job(time.monotonic(), next(self._seq), alarm.id, url, body)
+                        self._jobs,
+                        _Job(time.monotonic(), next(self._seq), alarm.id, url, body, key),
                     )
                 else:
-                    self._dropped.append(_attempt(alarm.id, url, 1, None, f"{DROPPED}: {reason}"))
+                    dropped = f"{DROPPED}: {reason}"
+                    self._dropped.append(_attempt(alarm.id, url, 1, None, dropped, key))
             self._cond.notify()
 
     def close(self, timeout: float = 10.0) -> None:
@@ -288,7 +349,9 @@ class WebhookDispatcher:
     def _drop_remaining(self) -> None:
         for job in self._jobs:
             reason = f"{DROPPED}: shutdown before attempt {job.attempt}"
-            self._dropped.append(_attempt(job.alarm_id, job.url, job.attempt, None, reason))
+            self._dropped.append(
+                _attempt(job.alarm_id, job.url, job.attempt, None, reason, job.key)
+            )
         self._jobs.clear()
 
     def _flush_dropped(self) -> None:
@@ -300,13 +363,7 @@ class WebhookDispatcher:
             self._safe_record(attempt)
 
     def _deliver(self, client: httpx.Client, job: _Job) -> None:
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "monitor-webhooks/1",
-            SIGNATURE_HEADER: sign(job.body, self.secret),
-            IDEMPOTENCY_HEADER: job.alarm_id,
-            ATTEMPT_HEADER: str(job.attempt),
-        }
+        headers = signed_headers(job.body, self.secret, job.key, job.attempt)
         retry_after = 0.0
         try:
             response = client.post(job.url, content=job.body, headers=headers)
@@ -315,7 +372,7 @@ class WebhookDispatcher:
             retry_after = _retry_after(response)
         except httpx.HTTPError as exc:
             status, error, retry = None, f"{type(exc).__name__}: {exc}"[:1000], True
-        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, status, error))
+        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, status, error, job.key))
         if retry and job.attempt < self.max_attempts:
             delay = max(self.backoff(job.attempt), min(retry_after, MAX_RETRY_AFTER))
             with self._cond:
@@ -327,6 +384,7 @@ class WebhookDispatcher:
                         job.alarm_id,
                         job.url,
                         job.body,
+                        job.key,
                         job.attempt + 1,
                     ),
                 )
@@ -346,9 +404,9 @@ class WebhookDispatcher:
 
 
 def _attempt(
-    alarm_id: str, url: str, n: int, status: int | None, error: str | None
+    alarm_id: str, url: str, n: int, status: int | None, error: str | None, key: str
 ) -> DeliveryAttempt:
-    return DeliveryAttempt(alarm_id, url, n, status, error, idempotency_key=alarm_id)
+    return DeliveryAttempt(alarm_id, url, n, status, error, idempotency_key=key)
 
 
 def _retry_after(response: httpx.Response) -> float:

@@ -48,14 +48,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
 
-from monitor.pipeline import BatchOutput, BatchStepError, Pipeline
+from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, record_time
 from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import StreamMonitor
 
@@ -353,6 +352,7 @@ class Worker:
         summary_limit: int | None = None,
         checkpoint_every: int = 1,
         streams_refresh_s: float | None = 5.0,
+        housekeeping: tuple[float, Callable[[], Any]] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -373,6 +373,9 @@ class Worker:
         self.checkpoint_every = checkpoint_every
         self.streams_refresh_s = streams_refresh_s
         self._next_refresh = time.monotonic() + (streams_refresh_s or 0.0)
+        # (interval in seconds, task) run between batches, e.g. retention (monitor.db.retention)
+        self.housekeeping = housekeeping
+        self._next_housekeeping = time.monotonic()
         self.summary = RunSummary(limit=summary_limit)
         self._stop = StopFlag()
         # Records are processed one at a time, each its own checkpoint, until every partition
@@ -437,6 +440,8 @@ class Worker:
         if self.streams_refresh_s is not None and time.monotonic() >= self._next_refresh:
             self._refresh_streams()
             self._next_refresh = time.monotonic() + self.streams_refresh_s
+        if self.housekeeping is not None and time.monotonic() >= self._next_housekeeping:
+            self._housekeep()
         size = 1 if self._isolate_until else self.batch_size
         records = self.source.poll(size, self.poll_timeout_s)
         if records:
@@ -453,6 +458,17 @@ class Worker:
         else:
             self._checkpoint()  # caught up (an empty poll): store the progress since the last one
         return True
+
+    def _housekeep(self) -> None:
+        """Run the housekeeping task between batches; its failure is logged, never fatal (the
+        next attempt is an interval later)."""
+        assert self.housekeeping is not None
+        interval, task = self.housekeeping
+        try:
+            task()
+        except Exception:
+            log.exception("housekeeping failed; retrying in %.0f s", interval)
+        self._next_housekeeping = time.monotonic() + interval
 
     # -- streams registered or updated while running ------------------------------------------
 
@@ -801,13 +817,15 @@ class _Pending:
 
 def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
     # Same location naming as the pipeline's dead letters (source name, then topic).
+    ts, ts_source = record_time(record)
     return DeadLetter(
         source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
         partition=record.partition,
         offset=record.offset,
         reason=reason,
         payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
-        ts=datetime.now(UTC),
+        ts=ts,
+        ts_source=ts_source,
     )
 
 

@@ -10,9 +10,11 @@ PostgreSQL cases *fail* with a message saying so; deselect them explicitly with
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, delete
@@ -67,6 +69,37 @@ def postgres_database(admin: Engine) -> Iterator[str]:
     finally:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+READER_SCRIPT = (
+    Path(__file__).resolve().parents[1] / "dashboards/provisioning/postgres/10-grafana-reader.sh"
+)
+READER_PASSWORD = "reader-test-only"
+
+
+@contextmanager
+def grafana_reader(admin: Engine, url: str) -> Iterator[str]:
+    """Run the compose stack's reader script on the database at ``url`` (as the postgres image
+    does: ``sh`` with its environment, ``psql`` on the server); yield the new role, dropped after
+    (run it before the migrations, like the stack)."""
+    parsed = make_url(url)
+    role = f"grafana_reader_{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "POSTGRES_USER": parsed.username or "postgres",
+        "POSTGRES_DB": parsed.database or "",
+        "GRAFANA_READER_USER": role,
+        "GRAFANA_READER_PASSWORD": READER_PASSWORD,
+        "PGHOST": parsed.host or "127.0.0.1",
+        "PGPORT": str(parsed.port or 5432),
+    }
+    subprocess.run(["sh", str(READER_SCRIPT)], env=env, check=True, capture_output=True, timeout=60)
+    try:
+        yield role
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+            conn.exec_driver_sql(f'DROP ROLE IF EXISTS "{role}"')
 
 
 @contextmanager

@@ -12,19 +12,19 @@ import pydantic_core
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from monitor.alerts import AlertDelivery, routing_from_settings
 from monitor.api.auth import AuthMiddleware, TokenStore
 from monitor.api.deps import ApiContext
 from monitor.api.errors import install_error_handlers
 from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
-from monitor.api.routes import alarms, events, health, metrics, streams
+from monitor.api.routes import alarms, alerts, events, health, metrics, streams
 from monitor.db import repositories as repo
 from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.metrics import DatabaseCollector
 from monitor.runner import DatabaseSink
 from monitor.settings import Settings
-from monitor.webhooks import dispatcher_from_settings
 
 __all__ = ["app_from_environment", "create_app"]
 
@@ -42,6 +42,7 @@ TAGS = [
     {"name": "alarms", "description": "Alarms with their diagnosis; filters, keyset pages, ack."},
     {"name": "streams", "description": "Registered streams, their traces and OOD windows."},
     {"name": "events", "description": "Batch ingest in the wire format."},
+    {"name": "alerts", "description": "Alert deliveries (the outbox); retry a dead one."},
     {"name": "metrics", "description": "Prometheus exposition."},
     {"name": "health", "description": "Liveness (no token)."},
 ]
@@ -77,7 +78,8 @@ def create_app(settings: Settings) -> FastAPI:
     read_sessions = session_factory(read_engine)
     # Migrating here (auto_migrate, the embedded default) makes `monitor serve` work on a new
     # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
-    sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate)
+    routing = routing_from_settings(settings)
+    sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate, routing=routing)
     if not len(tokens):
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
     ingestor = Ingestor(
@@ -90,8 +92,12 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        hooks = dispatcher_from_settings(settings, sessions)
-        ingestor.on_alarm = None if hooks is None else hooks.submit
+        # Ingested alarms are queued in alert_outbox with their batch; this thread sends them
+        # (and any other process's: claims are exclusive).
+        hooks = None
+        if routing is not None:
+            hooks = AlertDelivery(sessions, settings.webhook_secret, routing.delivery).start()
+        ingestor.on_alarm = None if hooks is None else hooks.wake
         try:
             yield
         finally:
@@ -109,7 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.registry.register(DatabaseCollector(read_sessions))
     ProcessCollector(registry=app.state.registry)
     PlatformCollector(registry=app.state.registry)
-    for module in (health, metrics, streams, alarms, events):
+    for module in (health, metrics, streams, alarms, events, alerts):
         app.include_router(module.router)
     install_error_handlers(app)
     # The last middleware added runs first: authentication before the body is read.

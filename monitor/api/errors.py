@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.api.schemas import ErrorResponse
 from monitor.db.errors import (
+    DeliveryNotDeadError,
     InvalidCursorError,
     NotFoundError,
     StreamBoundError,
@@ -76,6 +77,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFoundError, _status(404))
     app.add_exception_handler(StreamExistsError, _status(409))
     app.add_exception_handler(StreamBoundError, _status(409))
+    app.add_exception_handler(DeliveryNotDeadError, _status(409))
     app.add_exception_handler(InvalidCursorError, _invalid_cursor)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(DataError, _data_error)

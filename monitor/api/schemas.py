@@ -20,6 +20,8 @@ __all__ = [
     "AckRequest",
     "AlarmPublic",
     "AlarmsPublic",
+    "AlertDeliveriesPublic",
+    "AlertDeliveryPublic",
     "DeadLetterItem",
     "ErrorResponse",
     "EventsAccepted",
@@ -317,7 +319,9 @@ class PerformanceWindowPublic(BaseModel):
     window_index: int = Field(ge=0)
     start_index: int = Field(ge=0, description="Smallest event index of the window's events.")
     end_index: int = Field(ge=0, description="Largest event index of the window's events.")
-    ts: datetime = Field(description="When the window's last label joined.")
+    ts: datetime = Field(
+        description="Event time of the window's last labelled event (its prediction's time)."
+    )
     n: int = Field(ge=1, description="Labelled events in the window.")
     metrics: dict[str, float] = Field(
         description="Regression: `mae`, `rmse`; classification: `accuracy`, `log_loss`, "
@@ -369,4 +373,39 @@ class EventsAccepted(BaseModel):
         default=False,
         description="This is the stored answer of an earlier request with the same "
         "Idempotency-Key; nothing was processed now.",
+    )
+
+
+DeliveryStatus = Literal["pending", "delivered", "dead"]
+
+
+class AlertDeliveryPublic(BaseModel):
+    """One alarm's delivery to one alert receiver (a row of the outbox)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int = Field(description="Delivery id (for `POST /alerts/deliveries/{id}/retry`).")
+    alarm_id: str
+    receiver: str = Field(description="The receiver's name in the routing file.")
+    receiver_type: Literal["webhook", "slack", "alertmanager"]
+    idempotency_key: str = Field(description="`X-Monitor-Idempotency-Key` of every attempt.")
+    status: DeliveryStatus = Field(
+        description="`pending` (queued or waiting for a retry), `delivered` or `dead` (gave up)."
+    )
+    attempts: int = Field(ge=0, description="Attempts made so far.")
+    next_attempt_at: datetime = Field(description="When a pending delivery is next attempted.")
+    last_status_code: int | None = Field(description="HTTP status of the last answer.")
+    last_error: str | None = Field(description="Why the last attempt got no answer.")
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class AlertDeliveriesPublic(BaseModel):
+    """A page of alert deliveries, newest first."""
+
+    data: list[AlertDeliveryPublic]
+    count: int = Field(ge=0, description=COUNT_DOC.format(what="Deliveries"))
+    count_exact: bool = Field(description=COUNT_EXACT_DOC)
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to get the next page; null on the last page."
     )

@@ -11,9 +11,11 @@ Hierarchy::
     ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
     ├── StreamExistsError          creating a stream whose name is taken
     │   └── StreamChangedError     ... with another configuration (update it instead)
+    ├── DeliveryNotDeadError       retrying an alert delivery that is not dead
     └── NotFoundError              (also a LookupError)
         ├── StreamNotFoundError
-        └── AlarmNotFoundError
+        ├── AlarmNotFoundError
+        └── DeliveryNotFoundError
 
 State (de)serialisation errors live beside the format in :mod:`monitor.state`.
 """
@@ -116,3 +118,12 @@ class StreamNotFoundError(NotFoundError):
 
 class AlarmNotFoundError(NotFoundError):
     """No alarm with this id exists."""
+
+
+class DeliveryNotFoundError(NotFoundError):
+    """No alert delivery (``alert_outbox`` row) with this id."""
+
+
+class DeliveryNotDeadError(PersistenceError):
+    """Only a dead alert delivery can be retried; a pending one is retried already and a
+    delivered one needs nothing."""

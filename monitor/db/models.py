@@ -34,6 +34,7 @@ from monitor.records import Alarm, OODWindow, PerformanceWindow, TracePoint
 __all__ = [
     "NAMING_CONVENTION",
     "AlarmRow",
+    "AlertOutboxRow",
     "Base",
     "CalibrationEventRow",
     "CheckpointRow",
@@ -215,6 +216,8 @@ class TracePointRow(Base):
     log_threshold: Mapped[float | None] = mapped_column(Double)
     weights_ess: Mapped[float | None] = mapped_column(Double)
     config_version: Mapped[int | None] = mapped_column(Integer)
+    #: Ingest time (when the row was stored); ``ts`` is the prediction's event time.
+    created_at: Mapped[datetime] = _created()
 
     def to_record(self) -> TracePoint:
         """The pipeline's :class:`~monitor.records.TracePoint` (NULL comes back as NaN)."""
@@ -275,6 +278,8 @@ class OODWindowRow(Base):
     threshold: Mapped[float | None] = mapped_column(Double)
     rule: Mapped[str] = mapped_column(SHORT)
     alpha: Mapped[float] = mapped_column(Double)
+    #: Ingest time (when the row was stored); ``ts`` is the window's last event time.
+    created_at: Mapped[datetime] = _created()
 
     flags: Mapped[list[OODFlagRow]] = relationship(lazy="raise", passive_deletes=True)
 
@@ -364,6 +369,9 @@ class DeadLetterRow(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     stream: Mapped[str | None] = mapped_column(NAME)
     ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    #: Where ``ts`` came from: ``event`` (the record's own ts), ``broker`` or ``ingest``; NULL
+    #: on rows stored before revision 0013.
+    ts_source: Mapped[str | None] = mapped_column(SHORT)
     created_at: Mapped[datetime] = _created()
 
 
@@ -445,3 +453,47 @@ class WebhookDeliveryRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str] = mapped_column(LABEL)
     created_at: Mapped[datetime] = _created()
+    #: Name of the alert receiver (monitor.alerts); NULL for attempts recorded before routing.
+    receiver: Mapped[str | None] = mapped_column(LABEL)
+
+
+class AlertOutboxRow(Base):
+    """One alarm to deliver to one alert receiver (docs/operations.md "Alert routing").
+
+    Inserted in the transaction that stores the alarm, so an alarm is stored if and only if its
+    deliveries are queued; the delivery loop claims due ``pending`` rows, POSTs ``body`` and
+    marks them ``delivered``, or schedules a retry, or after ``attempt_limit`` attempts marks
+    them ``dead``."""
+
+    __tablename__ = "alert_outbox"
+    __table_args__ = (
+        UniqueConstraint("idempotency_key", "receiver"),
+        Index("ix_alert_outbox_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(id_type, primary_key=True, autoincrement=True)
+    alarm_id: Mapped[str] = mapped_column(
+        SHORT, ForeignKey("alarms.id", ondelete="CASCADE"), index=True
+    )
+    receiver: Mapped[str] = mapped_column(LABEL)
+    receiver_type: Mapped[str] = mapped_column(SHORT)
+    url: Mapped[str] = mapped_column(Text)
+    idempotency_key: Mapped[str] = mapped_column(LABEL)
+    body: Mapped[str] = mapped_column(Text)
+    #: ``pending``, ``delivered`` or ``dead``.
+    status: Mapped[str] = mapped_column(SHORT, default="pending", server_default="pending")
+    #: Attempts started (a claim counts one, so a crash during a POST is counted too).
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: Attempts per delivery; a retry through the API allows this many more.
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    #: The row is ``dead`` once a failed attempt brings ``attempts`` to this.
+    attempt_limit: Mapped[int] = mapped_column(Integer)
+    #: When the row is due (a claim pushes it past the claimer's lease).
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -44,6 +44,8 @@ from monitor.config import StreamConfig
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import (
     AlarmNotFoundError,
+    DeliveryNotDeadError,
+    DeliveryNotFoundError,
     InvalidCursorError,
     StreamChangedError,
     StreamExistsError,
@@ -51,6 +53,7 @@ from monitor.db.errors import (
 )
 from monitor.db.models import (
     AlarmRow,
+    AlertOutboxRow,
     CalibrationEventRow,
     CheckpointRow,
     DeadLetterRow,
@@ -72,6 +75,7 @@ __all__ = [
     "alarm_cursor",
     "alarm_cursor_key",
     "alarms_query",
+    "alert_deliveries_query",
     "calibration_event",
     "calibration_query",
     "checkpoint_query",
@@ -84,6 +88,7 @@ __all__ = [
     "get_alarm",
     "get_stream",
     "list_alarms",
+    "list_alert_deliveries",
     "list_dead_letters",
     "list_ood_windows",
     "list_streams",
@@ -95,6 +100,7 @@ __all__ = [
     "performance_windows",
     "performance_windows_query",
     "register_stream",
+    "retry_alert_delivery",
     "set_cursor_key",
     "source_key",
     "streams_query",
@@ -763,3 +769,64 @@ def dead_letter_candidates_query(
             func.lower(DeadLetterRow.reason).contains(reason_contains.lower(), autoescape=True)
         )
     return query
+
+
+# --- alert deliveries ---------------------------------------------------------------------------
+
+
+def alert_deliveries_query(
+    *, status: str | None = None, receiver: str | None = None
+) -> Select[AlertOutboxRow]:
+    """Alert deliveries (``alert_outbox`` rows) matching the filters, newest first (by id)."""
+    query = select(AlertOutboxRow)
+    if status is not None:
+        query = query.where(AlertOutboxRow.status == status)
+    if receiver is not None:
+        query = query.where(AlertOutboxRow.receiver == receiver)
+    return query.order_by(AlertOutboxRow.id.desc())
+
+
+def list_alert_deliveries(
+    session: Session,
+    *,
+    status: str | None = None,
+    receiver: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Page[AlertOutboxRow]:
+    """One newest-first page of :func:`alert_deliveries_query` (keyset on the id)."""
+    _check_limit(limit)
+    query = alert_deliveries_query(status=status, receiver=receiver)
+    if cursor is not None:
+        value = decode_cursor(cursor, "deliveries", "desc").get("id")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidCursorError(_INVALID)
+        query = query.where(AlertOutboxRow.id < value)
+    rows = list(session.scalars(query.limit(limit + 1)))
+    if len(rows) <= limit:
+        return Page(rows, None)
+    token = encode_cursor({"k": "deliveries", "o": "desc", "id": rows[limit - 1].id})
+    return Page(rows[:limit], token)
+
+
+def retry_alert_delivery(session: Session, delivery_id: int) -> AlertOutboxRow:
+    """Queue a dead delivery again, due now, with a fresh ``max_attempts`` attempts; commits.
+
+    Raises :class:`DeliveryNotFoundError` (no such id) or :class:`DeliveryNotDeadError`.
+    """
+    _begin_write(session)
+    row = session.get(AlertOutboxRow, delivery_id, with_for_update=True)
+    if row is None:
+        session.rollback()
+        raise DeliveryNotFoundError(f"no alert delivery with id {delivery_id}")
+    if row.status != "dead":
+        status = row.status
+        session.rollback()
+        raise DeliveryNotDeadError(
+            f"alert delivery {delivery_id} is {status}: only dead deliveries can be retried"
+        )
+    row.status = "pending"
+    row.attempt_limit = row.attempts + row.max_attempts
+    row.next_attempt_at = utcnow()
+    session.commit()
+    return row

@@ -31,6 +31,7 @@ from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
 from monitor.db.models import (
     AlarmRow,
+    AlertOutboxRow,
     Base,
     CheckpointRow,
     DeadLetterRow,
@@ -98,6 +99,7 @@ def persist_batch(
     writer: Writer | None = None,
     fences: Mapping[tuple[str, int], int] | None = None,
     streams: Iterable[str] = (),
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -124,6 +126,9 @@ def persist_batch(
     fences
         ``{(offset key, partition): epoch}``: the writer's fencing tokens, checked (and locked)
         in this transaction.
+    alerts
+        ``alert_outbox`` rows of the alarms (:func:`monitor.alerts.outbox_rows`): queued with
+        them, so no alarm is stored without its deliveries; ones already queued are skipped.
 
     Raises
     ------
@@ -179,6 +184,7 @@ def persist_batch(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _merge_evidence(session, alarm_evidence)
+        _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
         now = utcnow()
@@ -292,8 +298,8 @@ class _BatchRows:
         now = utcnow()
         return cls(
             alarms=[_alarm_row(a, now) for a in alarms],
-            trace_points=[_trace_row(t) for t in trace_points],
-            ood_windows=[_ood_window_row(w) for w in ood_windows],
+            trace_points=[_trace_row(t, now) for t in trace_points],
+            ood_windows=[_ood_window_row(w, now) for w in ood_windows],
             ood_flags=[_ood_flag_row(w, e) for w in ood_windows for e in w.flagged_ids],
             dead_letters=[_dead_letter_row(d, now) for d in dead_letters],
             checkpoints=[_checkpoint_row(s, c, now) for s, c in checkpoints.items()],
@@ -309,6 +315,13 @@ class _BatchRows:
         yield _table(OODFlagRow), self.ood_flags
         yield _table(DeadLetterRow), self.dead_letters
         yield _table(PerformanceWindowRow), self.performance_windows
+
+
+def _queue_alerts(session: Session, dialect: str, alerts: Sequence[Mapping[str, Any]]) -> None:
+    """Insert outbox rows not queued yet (unique per idempotency key and receiver)."""
+    if alerts:
+        table = _table(AlertOutboxRow)
+        session.execute(_insert(dialect, table).on_conflict_do_nothing(), [dict(a) for a in alerts])
 
 
 def _table(model: type[Base]) -> Table:
@@ -389,7 +402,7 @@ def _alarm_row(alarm: Alarm, now: datetime) -> Row:
     }
 
 
-def _trace_row(point: TracePoint) -> Row:
+def _trace_row(point: TracePoint, now: datetime) -> Row:
     # SQLite turns NaN into NULL by itself; doing it here makes PostgreSQL agree.
     return {
         "stream": point.stream,
@@ -402,10 +415,11 @@ def _trace_row(point: TracePoint) -> Row:
         "log_threshold": _nan_to_none(point.log_threshold),
         "weights_ess": _nan_to_none(point.weights_ess),
         "config_version": point.config_version,
+        "created_at": now,
     }
 
 
-def _ood_window_row(window: OODWindow) -> Row:
+def _ood_window_row(window: OODWindow, now: datetime) -> Row:
     return {
         "stream": window.stream,
         "window_index": window.window_index,
@@ -417,6 +431,7 @@ def _ood_window_row(window: OODWindow) -> Row:
         "threshold": _nan_to_none(window.threshold),
         "rule": window.rule,
         "alpha": window.alpha,
+        "created_at": now,
     }
 
 
@@ -465,6 +480,7 @@ def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
         "payload": bytes(letter.payload[: DeadLetter.MAX_PAYLOAD]),
         "stream": letter.stream,
         "ts": letter.ts,
+        "ts_source": letter.ts_source,
         "created_at": now,
     }
 
@@ -549,6 +565,7 @@ def persist_replay(
     expected: Mapping[str, tuple[int, int] | None] = MappingProxyType({}),
     replayed: Sequence[int] = (),
     failed: Mapping[int, tuple[str, str | None]] = MappingProxyType({}),
+    alerts: Sequence[Mapping[str, Any]] = (),
 ) -> set[int]:
     """Store one batch of replayed dead letters in one transaction, and commit it.
 
@@ -584,6 +601,7 @@ def persist_replay(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _merge_evidence(session, alarm_evidence)
+        _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()
         ids = list(replayed)

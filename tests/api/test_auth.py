@@ -14,7 +14,9 @@ from monitor.api.auth import PUBLIC_PATHS, TokenScope, TokenStore, required_scop
 from tests.api.factories import READ, WRITE, WRITE_TOKEN, make_settings
 
 #: Path parameters used to call every route (the resources need not exist: auth comes first).
-PATH_VALUES = {"name": "bikes", "alarm_id": "0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77"}
+PATH_VALUES = {
+    "name": "bikes", "alarm_id": "0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77", "delivery_id": "1"
+}
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -59,6 +61,8 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("GET", "/alarms"),
                 ("GET", "/alarms/{alarm_id}"),
                 ("POST", "/alarms/{alarm_id}/ack"),
+                ("GET", "/alerts/deliveries"),
+                ("POST", "/alerts/deliveries/{delivery_id}/retry"),
                 ("POST", "/events"),
             ]
         )

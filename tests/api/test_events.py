@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from monitor.alerts import SEVERITY_OF_KIND
 from monitor.api import create_app
 from monitor.db.models import (
     CheckpointRow,
@@ -248,13 +249,18 @@ def test_alarms_from_http_ingest_reach_the_webhooks(
         create(client)
         post(client, events(100, seed=5))
         alarms = post(client, events(100, seed=6, shift=4.0, start=100))["alarms"]
-    # Leaving the client ran the app's shutdown, which drains the webhook queue.
+    # The alarms were queued in the alert outbox with their batch; leaving the client ran the
+    # app's shutdown, which delivers what is due.
     assert alarms and len(received) == len(alarms)
     headers, body = received[0]
-    assert json.loads(body) == {
+    sent = json.loads(body)
+    assert sent.pop("severity") == SEVERITY_OF_KIND[alarms[0]["kind"]].label
+    assert sent == {
         k: v for k, v in alarms[0].items() if k not in ("acknowledged_at", "acknowledged_by")
     }
-    assert verify(body, "s3cret", headers["X-Monitor-Signature"])
-    assert headers["X-Monitor-Idempotency-Key"] == alarms[0]["id"]
+    assert verify(body, "s3cret", headers["X-Monitor-Signature"], headers["X-Monitor-Timestamp"])
+    assert headers["X-Monitor-Idempotency-Key"] == f"{alarms[0]['id']}:1"
     rows = session.scalars(select(WebhookDeliveryRow)).all()
-    assert [(r.alarm_id, r.status_code) for r in rows] == [(a["id"], 204) for a in alarms]
+    assert sorted((r.alarm_id, r.status_code, r.receiver) for r in rows) == sorted(
+        (a["id"], 204, "webhook-1") for a in alarms
+    )

@@ -1,4 +1,5 @@
-"""Alarm webhooks against a real HTTP server on loopback: signature, idempotency key, retries
+"""The in-memory webhook dispatcher of runs without a database (``monitor run --no-store``)
+against a real HTTP server on loopback: signature, idempotency key, retries
 with backoff, every attempt recorded in ``webhook_deliveries``, never blocking the caller."""
 
 from __future__ import annotations
@@ -122,10 +123,11 @@ def test_delivery_is_signed_with_idempotency_key_and_recorded(
     hooks.close(timeout=5)
     (got,) = receiver.on("/hook")
     assert json.loads(got.body) == stored[0].to_json()
-    assert got.headers["X-Monitor-Signature"] == sign(got.body, SECRET)
-    assert verify(got.body, SECRET, got.headers["X-Monitor-Signature"])
-    assert not verify(got.body, "another-secret", got.headers["X-Monitor-Signature"])
-    assert got.headers["X-Monitor-Idempotency-Key"] == stored[0].id
+    stamp = got.headers["X-Monitor-Timestamp"]
+    assert got.headers["X-Monitor-Signature"] == sign(got.body, SECRET, int(stamp))
+    assert verify(got.body, SECRET, got.headers["X-Monitor-Signature"], stamp)
+    assert not verify(got.body, "another-secret", got.headers["X-Monitor-Signature"], stamp)
+    assert got.headers["X-Monitor-Idempotency-Key"] == f"{stored[0].id}:1"
     assert got.headers["X-Monitor-Attempt"] == "1"
     assert got.headers["Content-Type"] == "application/json"
     (row,) = _deliveries(session)
@@ -136,7 +138,7 @@ def test_delivery_is_signed_with_idempotency_key_and_recorded(
         row.status_code,
         row.error,
         row.idempotency_key,
-    ) == (stored[0].id, receiver.url("/hook"), 1, 200, None, stored[0].id)
+    ) == (stored[0].id, receiver.url("/hook"), 1, 200, None, f"{stored[0].id}:1")
 
 
 def test_5xx_and_429_are_retried_with_the_same_key_until_success(
@@ -148,7 +150,7 @@ def test_5xx_and_429_are_retried_with_the_same_key_until_success(
     hooks.close(timeout=5)
     got = receiver.on("/flaky")
     assert [r.headers["X-Monitor-Attempt"] for r in got] == ["1", "2", "3", "4"]
-    assert {r.headers["X-Monitor-Idempotency-Key"] for r in got} == {stored[1].id}
+    assert {r.headers["X-Monitor-Idempotency-Key"] for r in got} == {f"{stored[1].id}:1"}
     assert len({r.body for r in got}) == 1  # byte-identical, so the signature is too
     rows = _deliveries(session)
     assert [(r.attempt, r.status_code) for r in rows] == [(1, 503), (2, 500), (3, 429), (4, 200)]
@@ -203,7 +205,7 @@ def test_every_url_gets_every_alarm(
     hooks.close(timeout=5)
     for path in ("/a", "/b"):
         keys = sorted(r.headers["X-Monitor-Idempotency-Key"] for r in receiver.on(path))
-        assert keys == sorted(a.id for a in stored[:3])
+        assert keys == sorted(f"{a.id}:1" for a in stored[:3])
     rows = _deliveries(session)
     assert sorted((r.url, r.alarm_id) for r in rows) == sorted(
         (u, a.id) for u in urls for a in stored[:3]

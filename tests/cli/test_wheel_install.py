@@ -1,4 +1,4 @@
-"""An installed wheel, outside the checkout, migrates a new database and runs the demo.
+"""An installed wheel, outside the checkout, migrates a new database, runs the demo and serves.
 
 The wheel is built from this checkout (pip's build isolation fetches the build backend from the
 configured package index; no network is needed when that index is local) and installed with
@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -117,3 +120,46 @@ def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> 
     # numba compiled into the user cache directory, not into the installed package
     assert list((tmp_path / "cache" / "monitor" / "numba").rglob("*.nbi"))
     assert not list(installed.rglob("*.nbi"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """`monitor serve` of the installed copy answers the API on a database it migrated."""
+    env = _env(installed, tmp_path)
+    url = f"sqlite:///{tmp_path}/served.db"
+    up = _python(["-m", "monitor.cli", "db", "upgrade", "--db", url], tmp_path, env)
+    assert up.returncode == 0, up.stderr
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "monitor.cli", "serve", "--db", url, "--port", str(port)],
+        cwd=tmp_path,
+        env=env | {"MONITOR_API_TOKENS": "read:wheel-test"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"{base}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.communicate()[0]
+                assert time.monotonic() < deadline, "monitor serve did not answer within 60 s"
+                time.sleep(0.2)
+        assert health.status_code == 200, health.text
+        alarms = httpx.get(
+            f"{base}/alarms", headers={"Authorization": "Bearer wheel-test"}, timeout=5
+        )
+        assert alarms.status_code == 200 and alarms.json()["data"] == [], alarms.text
+        assert httpx.get(f"{base}/alarms", timeout=5).status_code == 401
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from monitor.cli import main
 from monitor.dashboards import (
@@ -160,19 +161,41 @@ def test_cli_push(grafana: FakeGrafana, capsys: pytest.CaptureFixture[str]) -> N
     code = main(
         [
             "--db",
-            DB_URL,
+            "postgresql://owner:owner-secret@db:5432/monitor",
             "dashboards",
             "push",
             "--grafana-url",
             grafana.url,
             "--token",
             grafana.token,
+            "--datasource-db",
+            DB_URL,
         ]
     )
     assert code == 0
     out = capsys.readouterr().out
     assert all(f"dashboard {uid} pushed" in out for uid in UIDS)
-    assert grafana.datasources[POSTGRES_UID]["jsonData"]["database"] == "monitor"
+    source = grafana.datasources[POSTGRES_UID]
+    assert source["jsonData"]["database"] == "monitor"
+    assert source["user"] == make_url(DB_URL).username  # the reader's, never --db's owner
+    assert "owner-secret" not in json.dumps(source)
+
+
+def test_cli_push_never_hands_grafana_the_db_owner(
+    grafana: FakeGrafana, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MONITOR_GRAFANA_DATABASE_URL", raising=False)
+    args = ["--db", "postgresql://owner:owner-secret@db:5432/monitor", "dashboards", "push"]
+    args += ["--grafana-url", grafana.url, "--token", grafana.token]
+    assert main(args) == 2  # no datasource yet, and --db is not the one to create it with
+    assert "--datasource-db" in capsys.readouterr().err
+    assert POSTGRES_UID not in grafana.datasources
+    monkeypatch.setenv("MONITOR_GRAFANA_DATABASE_URL", DB_URL)
+    assert main(args) == 0
+    assert grafana.datasources[POSTGRES_UID]["user"] == make_url(DB_URL).username
+    monkeypatch.delenv("MONITOR_GRAFANA_DATABASE_URL")
+    assert main(args) == 0  # the datasource exists now: left as it is, and said so
+    assert "left as it is" in capsys.readouterr().out
 
 
 def test_dashboards_dir_is_the_repository_folder() -> None:

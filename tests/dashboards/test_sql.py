@@ -5,7 +5,8 @@ A fresh database is migrated (``monitor.db.migrate.upgrade``), the example strea
 lines for the dead letters) is registered as ``monitor streams create`` does and processed by
 ``monitor.runner.run_source`` as the worker does. Then every SQL query of every panel, annotation
 and template variable, with Grafana's macros and variables expanded
-(:mod:`tests.dashboards.grafana_sql`), runs in a read-only transaction and must return the
+(:mod:`tests.dashboards.grafana_sql`), runs as the read-only reader role of the compose stack
+(docs/dashboards.md), in a read-only transaction, and must return the
 columns its panel expects; aggregates are cross-checked against the tables.
 """
 
@@ -26,7 +27,7 @@ from sqlalchemy.engine import make_url
 from monitor.datasets import build_example
 from monitor.db.migrate import upgrade
 from monitor.settings import Settings
-from tests.conftest import postgres_database
+from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
 from tests.dashboards.conftest import load_dashboards, queries
 from tests.dashboards.grafana_sql import QueryContext, Variable, expand
 
@@ -132,7 +133,8 @@ QIDS = [qid for _, qid, _ in SQL_QUERIES]
 
 @dataclass(frozen=True)
 class PipelineRun:
-    url: str
+    url: str  # as Grafana connects: the compose stack's read-only role (it reads the views)
+    owner_url: str  # as the service connects
     stream: str
     first: datetime
     last: datetime
@@ -157,8 +159,9 @@ class PipelineRun:
 def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineRun]:
     from monitor.runner import register_stream, run_source
 
-    with postgres_database(postgres_admin) as url:
+    with postgres_database(postgres_admin) as url, grafana_reader(postgres_admin, url) as role:
         upgrade(url)
+        reader_url = make_url(url).set(username=role, password=READER_PASSWORD)
         paths = build_example(
             tmp_path_factory.mktemp("example"),
             seed=0,
@@ -171,8 +174,9 @@ def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Ite
         settings = Settings(database_url=url)
         stream = register_stream(str(paths["config"]), settings)  # as `monitor streams create`
         run_source(f"file:{paths['events']}", [], "dashboards", settings)  # as the worker
-        first, last = _stored_time_range(url)
-        yield PipelineRun(url, stream, first, last)
+        reader = reader_url.render_as_string(hide_password=False)
+        first, last = _stored_time_range(reader)
+        yield PipelineRun(reader, url, stream, first, last)
 
 
 def _stored_time_range(url: str) -> tuple[datetime, datetime]:
@@ -361,7 +365,7 @@ def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
     from monitor.metrics import DatabaseCollector
     from tests.dashboards.test_structure import METRICS
 
-    engine = make_engine(run.url)
+    engine = make_engine(run.owner_url)
     try:
         registry = CollectorRegistry()
         registry.register(DatabaseCollector(session_factory(engine)))

@@ -24,6 +24,7 @@ HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 TABLES = {
     "alarms",
+    "alert_outbox",
     "calibration_events",
     "checkpoints",
     "dead_letters",

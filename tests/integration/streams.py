@@ -180,6 +180,12 @@ def snapshot(url: str) -> Snapshot:
         engine.dispose()
 
 
+def _results(conn: Any, model: Any) -> list[tuple[Any, ...]]:
+    table = model.__table__
+    columns = [c for c in table.columns if c.name != "created_at"]
+    return [tuple(r) for r in conn.execute(select(*columns))]
+
+
 def _snapshot(engine: Engine) -> Snapshot:
     skip = {"created_at", "acknowledged_at", "acknowledged_by"}
     with engine.connect() as conn:
@@ -194,8 +200,9 @@ def _snapshot(engine: Engine) -> Snapshot:
             )
             for row in conn.execute(select(CheckpointRow.__table__))
         }
-        traces = sorted(tuple(r) for r in conn.execute(select(TracePointRow.__table__)))
-        windows = sorted(tuple(r) for r in conn.execute(select(OODWindowRow.__table__)))
+        # results, without the ingest time (created_at) that differs between two runs
+        traces = sorted(_results(conn, TracePointRow))
+        windows = sorted(_results(conn, OODWindowRow))
         flags = sorted(tuple(r) for r in conn.execute(select(OODFlagRow.__table__)))
         letters = list(conn.execute(select(DeadLetterRow.__table__)))
         offsets = {(r.source, r.partition): r.offset

@@ -291,3 +291,25 @@ def interrupted_reference(files: Files, folder: Path, lines: list[bytes]) -> Any
     url = f"sqlite:///{folder}/reference2.db"
     run_to_end(path, files.late, url, len(lines))
     return snapshot(url).checkpoints["late"]
+
+
+def test_alarms_raised_by_a_replay_are_queued_for_the_alert_receivers(
+    db: str, files: Files, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitor.db.models import AlarmRow, AlertOutboxRow
+
+    assert cli(capsys, db, "streams", "create", str(files.early))[0] == 0
+    assert cli(capsys, db, "run", "--source", f"file:{files.events}", "--json")[0] == 0
+    assert cli(capsys, db, "streams", "create", str(files.late))[0] == 0
+    monkeypatch.setenv("MONITOR_WEBHOOK_URLS", "http://127.0.0.1:9/hook")
+    assert replay(capsys, db, "--stream", "late")["replayed"] == files.n_late
+    engine = make_engine(db)
+    try:
+        with session_factory(engine)() as session:
+            late = set(session.scalars(select(AlarmRow.id).where(AlarmRow.stream == "late")))
+            queued = [(r.alarm_id, r.receiver, r.status) for r in
+                      session.scalars(select(AlertOutboxRow))]
+    finally:
+        engine.dispose()
+    # The earlier run had no receiver: only the replay's alarms are queued, once each.
+    assert late and sorted(queued) == sorted((a, "webhook-1", "pending") for a in late)

@@ -1,4 +1,5 @@
-"""``monitor run`` delivers every alarm to the configured webhook, signed, without blocking."""
+"""``monitor run`` delivers every alarm to the configured webhook (through the alert outbox),
+signed, without blocking."""
 
 from __future__ import annotations
 
@@ -51,9 +52,11 @@ def test_run_posts_each_alarm_to_the_webhook(tmp_path: Path) -> None:
     assert summary.alarms, "the example must raise alarms"
     assert sorted(a["id"] for a, _ in received) == sorted(a.id for a in summary.alarms)
     for alarm, headers in received:
-        digest = hmac.new(b"s3cret", headers["raw"].encode(), hashlib.sha256).hexdigest()
+        # HMAC-SHA256 of "{timestamp}.{body}" (the documented scheme, recomputed here).
+        signed = f"{headers['X-Monitor-Timestamp']}.{headers['raw']}".encode()
+        digest = hmac.new(b"s3cret", signed, hashlib.sha256).hexdigest()
         assert headers["X-Monitor-Signature"] == f"sha256={digest}"
-        assert headers["X-Monitor-Idempotency-Key"] == alarm["id"]
+        assert headers["X-Monitor-Idempotency-Key"] == f"{alarm['id']}:1"
         assert alarm["kind"] in (
             "concept_shift",
             "extreme_covariate_shift",

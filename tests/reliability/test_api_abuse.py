@@ -48,7 +48,7 @@ pytestmark = pytest.mark.postgres
 
 LIMIT = 1_000_000  # make_settings' max_body_bytes
 ALARM = alarm("bikes", 7)
-VALID_PATH = {"name": "bikes", "alarm_id": ALARM.id}
+VALID_PATH = {"name": "bikes", "alarm_id": ALARM.id, "delivery_id": "1"}
 
 SQL_INJECTION = (
     "' OR '1'='1", "'; DROP TABLE alarms; --", "1; SELECT pg_sleep(3)--", '" OR ""="',
@@ -124,10 +124,10 @@ def url_for(path: str, override: dict[str, str] | None = None) -> str:
 
 
 def test_every_route_and_parameter_is_covered() -> None:
-    assert len(PROTECTED) == 11
+    assert len(PROTECTED) == 13
     assert {p for _, _, p, _ in PARAMETERS} >= {
         "name", "alarm_id", "stream", "kind", "detector", "since", "until", "acknowledged",
-        "limit", "cursor", "max_points"}
+        "limit", "cursor", "max_points", "status", "receiver", "delivery_id"}
 
 
 # -- tokens ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from monitor.db.engine import SQLITE_BEGIN, make_engine
 from monitor.db.models import Base
+from monitor.db.reader import drop_views, make_views
 from monitor.db.types import UTCDateTime
 
 config = context.config
@@ -84,7 +85,10 @@ def run(connection: Connection) -> None:
         with context.begin_transaction():
             if connection.dialect.name == "postgresql":
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+            # The dashboards' read-only views follow the tables: made again after every change.
+            drop_views(connection)
             context.run_migrations()
+            make_views(connection)
 
 
 def run_migrations_online() -> None:

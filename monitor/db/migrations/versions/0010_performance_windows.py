@@ -2,7 +2,7 @@
 events, with its metrics as a JSON object; docs/explain.md).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0013
 Create Date: 2026-12-01 18:45:00+00:00
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0010"
-down_revision: str | Sequence[str] | None = "0008"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,268 @@
+"""Retention: delete stored results older than each stream's policy, in small transactions.
+
+A stream's ``retention`` (:class:`monitor.config.RetentionConfig`) says how long its trace points,
+OOD windows (with their flags), dead letters and acknowledged alarms are kept. :func:`prune`
+applies every registered stream's policy; ``monitor db prune`` runs it once and ``monitor run``
+runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
+
+- **Clocks.** Trace points, OOD windows and dead letters age on the stream's own event-time clock:
+  a row goes when its ``ts`` is more than the policy's age before the newest ``ts`` of its kind
+  for that stream. Replaying last year's data therefore keeps it, and a stream that stops
+  sending keeps its last window of history. Acknowledged alarms age from ``acknowledged_at``
+  (wall clock: an acknowledgement is an operator's act). Unacknowledged alarms are never pruned.
+  Dead letters without a stream (unparsable records) follow :data:`UNROUTED` policy.
+- **Alarms keep their context.** Trace points whose event index lies within ``alarm_context``
+  events of a kept alarm — from ``alarm_context`` before its changepoint (or its event, when it
+  has none) to ``alarm_context`` after its event — are never pruned, so the alarm's report can
+  still draw the traces around it.
+- **Bounded work, short locks.** Each transaction deletes about ``batch`` rows of one table for
+  one stream (a contiguous range of event indexes, window indexes or ids, found by an indexed
+  query; for trace points, the other detector's row at the range's last event index may come
+  too, so at most ``batch + 1``), then commits; ``max_seconds`` bounds a whole call. A worker
+  pruning in the background holds the database for one such transaction at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from pydantic import ValidationError
+from sqlalchemy import ColumnElement, CursorResult, Result, and_, delete, func, or_, select
+from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
+
+from monitor.config import RetentionConfig
+from monitor.db.models import (
+    AlarmRow,
+    DeadLetterRow,
+    OODWindowRow,
+    StreamRow,
+    TracePointRow,
+    utcnow,
+)
+
+__all__ = ["DEFAULT_BATCH", "UNROUTED", "PruneReport", "protected_ranges", "prune"]
+
+#: Rows per delete transaction.
+DEFAULT_BATCH = 5000
+#: Policy of dead letters that belong to no stream (their record named none that could be read).
+UNROUTED = RetentionConfig()
+
+
+@dataclass
+class PruneReport:
+    """Rows deleted per table, and whether the call stopped early (time budget spent)."""
+
+    deleted: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("trace_points", "ood_windows", "dead_letters", "alarms"), 0
+        )
+    )
+    transactions: int = 0
+    largest: int = 0  # most rows deleted by one transaction
+    complete: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+def protected_ranges(
+    alarms: Sequence[tuple[int, int | None]], context: int
+) -> list[tuple[int, int]]:
+    """Merged, sorted event-index ranges (inclusive) around alarms given as (event_index,
+    changepoint).
+
+    >>> protected_ranges([(500, 420), (900, None), (30, 0)], context=100)
+    [(0, 600), (800, 1000)]
+    """
+    spans = sorted(
+        (max(0, min(index, index if cp is None else cp) - context), index + context)
+        for index, cp in alarms
+    )
+    merged: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _policies(session: Session) -> dict[str, RetentionConfig]:
+    policies = {}
+    for name, config in session.execute(select(StreamRow.name, StreamRow.config)):
+        try:
+            policies[name] = RetentionConfig.model_validate((config or {}).get("retention", {}))
+        except ValidationError:  # registered before a stricter check: keep everything
+            policies[name] = RetentionConfig(
+                trace_points=None, ood_windows=None, dead_letters=None, acknowledged_alarms=None
+            )
+    return policies
+
+
+def prune(
+    sessions: sessionmaker[Session],
+    *,
+    batch: int = DEFAULT_BATCH,
+    max_seconds: float | None = None,
+    now: datetime | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> PruneReport:
+    """Apply every registered stream's retention policy; see the module docstring."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    now = now or utcnow()
+    deadline = None if max_seconds is None else clock() + max_seconds
+    report = PruneReport()
+    with sessions() as session:
+        policies = _policies(session)
+    jobs: list[tuple[str, Iterator[Callable[[Session], int]]]] = []
+    for stream, policy in sorted(policies.items()):
+        if policy.acknowledged_alarms is not None:
+            cut = now - timedelta(seconds=policy.acknowledged_alarms)
+            jobs.append(("alarms", _alarm_batches(stream, cut, batch)))
+        if policy.trace_points is not None:
+            jobs.append(("trace_points", _trace_batches(sessions, stream, policy, batch)))
+        if policy.ood_windows is not None:
+            jobs.append(("ood_windows", _range_batches(
+                sessions, OODWindowRow, OODWindowRow.window_index, stream, policy.ood_windows,
+                batch)))
+        if policy.dead_letters is not None:
+            jobs.append(("dead_letters", _range_batches(
+                sessions, DeadLetterRow, DeadLetterRow.id, stream, policy.dead_letters, batch)))
+    if UNROUTED.dead_letters is not None:
+        jobs.append(("dead_letters", _range_batches(
+            sessions, DeadLetterRow, DeadLetterRow.id, None, UNROUTED.dead_letters, batch)))
+    for table, steps in jobs:
+        for step in steps:
+            if deadline is not None and clock() >= deadline:
+                report.complete = False
+                return report
+            with sessions() as session, session.begin():
+                n = step(session)
+            report.deleted[table] += n
+            report.largest = max(report.largest, n)
+            report.transactions += 1
+    return report
+
+
+def _alarm_batches(stream: str, cut: datetime, batch: int) -> Iterator[Callable[[Session], int]]:
+    def step(session: Session) -> int:
+        ids = session.scalars(
+            select(AlarmRow.id)
+            .where(AlarmRow.stream == stream, AlarmRow.acknowledged_at < cut)
+            .order_by(AlarmRow.id)
+            .limit(batch)
+        ).all()
+        if ids:
+            session.execute(delete(AlarmRow).where(AlarmRow.id.in_(ids)))
+        found[0] = len(ids)
+        return len(ids)
+
+    found = [batch]
+    while found[0] >= batch:
+        yield step
+
+
+def _newest(session: Session, ts: InstrumentedAttribute[Any], where: ColumnElement[bool]) -> Any:
+    return session.scalar(select(func.max(ts)).where(where))
+
+
+def _trace_batches(
+    sessions: sessionmaker[Session], stream: str, policy: RetentionConfig, batch: int
+) -> Iterator[Callable[[Session], int]]:
+    """Ranges of event indexes of old trace points, skipping the kept alarms' context."""
+    assert policy.trace_points is not None
+    with sessions() as session:
+        newest = _newest(session, TracePointRow.ts, TracePointRow.stream == stream)
+        if newest is None:
+            return
+        cut = newest - timedelta(seconds=policy.trace_points)
+        kept = protected_ranges(
+            [tuple(r) for r in session.execute(  # type: ignore[misc]
+                select(AlarmRow.event_index, AlarmRow.changepoint).where(AlarmRow.stream == stream)
+            )],
+            policy.alarm_context,
+        )
+    old = and_(TracePointRow.stream == stream, TracePointRow.ts < cut)
+    start = -1
+    while True:
+        with sessions() as session:
+            indexes = session.scalars(
+                select(TracePointRow.event_index)
+                .where(old, TracePointRow.event_index > start)
+                .order_by(TracePointRow.event_index)
+                .limit(batch)
+            ).all()
+        if not indexes:
+            return
+        lo, hi = indexes[0], indexes[-1]
+        spans = _subtract((lo, hi), kept)
+        start = hi
+
+        def step(session: Session, spans: list[tuple[int, int]] = spans) -> int:
+            if not spans:
+                return 0
+            ranges = or_(*(TracePointRow.event_index.between(a, b) for a, b in spans))
+            return _count(session.execute(delete(TracePointRow).where(old, ranges)))
+
+        yield step
+        if len(indexes) < batch:
+            return
+
+
+def _subtract(span: tuple[int, int], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of the inclusive ``span`` outside the sorted, merged ``kept`` ranges.
+
+    >>> _subtract((0, 100), [(10, 20), (50, 200)])
+    [(0, 9), (21, 49)]
+    """
+    out, lo = [], span[0]
+    for a, b in kept:
+        if b < lo or a > span[1]:
+            continue
+        if a > lo:
+            out.append((lo, a - 1))
+        lo = b + 1
+    if lo <= span[1]:
+        out.append((lo, span[1]))
+    return out
+
+
+def _range_batches(
+    sessions: sessionmaker[Session],
+    model: type[OODWindowRow] | type[DeadLetterRow],
+    key: InstrumentedAttribute[int],
+    stream: str | None,
+    age: float,
+    batch: int,
+) -> Iterator[Callable[[Session], int]]:
+    """Batches of old rows of one stream (or of no stream), by ranges of an indexed key."""
+    mine = model.stream.is_(None) if stream is None else model.stream == stream
+    with sessions() as session:
+        newest = _newest(session, model.ts, mine)
+    if newest is None:
+        return
+    old = and_(mine, model.ts < newest - timedelta(seconds=age))
+    while True:
+        with sessions() as session:
+            keys = session.scalars(select(key).where(old).order_by(key).limit(batch)).all()
+        if not keys:
+            return
+        lo, hi = keys[0], keys[-1]
+
+        def step(session: Session, lo: int = lo, hi: int = hi) -> int:
+            # ood_flags go with their window (ON DELETE CASCADE)
+            return _count(session.execute(delete(model).where(old, key.between(lo, hi))))
+
+        yield step
+        if len(keys) < batch:
+            return
+
+
+def _count(result: Result[Any]) -> int:
+    return int(cast(CursorResult[Any], result).rowcount or 0)

@@ -1,0 +1,218 @@
+"""Retention (monitor.db.retention, ``monitor db prune``) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from monitor.cli import main
+from monitor.db.engine import session_factory
+from monitor.db.models import (
+    AlarmRow,
+    DeadLetterRow,
+    OODFlagRow,
+    OODWindowRow,
+    StreamRow,
+    TracePointRow,
+)
+from monitor.db.retention import protected_ranges, prune
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def _stream(session: Session, name: str, retention: dict[str, Any] | None) -> None:
+    config: dict[str, Any] = {"name": name, "task": "regression"}
+    if retention is not None:
+        config["retention"] = retention
+    session.add(StreamRow(name=name, task="regression", config=config))
+
+
+def _traces(session: Session, stream: str, n: int) -> None:
+    """Two detectors' trace points, one per event index and hour: event i at T0 + i hours."""
+    session.add_all(
+        TracePointRow(stream=stream, detector=d, event_index=i, ts=T0 + i * HOUR)
+        for i in range(n)
+        for d in ("covariate", "conditional")
+    )
+
+
+def _alarm(
+    session: Session, stream: str, index: int, cp: int | None, acked: datetime | None
+) -> None:
+    session.add(AlarmRow(
+        id=f"{stream}-{index}", stream=stream, detector="conditional", kind="concept_shift",
+        event_id=f"e{index}", event_index=index, ts=T0 + index * HOUR, changepoint=cp,
+        statistic=1e5, threshold=1e4, rule="shiryaev_roberts", evidence={},
+        acknowledged_at=acked, acknowledged_by=None if acked is None else "ops",
+    ))
+
+
+def _count(session: Session, model: Any, **where: Any) -> int:
+    query = select(func.count()).select_from(model)
+    for key, value in where.items():
+        query = query.where(getattr(model, key) == value)
+    return int(session.scalar(query) or 0)
+
+
+def _indexes(session: Session, stream: str) -> set[int]:
+    return set(session.scalars(
+        select(TracePointRow.event_index).where(TracePointRow.stream == stream)
+    ))
+
+
+def test_trace_points_age_on_the_streams_clock_and_keep_alarm_context(db_session: Session) -> None:
+    # 200 hours of traces; keep 100 h: events 0..98 are old (newest ts is event 199's).
+    _stream(db_session, "s", {"trace_points": "100h", "alarm_context": 5})
+    _traces(db_session, "s", 200)
+    _alarm(db_session, "s", 40, 30, None)  # keeps 25..45
+    _alarm(db_session, "s", 90, None, None)  # keeps 85..95
+    db_session.commit()
+    report = prune(session_factory(db_session.get_bind()), batch=7)  # type: ignore[arg-type]
+    kept = _indexes(db_session, "s")
+    assert kept == set(range(25, 46)) | set(range(85, 96)) | set(range(99, 200))
+    assert report.deleted["trace_points"] == 2 * (99 - 21 - 11)
+    assert report.complete
+    # one batch of rows per transaction (+1: the other detector's row at its last index)
+    assert 0 < report.largest <= 7 + 1 and report.transactions >= report.total // 8
+    again = prune(session_factory(db_session.get_bind()))  # type: ignore[arg-type]
+    assert again.total == 0 and _indexes(db_session, "s") == kept
+
+
+def test_replayed_old_data_is_kept(db_session: Session) -> None:
+    """Event time a year ago: the stream's own clock says it is recent."""
+    _stream(db_session, "old", {"trace_points": "10h"})
+    db_session.add_all(
+        TracePointRow(stream="old", detector="covariate", event_index=i,
+                      ts=T0 - timedelta(days=365) + i * timedelta(minutes=1))
+        for i in range(100)
+    )
+    db_session.commit()
+    assert prune(session_factory(db_session.get_bind())).total == 0  # type: ignore[arg-type]
+    assert _count(db_session, TracePointRow) == 100
+
+
+def test_ood_windows_go_with_their_flags_and_dead_letters_by_stream(db_session: Session) -> None:
+    _stream(db_session, "s", {"ood_windows": "10h", "dead_letters": "5h", "trace_points": None})
+    _stream(db_session, "keep", {"ood_windows": None, "dead_letters": None})
+    for stream, w in itertools.product(("s", "keep"), range(30)):
+        db_session.add(OODWindowRow(
+            stream=stream, window_index=w, start_index=10 * w, end_index=10 * w + 9,
+            ts=T0 + w * HOUR, n=10, n_flagged=1, threshold=0.1, rule="eg_bh", alpha=0.1,
+        ))
+        db_session.flush()
+        db_session.add(OODFlagRow(stream=stream, window_index=w, event_id=f"{stream}{w}"))
+    offsets = itertools.count()
+    for stream, h in itertools.product(("s", "keep", None), range(20)):
+        db_session.add(DeadLetterRow(
+            source="file:x", source_name="x", partition=0, offset=next(offsets), reason="bad",
+            payload=b"{}", stream=stream, ts=T0 + h * HOUR,
+        ))
+    db_session.commit()
+    report = prune(session_factory(db_session.get_bind()), batch=4)  # type: ignore[arg-type]
+    windows = set(db_session.scalars(
+        select(OODWindowRow.window_index).where(OODWindowRow.stream == "s")
+    ))
+    assert windows == set(range(19, 30))  # newest at 29 h; older than 10 h before it go
+    assert _count(db_session, OODFlagRow, stream="s") == 11  # the flags went with them
+    assert _count(db_session, OODWindowRow, stream="keep") == 30
+    assert _count(db_session, DeadLetterRow, stream="s") == 6  # 14..19 h
+    assert _count(db_session, DeadLetterRow, stream="keep") == 20
+    assert _count(db_session, DeadLetterRow, stream=None) == 20  # unrouted: 30 days by default
+    assert report.deleted == {"trace_points": 0, "ood_windows": 19, "dead_letters": 14, "alarms": 0}
+
+
+def test_only_old_acknowledged_alarms_are_pruned(db_session: Session) -> None:
+    now = T0 + timedelta(days=400)
+    _stream(db_session, "s", {"acknowledged_alarms": "30d", "trace_points": None})
+    _alarm(db_session, "s", 1, None, None)  # never acknowledged: kept forever
+    _alarm(db_session, "s", 2, None, now - timedelta(days=31))  # acknowledged long ago: goes
+    _alarm(db_session, "s", 3, None, now - timedelta(days=29))  # recently acknowledged: kept
+    db_session.commit()
+    report = prune(session_factory(db_session.get_bind()), now=now)  # type: ignore[arg-type]
+    assert report.deleted["alarms"] == 1
+    assert set(db_session.scalars(select(AlarmRow.event_index))) == {1, 3}
+
+
+def test_time_budget_stops_between_transactions_and_the_next_call_goes_on(
+    db_session: Session,
+) -> None:
+    policy = {"trace_points": "10h", "alarm_context": 0, "acknowledged_alarms": None}
+    _stream(db_session, "s", policy)
+    _traces(db_session, "s", 60)
+    db_session.commit()
+    ticks = itertools.count()
+    sessions = session_factory(db_session.get_bind())  # type: ignore[arg-type]
+    first = prune(sessions, batch=10, max_seconds=3, clock=lambda: float(next(ticks)))
+    assert not first.complete and first.transactions == 2
+    assert first.deleted["trace_points"] == 20  # two transactions of at most 10 rows
+    rest = prune(sessions, batch=10)
+    assert rest.complete and first.total + rest.total == 2 * 49
+    assert min(_indexes(db_session, "s")) == 49
+
+
+def test_cli_prune(migrated_database_url: str, db_session: Session, capsys: Any) -> None:
+    _stream(db_session, "s", {"trace_points": "1h", "alarm_context": 0})
+    _traces(db_session, "s", 10)
+    db_session.commit()
+    assert main(["db", "prune", "--db", migrated_database_url, "--json"]) == 0
+    assert '"trace_points": 16' in capsys.readouterr().out
+    assert main(["db", "prune", "--db", migrated_database_url, "--batch", "x"]) == 2
+    assert main(["db", "prune", "--db", migrated_database_url, "--batch", "0"]) == 2
+
+
+def _run(tmp_path: Any, name: str, retention_interval: float) -> tuple[dict[Any, Any], list[Any]]:
+    """The example stream run by `monitor run` into its own SQLite file: its trace points
+    {(detector, event_index): ts} and alarms [(event_index, changepoint)]."""
+    from monitor.datasets import build_example
+    from monitor.db.engine import make_engine
+    from monitor.runner import register_stream, run_source
+    from monitor.settings import Settings
+
+    paths = build_example(tmp_path / name, seed=1, n_calibration=200,
+                          phases=[("stable", 400), ("concept", 400)])  # one event a second
+    config = paths["config"]
+    config.write_text(
+        config.read_text() + "retention:\n  trace_points: 5m\n  alarm_context: 30\n",
+        encoding="utf-8",
+    )
+    url = f"sqlite:///{tmp_path}/{name}.db"
+    settings = Settings(database_url=url, retention_interval=retention_interval, batch_size=100)
+    register_stream(str(config), settings)
+    run_source(f"file:{paths['events']}", [], name, settings)
+    engine = make_engine(url)
+    try:
+        with session_factory(engine)() as session:
+            traces = {(d, i): ts for d, i, ts in session.execute(
+                select(TracePointRow.detector, TracePointRow.event_index, TracePointRow.ts)
+            )}
+            alarms = [tuple(r) for r in session.execute(
+                select(AlarmRow.event_index, AlarmRow.changepoint)
+            )]
+    finally:
+        engine.dispose()
+    return traces, alarms
+
+
+def test_the_worker_prunes_in_the_background(tmp_path: Any) -> None:
+    """`monitor run` with a short retention keeps exactly what the policy says: the last five
+    minutes of event time and the trace around every alarm, computed from a run without
+    retention. (Around an alarm raised more than the retention after its changepoint, the points
+    already pruned cannot come back: docs/persistence.md.)"""
+    full, alarms = _run(tmp_path, "keep", retention_interval=0)
+    pruned, pruned_alarms = _run(tmp_path, "prune", retention_interval=1e-9)
+    assert alarms and pruned_alarms == alarms, "the example's concept shift raises alarms"
+    newest = max(full.values())
+    kept_ranges = protected_ranges(alarms, 30)
+    # Each pass prunes against the newest trace point stored so far: what the final pass keeps
+    # is what was recent at the end, plus every alarm's context.
+    expected = {
+        key for key, ts in full.items()
+        if ts >= newest - timedelta(minutes=5) or any(a <= key[1] <= b for a, b in kept_ranges)
+    }
+    assert set(pruned) == expected
+    assert len(expected) < 0.6 * len(full)  # the first 350 s are gone
