@@ -55,8 +55,14 @@ class Experiment:
 
 
 # --------------------------------------------------------------------------- data + models
-def digits_experiment(seed: int = 0, n_train: int = 300) -> Experiment:
-    """Digits 0–4 in-distribution (MLP trained on ``n_train`` of them), 5–9 OOD."""
+def digits_inputs(
+    seed: int = 0, n_train: int = 300
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray], dict[str, FloatArray], np.ndarray]:
+    """Digits 0–4 in-distribution with an MLP fitted on ``n_train`` of them, 5–9 OOD.
+
+    Returns the MLP's ``embedding`` (hidden activations) and ``logits`` for its training rows,
+    the held-out in-distribution pool and the OOD rows, and the labels of the training rows.
+    """
     from sklearn.datasets import load_digits
     from sklearn.neural_network import MLPClassifier
 
@@ -72,14 +78,19 @@ def digits_experiment(seed: int = 0, n_train: int = 300) -> Experiment:
         hidden = np.maximum(X[rows] @ mlp.coefs_[0] + mlp.intercepts_[0], 0.0)
         return {"embedding": hidden, "logits": hidden @ mlp.coefs_[1] + mlp.intercepts_[1]}
 
+    return inputs(train), inputs(pool), inputs(ood), y[train]
+
+
+def digits_experiment(seed: int = 0, n_train: int = 300) -> Experiment:
+    """Digits 0–4 in-distribution (MLP trained on ``n_train`` of them), 5–9 OOD."""
+    fit_in, pool_in, ood_in, y_train = digits_inputs(seed, n_train)
     scorers: list[tuple[str, Scorer]] = [
         ("energy", make_scorer("energy")),
         ("knn", make_scorer("knn", k=5)),
         ("mahalanobis", make_scorer("mahalanobis")),
     ]
-    fit_in, pool_in, ood_in = inputs(train), inputs(pool), inputs(ood)
     for _, scorer in scorers:
-        scorer.fit(fit_in[scorer.input], y[train])
+        scorer.fit(fit_in[scorer.input], y_train)
     return Experiment(
         "digits",
         tuple(name for name, _ in scorers),
@@ -202,14 +213,16 @@ def splits_monte_carlo(
         order = rng.permutation(truth.size)
         cal, test, t = {"features": X[ids[:m]]}, {"features": X[test_rows[order]]}, truth[order]
         knn = KNN(k=5, standardize=True, normalize=False)
-        one = OODDecider("bh", alpha, scorers=[knn], seed=r).fit(cal).p_values(test)
-        many = OODDecider("eg_bh", alpha, scorers=[knn], splits=splits, seed=r).fit(cal)
+        one = OODDecider("bh", alpha, scorers=[knn], seed=r, conformal="split")
+        one_p = one.fit(cal).p_values(test)
+        many = OODDecider("eg_bh", alpha, scorers=[knn], splits=splits, seed=r, conformal="split")
+        many.fit(cal)
         P = many.p_values(test)
         decisions = {
-            "bh": benjamini_hochberg(one[0], alpha),
+            "bh": benjamini_hochberg(one_p[0], alpha),
             "eg_bh": ensemble_bh(P, alpha),
             "eg_bh[twice_mean]": ensemble_bh(P, alpha, merge="twice_mean"),
-            "lond": lond_window(one[0], alpha),
+            "lond": lond_window(one_p[0], alpha),
         }
         for name, decision in decisions.items():
             rejected = decision.rejected

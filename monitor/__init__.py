@@ -2,7 +2,36 @@
 
 Weighted conformal test martingales (WATCH) with CUSUM / Shiryaev–Roberts / Ville alarms, OOD
 scorers with FDR-controlled decision rules, and a diagnosis of every alarm. See README.md.
+
+The notebook API (docs/python.md) is here at the top level: :func:`watch` returns a
+:class:`NotebookMonitor`. These names load on first use, so ``import monitor`` (and the
+``monitor`` command's ``--help``) does not import numpy, scipy or SQLAlchemy.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monitor.notebook import NotebookMonitor, Trace, watch
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["NotebookMonitor", "Trace", "__version__", "watch"]
+
+#: Top-level name → the module that defines it (imported on first access).
+_LAZY = {"watch": "monitor.notebook", "NotebookMonitor": "monitor.notebook",
+         "Trace": "monitor.notebook"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'monitor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -182,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_streams(sub)
     _add_alarms(sub)
+    _add_report(sub)
     _add_dead_letters(sub)
     _add_db(sub)
     _add_serve(sub)
@@ -277,6 +278,16 @@ def _add_alarms(sub: Any) -> None:
     lst.add_argument("--limit", type=_positive_int, default=100)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_alarms_list)
+
+
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report", help="write one alarm's report: traces, diagnosis, evidence (HTML or PNG)"
+    )
+    p.add_argument("--alarm", required=True, metavar="ID", help="the alarm's id")
+    p.add_argument("--out", metavar="FILE", help="FILE.html or FILE.png "
+                   "(default: alarm-ID.html in the current folder)")
+    p.set_defaults(handler=_cmd_report)
 
 
 def _iso_time(text: str) -> datetime:
@@ -565,6 +576,24 @@ def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
             cells.append(f"{a['threshold']:.4g}")
         table.add_row(*cells)
     return table
+
+
+def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import AlarmNotFoundError
+    from monitor.report import report_context, write_report
+    from monitor.runner import DatabaseSink
+
+    out = args.out or f"alarm-{args.alarm}.html"
+    if not out.lower().endswith((".html", ".htm", ".png")):
+        raise UserError(f"--out must end in .html or .png, got {out!r}")
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    with sink.sessions() as session:
+        try:
+            context = report_context(session, args.alarm)
+        except AlarmNotFoundError as exc:
+            raise UserError(f"{exc} (see `monitor alarms list`)") from None
+    print(f"report of alarm {args.alarm}: {write_report(context, out)}")
+    return 0
 
 
 def _dead_letter_filter(args: argparse.Namespace) -> Any:

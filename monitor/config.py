@@ -46,6 +46,10 @@ class AlarmConfig(_Strict):
 
 class OODConfig(_Strict):
     """Per-event OOD flags with FDR control, over windows (``bh``, ``eg_bh``) or online (``lond``).
+
+    ``conformal="full"`` ranks KNN scores against every calibration row (full conformal, the
+    default, measured most powerful); ``"split"`` fits on half and calibrates on the other half
+    (split conformal, whose FDR bound under BH is proved). See docs/ood.md.
     """
 
     enabled: bool = True
@@ -54,6 +58,7 @@ class OODConfig(_Strict):
     window: Annotated[int, Field(ge=1, le=100_000)] = 256
     scorers: tuple[str, ...] = ()
     splits: Annotated[int, Field(ge=1, le=64)] = 5
+    conformal: Literal["full", "split"] = "full"
 
 
 class LabelJoinConfig(_Strict):

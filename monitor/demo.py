@@ -43,12 +43,16 @@ def run_demo(
     summary = _run_with_progress(console, paths, settings, total, traces, run_source)
     png = out / "demo.png"
     plot_demo(traces, summary.alarms, truth, png)
+    reports = write_reports(settings.database_url, summary.alarms, out / "reports")
     if as_json:
-        print(json.dumps(summary.to_json() | {"plot": str(png), "truth": truth}))
+        print(json.dumps(summary.to_json() | {"plot": str(png), "truth": truth,
+                                              "reports": [str(r) for r in reports]}))
     else:
         _print_table(console, summary.alarms, truth)
         summary.print_human(sys.stderr)
         console.print(f"plot: {png}   database: {settings.database_url}")
+        console.print(f"reports: {out / 'reports'}/ (one HTML page per alarm: alarm-INDEX-"
+                      "DETECTOR.html; open it in a browser)")
     if serve:
         _serve(settings)
     return 0
@@ -88,6 +92,27 @@ def _run_with_progress(
             batch_size=200,
             on_batch=on_batch,
         )
+
+
+def write_reports(database_url: str, alarms: list[Alarm], folder: Path) -> list[Path]:
+    """One HTML report per alarm (``monitor report``) in ``folder``, named by event index and
+    detector; reports of an earlier run there are removed first."""
+    from monitor.db.engine import make_engine, session_factory
+    from monitor.report import report_context, write_report
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("alarm-*.html"):
+        old.unlink()
+    engine = make_engine(database_url)
+    try:
+        with session_factory(engine)() as session:
+            return [
+                write_report(report_context(session, a.id),
+                             folder / f"alarm-{a.event_index:06d}-{a.detector}.html")
+                for a in sorted(alarms, key=lambda a: (a.event_index, a.detector))
+            ]
+    finally:
+        engine.dispose()
 
 
 def phase_of(index: int, truth: dict[str, Any]) -> str:

@@ -161,7 +161,7 @@ class Pipeline:
             if len(rejected) < len(events):
                 out.events += len(events) - len(rejected)
                 out.touched.add(name)
-                out.add_records(*monitor.drain())
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
         dead.sort(key=lambda item: item[0])
         out.dead_letters = [letter for _, letter in dead]
         out.read(records)
@@ -175,7 +175,8 @@ class Pipeline:
             self._observe(item, out)
         out.read(records)
         for name in out.touched:
-            out.add_records(*self.streams[name].drain())
+            stream = self.streams[name]
+            out.add_records(*stream.drain(), *stream.drain_explanations())
         return out
 
     def flush(self) -> BatchOutput:
@@ -184,7 +185,7 @@ class Pipeline:
         for name, monitor in self.streams.items():
             if monitor.flush():
                 out.touched.add(name)
-                out.add_records(*monitor.drain())
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
         return out
 
     def _decode(self, record: Any) -> _Decoded:

@@ -341,15 +341,18 @@ class StreamMonitor:
         return bool(self._windows or self._alarms or self._traces or self._performance
                     or self._attributed)
 
-    def drain(self) -> tuple[
-        list[Alarm], list[TracePoint], list[OODWindow], list[PerformanceWindow],
-        list[AlarmEvidence],
-    ]:
-        """The records produced since the last drain: alarms, trace points, OOD windows,
-        performance windows and the evidence that completes earlier alarms."""
-        drained = (self._alarms, self._traces, self._windows, self._performance,
-                   self._alarm_evidence())
-        self._alarms, self._traces, self._windows, self._performance = [], [], [], []
+    def drain(self) -> tuple[list[Alarm], list[TracePoint], list[OODWindow]]:
+        """The records produced since the last drain: alarms, trace points, OOD windows (the
+        performance windows and late alarm evidence: :meth:`drain_explanations`)."""
+        drained = self._alarms, self._traces, self._windows
+        self._alarms, self._traces, self._windows = [], [], []
+        return drained
+
+    def drain_explanations(self) -> tuple[list[PerformanceWindow], list[AlarmEvidence]]:
+        """The performance windows closed and the evidence that completes earlier alarms (their
+        feature attributions) since the last call (docs/explain.md)."""
+        drained = self._performance, self._alarm_evidence()
+        self._performance = []
         return drained
 
     # -- records ------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
         window=config.ood.window,
         scorers=[make_scorer(name) for name in config.ood.scorers],
         splits=config.ood.splits,
+        conformal=config.ood.conformal,
         seed=config.seed,
     )
     labels = calibration.labels.astype(int) if config.task == "classification" else None

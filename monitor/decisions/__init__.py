@@ -2,6 +2,8 @@
 
 - :func:`conformal_p_values`: p = (1 + #{j : s_cal_j <= s_test}) / (m + 1) (higher score = more
   in-distribution, the sign convention of :mod:`monitor.ood`).
+- :class:`FullConformalKNN`: full-conformal p-values of a KNN score against every calibration
+  row (no split; the decider's default for KNN scorers).
 - :func:`benjamini_hochberg` / :class:`BenjaminiHochberg`: g-BH on a batch.
 - :func:`ensemble_bh` / :class:`EnsembleBH`: eg-BH, K p-value vectors merged by averaged BH
   e-values and e-BH (default; FDR <= alpha under any dependence between the K runs) or by twice
@@ -16,6 +18,7 @@ from monitor.decisions.bh import BenjaminiHochberg, benjamini_hochberg
 from monitor.decisions.conformal import conformal_p_values
 from monitor.decisions.decider import OODDecider, WindowDecision, default_scorers
 from monitor.decisions.eg_bh import EnsembleBH, bh_e_values, e_benjamini_hochberg, ensemble_bh
+from monitor.decisions.full_conformal import FullConformalKNN
 from monitor.decisions.lond import LOND, gamma
 from monitor.decisions.registry import RULES, make_rule
 
@@ -25,6 +28,7 @@ __all__ = [
     "BatchDecision",
     "BenjaminiHochberg",
     "EnsembleBH",
+    "FullConformalKNN",
     "OODDecider",
     "WindowDecision",
     "benjamini_hochberg",

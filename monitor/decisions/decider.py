@@ -5,15 +5,18 @@ already checked rows with :meth:`OODDecider.add_many`, same windows and state), 
 windows with :meth:`OODDecider.windows` and persists them; :meth:`OODDecider.state_dict` keeps the
 pending window across restarts.
 
-Calibration and exchangeability. An unfitted scorer that learns from data (KNN, Mahalanobis,
-ReAct, ...) is fitted on one random part of the calibration data (``fit_fraction``) and its
+Calibration and exchangeability. An unfitted KNN gets, by default (``conformal="full"``),
+full-conformal p-values against every calibration row
+(:mod:`monitor.decisions.full_conformal`): one deterministic run, no split. Any other unfitted
+scorer that learns from data (Mahalanobis, ReAct, ..., and KNN with ``conformal="split"``) is
+fitted on one random part of the calibration data (``fit_fraction``) and its
 calibration scores are computed on the other part, so that a null test score is exchangeable with
 them (a KNN distance of a point to a bank holding itself would be 0). Scorers that learn nothing
 (MSP, energy, ASH, ...) and scorers passed already fitted on other data (the model's training
 set, say) use every calibration point. For ``eg_bh`` each learning scorer contributes ``splits``
 runs over independent random splits, and each scorer is one more run: the K p-value vectors are
-merged by averaged BH e-values (see :mod:`monitor.decisions.eg_bh`). ``bh`` and ``lond`` use the
-first scorer with one split.
+merged by averaged BH e-values (see :mod:`monitor.decisions.eg_bh`; with one run, eg-BH is
+g-BH). ``bh`` and ``lond`` use the first scorer with one run.
 
 Missing inputs. Every scorer's input (``features``, ``logits`` or ``embedding``) must be present
 in the calibration data and in every event: :meth:`OODDecider.add` raises a ``ValueError`` naming
@@ -32,10 +35,14 @@ from numpy.typing import ArrayLike
 
 from monitor.decisions.base import FloatArray, check_alpha
 from monitor.decisions.conformal import p_values_from_sorted
+from monitor.decisions.full_conformal import FullConformalKNN
 from monitor.decisions.lond import LOND
 from monitor.decisions.registry import RULES, make_rule
-from monitor.ood import KNN, MSP, Energy, Mahalanobis, Scorer, scorer_from_state
+from monitor.ood import KNN, Energy, Scorer, scorer_from_state
 from monitor.ood.base import INPUT_KINDS, as_matrix, check_width
+
+#: How learning KNN scorers are calibrated: on all rows (full conformal) or on a split.
+CONFORMAL_MODES: tuple[str, ...] = ("full", "split")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +72,22 @@ class WindowDecision:
 
 
 def default_scorers(available: Sequence[str]) -> list[Scorer]:
-    """Scorers used when a stream's configuration names none.
+    """Scorers used when a stream's configuration names none: one scorer, chosen by measurement.
 
-    Logits available: ``energy`` and ``msp`` (no fitting, every calibration point is used).
-    Else an embedding: ``knn`` (k = 5, L2-normalised) and ``mahalanobis`` on it. Else raw
-    tabular features: ``knn`` (k = 5, standardised, not normalised) and ``mahalanobis``
-    (standardised).
+    An embedding: ``knn`` (k = 1, L2-normalised). Else logits: ``energy``. Else raw tabular
+    features: ``knn`` (k = 1, standardised, not normalised). The KNN gets full-conformal
+    p-values against every calibration row (``conformal="full"``). One scorer, because eg-BH's
+    averaged BH e-values reward consensus: on the bench every mix of scorers (KNN + Mahalanobis,
+    energy + MSP, energy + KNN) made eg-BH flag nothing in windows of 100–256 events while each
+    scorer alone had power; and k = 1 beat k = 5 and k = 10 on the digits embeddings and the
+    Shuttle features (docs/ood.md, "Power on tabular data and embeddings").
     """
-    if "logits" in available:
-        return [Energy(), MSP()]
     if "embedding" in available:
-        return [KNN(k=5), Mahalanobis()]
+        return [KNN(k=1)]
+    if "logits" in available:
+        return [Energy()]
     if "features" in available:
-        return [KNN(k=5, standardize=True, normalize=False), Mahalanobis(standardize=True)]
+        return [KNN(k=1, standardize=True, normalize=False)]
     raise ValueError(f"calibration needs at least one of {list(INPUT_KINDS)}")
 
 
@@ -90,6 +100,33 @@ class _Run:
 
     def p_values(self, inputs: Mapping[str, FloatArray]) -> FloatArray:
         return p_values_from_sorted(self.scorer.score(inputs[self.scorer.input]), self.calibration)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scorer": self.scorer.state_dict(), "calibration": self.calibration}
+
+
+@dataclass(slots=True)
+class _FullRun:
+    """One p-value source: full-conformal KNN p-values against every calibration row."""
+
+    full: FullConformalKNN
+
+    @property
+    def scorer(self) -> Scorer:
+        return self.full.scorer
+
+    def p_values(self, inputs: Mapping[str, FloatArray]) -> FloatArray:
+        return self.full.p_values(inputs[self.scorer.input])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"full_knn": self.full.state_dict()}
+
+
+def _run_from_state(state: Mapping[str, Any]) -> _Run | _FullRun:
+    if "full_knn" in state:
+        return _FullRun(FullConformalKNN.from_state(state["full_knn"]))
+    scorer = scorer_from_state(state["scorer"])
+    return _Run(scorer, np.asarray(state["calibration"], dtype=np.float64))
 
 
 class OODDecider:
@@ -112,6 +149,13 @@ class OODDecider:
         Seed of the splits.
     fit_fraction
         Share of calibration rows used to fit learning scorers (the rest calibrates).
+    conformal
+        ``"full"`` (default): an unfitted KNN scorer gets full-conformal p-values against every
+        calibration row (:class:`monitor.decisions.full_conformal.FullConformalKNN`, one
+        deterministic run, no split); each p-value is exactly valid, BH's FDR bound on them is
+        checked by Monte Carlo, not proved. ``"split"``: every learning scorer is fitted on a
+        random ``fit_fraction`` of the rows and calibrated on the rest (split conformal, PRDS,
+        FDR proved). Other scorers are split in both modes.
 
     Examples
     --------
@@ -135,6 +179,7 @@ class OODDecider:
         splits: int = 5,
         seed: int = 0,
         fit_fraction: float = 0.5,
+        conformal: str = "full",
     ) -> None:
         if rule not in RULES:
             raise ValueError(f"rule must be one of {sorted(RULES)}, got {rule!r}")
@@ -144,6 +189,8 @@ class OODDecider:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not 0.0 < fit_fraction < 1.0:
             raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction!r}")
+        if conformal not in CONFORMAL_MODES:
+            raise ValueError(f"conformal must be one of {list(CONFORMAL_MODES)}, got {conformal!r}")
         self.rule = rule
         self.alpha = alpha
         self.window = window
@@ -151,9 +198,10 @@ class OODDecider:
         self.splits = splits
         self.seed = seed
         self.fit_fraction = fit_fraction
+        self.conformal = conformal
         self._templates: list[Scorer] = []
         self._widths: dict[str, int] = {}
-        self._runs: list[_Run] = []
+        self._runs: list[_Run | _FullRun] = []
         self._kinds: tuple[str, ...] = ()  # the runs' input kinds, in first-run order
         self._next_index = 0
         self._reset_window()
@@ -177,7 +225,8 @@ class OODDecider:
         self._templates = templates
         self._runs = []
         for scorer in templates[:1] if self.rule != "eg_bh" else templates:
-            n_runs = self.splits if self.rule == "eg_bh" and _splittable(scorer) else 1
+            full = self._full_conformal(scorer)
+            n_runs = self.splits if self.rule == "eg_bh" and _splittable(scorer) and not full else 1
             for _ in range(n_runs):
                 self._runs.append(self._fit_run(scorer, data, labels, m, rng))
         self._kinds = _input_kinds(self._runs)
@@ -190,8 +239,11 @@ class OODDecider:
         labels: np.ndarray | None,
         m: int,
         rng: np.random.Generator,
-    ) -> _Run:
+    ) -> _Run | _FullRun:
         X = data[template.input]
+        if self._full_conformal(template):
+            assert isinstance(template, KNN)
+            return _FullRun(FullConformalKNN(template).fit(X))
         if template.needs_fit and template.is_fitted:
             # Fitted elsewhere (e.g. on the model's training data): every row calibrates.
             return _Run(template, np.sort(template.score(X)))
@@ -205,6 +257,10 @@ class OODDecider:
         fit_idx, cal_idx = order[:n_fit], order[n_fit:]
         scorer.fit(X[fit_idx], None if labels is None else labels[fit_idx])
         return _Run(scorer, np.sort(scorer.score(X[cal_idx])))
+
+    def _full_conformal(self, scorer: Scorer) -> bool:
+        """Whether this scorer gets full-conformal p-values (an unfitted KNN in "full" mode)."""
+        return self.conformal == "full" and isinstance(scorer, KNN) and _splittable(scorer)
 
     @property
     def input_kinds(self) -> tuple[str, ...]:
@@ -368,12 +424,11 @@ class OODDecider:
                 "splits": self.splits,
                 "seed": self.seed,
                 "fit_fraction": self.fit_fraction,
+                "conformal": self.conformal,
             },
             "widths": dict(self._widths),
             "templates": [s.state_dict() for s in self._templates],
-            "runs": [
-                {"scorer": r.scorer.state_dict(), "calibration": r.calibration} for r in self._runs
-            ],
+            "runs": [r.state_dict() for r in self._runs],
             "next_index": self._next_index,
             "pending_ids": list(self._ids),
             "pending_inputs": {k: np.concatenate(v) for k, v in self._pending.items()},
@@ -386,13 +441,11 @@ class OODDecider:
     def from_state(cls, state: Mapping[str, Any]) -> OODDecider:
         """Rebuild a decider saved with :meth:`state_dict`, pending window included."""
         templates = [scorer_from_state(s) for s in state["templates"]]
-        decider = cls(scorers=templates, **state["config"])
+        # States saved before full conformal existed hold split runs only.
+        decider = cls(scorers=templates, **{"conformal": "split", **state["config"]})
         decider._templates = templates
         decider._widths = {k: int(v) for k, v in state["widths"].items()}
-        decider._runs = [
-            _Run(scorer_from_state(r["scorer"]), np.asarray(r["calibration"], dtype=np.float64))
-            for r in state["runs"]
-        ]
+        decider._runs = [_run_from_state(r) for r in state["runs"]]
         decider._kinds = _input_kinds(decider._runs)
         decider._next_index = int(state["next_index"])
         decider._ids = list(state["pending_ids"])
@@ -410,7 +463,7 @@ def _window_from_json(data: Mapping[str, Any]) -> WindowDecision:
     return WindowDecision(**{**data, "flagged_ids": tuple(data["flagged_ids"])})
 
 
-def _input_kinds(runs: Sequence[_Run]) -> tuple[str, ...]:
+def _input_kinds(runs: Sequence[_Run | _FullRun]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(run.scorer.input for run in runs))
 
 

@@ -1,8 +1,8 @@
 """Ensemble g-BH (eg-BH): several p-value vectors merged with a proof of FDR control.
 
 Default merge (``"e_values"``): BH e-values averaged and passed to e-BH. Run BH at a base
-level alpha0 (default 0.9·alpha) on each of K p-value vectors (K calibration splits and/or
-scorers); run k's decisions become
+level alpha0 (default 0.9·alpha; alpha when K = 1) on each of K p-value vectors (K calibration
+splits and/or scorers); run k's decisions become
 
     e_i^k = n · 1{i rejected by run k} / (alpha0 · max(R_k, 1))
 
@@ -51,6 +51,16 @@ MERGES: tuple[str, ...] = get_args(Merge)
 DEFAULT_BASE_FRACTION = 0.9
 
 
+def default_base_alpha(alpha: float, n_runs: int) -> float:
+    """The base level alpha0 of the K BH runs: alpha for K = 1, else 0.9·alpha.
+
+    With one run, e-BH on its BH e-values at alpha0 = alpha is that BH run exactly (Li & Zhang
+    2023, Sec. 2), so eg-BH loses nothing against g-BH; the slack 0.9 only pays for runs that
+    disagree, and a single run cannot.
+    """
+    return alpha if n_runs == 1 else DEFAULT_BASE_FRACTION * alpha
+
+
 def bh_e_values(p: ArrayLike, alpha: float) -> FloatArray:
     """BH at level alpha turned into e-values n·1{rejected}/(alpha·max(R, 1)) (Li & Zhang 2023).
 
@@ -93,7 +103,8 @@ def ensemble_bh(
 
     ``merge="e_values"`` (default): average of BH e-values, then e-BH (FDR <= alpha under any
     dependence between runs; see the module docstring). The K BH runs use ``base_alpha``
-    (default 0.9·alpha): any base level keeps the guarantee; one below alpha leaves slack for
+    (default 0.9·alpha, alpha when K = 1: :func:`default_base_alpha`): any base level keeps the
+    guarantee; one below alpha leaves slack for
     runs whose rejection sets differ a little (Ren & Barber 2024 run their base procedures at
     alpha/2 for this reason), one close to alpha keeps the discreteness floor low.
     ``merge="twice_mean"``: BH on min(1, 2·mean_k p) (Vovk & Wang 2020); ``base_alpha`` is then
@@ -116,7 +127,7 @@ def ensemble_bh(
             as_p_values(row, f"p_values[{k}]")  # raises, naming the first bad row
     if merge == "twice_mean":
         return benjamini_hochberg(np.minimum(1.0, 2.0 * matrix.mean(axis=0)), alpha)
-    base = DEFAULT_BASE_FRACTION * alpha if base_alpha is None else base_alpha
+    base = default_base_alpha(alpha, matrix.shape[0]) if base_alpha is None else base_alpha
     check_alpha(base)
     mean_e = np.mean(_bh_e_value_rows(matrix, base), axis=0)
     return e_benjamini_hochberg(mean_e, alpha)
@@ -154,7 +165,8 @@ class EnsembleBH:
     merge
         ``"e_values"`` (default, proven under any dependence between runs) or ``"twice_mean"``.
     base_alpha
-        Level of the K base BH runs for ``merge="e_values"`` (default 0.9·alpha).
+        Level of the K base BH runs for ``merge="e_values"`` (default 0.9·alpha, alpha when
+        K = 1).
 
     Examples
     --------

@@ -117,6 +117,12 @@ def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> 
     summary = json.loads(demo.stdout.strip().splitlines()[-1])
     assert summary
     assert (tmp_path / "demo" / "demo.db").exists()
+    # one alarm report per alarm, each a page naming its alarm
+    reports = [tmp_path / path for path in summary["reports"]]
+    assert len(reports) == len(summary["alarms"]) >= 1
+    for path, alarm in zip(reports, sorted(summary["alarms"], key=lambda a: (
+            a["event_index"], a["detector"])), strict=True):
+        assert f"<title>Alarm {alarm['id']}:" in path.read_text(encoding="utf-8")
     # numba compiled into the user cache directory, not into the installed package
     assert list((tmp_path / "cache" / "monitor" / "numba").rglob("*.nbi"))
     assert not list(installed.rglob("*.nbi"))

@@ -12,11 +12,13 @@ columns its panel expects; aggregates are cross-checked against the tables.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -131,6 +133,22 @@ SQL_QUERIES = [
 QIDS = [qid for _, qid, _ in SQL_QUERIES]
 
 
+#: Labels arrive this long after their predictions: both detectors' rows must still share the
+#: predictions' clock (docs/persistence.md, "One time base").
+LABELS_LATE = timedelta(hours=6)
+
+
+def _labels_late(events: Path, late: timedelta) -> None:
+    lines = []
+    for line in events.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event.get("kind") == "label":
+            ts = datetime.fromisoformat(event["ts"].replace("Z", "+00:00"))
+            event["ts"] = (ts + late).isoformat()
+        lines.append(json.dumps(event))
+    events.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 @dataclass(frozen=True)
 class PipelineRun:
     url: str  # as Grafana connects: the compose stack's read-only role (it reads the views)
@@ -169,6 +187,7 @@ def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Ite
             n_calibration=N_CALIBRATION,
             label_delay=5,
         )
+        _labels_late(paths["events"], LABELS_LATE)
         with paths["events"].open("a", encoding="utf-8") as fh:
             fh.write("\n".join(BAD_LINES) + "\n")
         settings = Settings(database_url=url)
@@ -345,6 +364,21 @@ def test_stream_detail_matches_the_tables(run: PipelineRun) -> None:
     assert {f"{d} threshold" for d in ("covariate", "conditional")} <= thresholds
     p_values = [r[2] for r in _execute(run.url, expand(_panel_sql("monitor-stream", 8), ctx))[1]]
     assert p_values and all(0.0 <= p <= 1.0 for p in p_values)
+
+
+def test_late_labels_leave_both_detectors_on_one_clock(run: PipelineRun) -> None:
+    """Labels came six hours late; the conditional trace and alarms still sit at the
+    predictions' times, inside the covariate trace's span (and the panels' time range)."""
+    spans = dict(
+        (r[0], (r[1], r[2])) for r in _execute(
+            run.url, "SELECT detector, min(ts), max(ts) FROM trace_points GROUP BY detector"
+        )[1]
+    )
+    (cov_lo, cov_hi), (cond_lo, cond_hi) = spans["covariate"], spans["conditional"]
+    assert cov_lo <= cond_lo and cond_hi <= cov_hi + timedelta(seconds=10)
+    late = _scalar(run.url, "SELECT count(*) FROM alarms WHERE ts > "
+                   f"'{(cov_hi + timedelta(seconds=10)).isoformat()}'")
+    assert late == 0
 
 
 def test_changepoint_annotations_precede_their_alarms(run: PipelineRun) -> None:

@@ -59,3 +59,15 @@ def test_late_evidence_is_merged_into_the_stored_alarm(db_session: Session) -> N
         row = db_session.get(AlarmRow, alarm.id)
         assert row is not None
         assert row.evidence == {"weights_ess": 800.0, "attribution": attribution}
+
+
+def test_the_alarm_report_reads_the_stored_performance_windows(db_session: Session) -> None:
+    from monitor.report import report_context
+
+    alarm = Alarm("bikes", "conditional", "concept_shift", "e-900", 900, T0, 700, 1e4, 1e4,
+                  "shiryaev_roberts", {})
+    persist_batch(db_session, alarms=[alarm], performance_windows=[window(i) for i in range(3)])
+    context = report_context(db_session, alarm.id)
+    db_session.rollback()
+    assert context.performance == performance_windows(db_session, "bikes")
+    assert [w["window_index"] for w in context.performance or ()] == [0, 1, 2]

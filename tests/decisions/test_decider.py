@@ -83,11 +83,12 @@ def test_missing_input_raises_and_names_the_kind() -> None:
 
 
 def test_default_scorers_follow_the_available_inputs() -> None:
-    assert [s.name for s in default_scorers(["features", "logits"])] == ["energy", "msp"]
-    emb = default_scorers(["embedding"])
-    assert [(s.name, s.input) for s in emb] == [("knn", "embedding"), ("mahalanobis", "embedding")]
+    both = default_scorers(["features", "logits", "embedding"])
+    assert [(s.name, s.input, s.k) for s in both] == [("knn", "embedding", 1)]  # type: ignore[attr-defined]
+    assert [s.name for s in default_scorers(["features", "logits"])] == ["energy"]
     tab = default_scorers(["features"])
-    assert [(s.name, s.input) for s in tab] == [("knn", "features"), ("mahalanobis", "features")]
+    assert [(s.name, s.input) for s in tab] == [("knn", "features")]
+    assert tab[0].get_params() == {**tab[0].get_params(), "k": 1, "standardize": True}
     with pytest.raises(ValueError, match="at least one of"):
         default_scorers([])
 
@@ -95,9 +96,11 @@ def test_default_scorers_follow_the_available_inputs() -> None:
 def test_runs_splits_and_prefitted_scorers() -> None:
     rng = np.random.default_rng(3)
     cal = {"features": rng.normal(size=(200, 4))}
-    eg = OODDecider("eg_bh", splits=4).fit(cal)  # default tabular: knn + mahalanobis, 4 splits
-    assert eg.p_values(cal).shape == (8, 200)
-    assert OODDecider("bh", splits=4).fit(cal).p_values(cal).shape == (1, 200)
+    tabular = [KNN(k=5, standardize=True, normalize=False), Mahalanobis(standardize=True)]
+    eg = OODDecider("eg_bh", scorers=tabular, splits=4, conformal="split").fit(cal)
+    assert eg.p_values(cal).shape == (8, 200)  # knn + mahalanobis, 4 splits each
+    split_bh = OODDecider("bh", scorers=tabular, splits=4, conformal="split")
+    assert split_bh.fit(cal).p_values(cal).shape == (1, 200)
     # Held-out calibration: 100 scores per split run, so p-values are multiples of 1/101.
     scaled = eg.p_values({"features": rng.normal(size=(5, 4))}) * 101
     np.testing.assert_allclose(scaled, np.round(scaled), atol=1e-9)
@@ -108,6 +111,23 @@ def test_runs_splits_and_prefitted_scorers() -> None:
     np.testing.assert_allclose(P[0] * 201, np.round(P[0] * 201), atol=1e-9)
 
 
+def test_full_conformal_knn_is_one_run_on_every_calibration_row() -> None:
+    rng = np.random.default_rng(4)
+    cal = {"features": rng.normal(size=(200, 4))}
+    tabular = [KNN(k=5, standardize=True, normalize=False), Mahalanobis(standardize=True)]
+    eg = OODDecider("eg_bh", scorers=tabular, splits=4).fit(cal)  # conformal="full"
+    P = eg.p_values({"features": rng.normal(size=(5, 4))})
+    assert P.shape == (5, 5)  # 1 full-conformal KNN run + 4 Mahalanobis splits
+    np.testing.assert_allclose(P[0] * 201, np.round(P[0] * 201), atol=1e-9)  # all m rows rank
+    restored = OODDecider.from_state(eg.state_dict())
+    np.testing.assert_array_equal(
+        restored.p_values({"features": cal["features"][:7]}),
+        eg.p_values({"features": cal["features"][:7]}),
+    )
+    with pytest.raises(ValueError, match="conformal must be one of"):
+        OODDecider(conformal="jackknife")
+
+
 def test_constructor_validation() -> None:
     with pytest.raises(ValueError, match="rule must be one of"):
         OODDecider("storey")
@@ -116,6 +136,8 @@ def test_constructor_validation() -> None:
     with pytest.raises(ValueError, match="fit_fraction"):
         OODDecider(fit_fraction=1.0)
     with pytest.raises(ValueError, match="too few"):
+        OODDecider(scorers=[KNN(k=1)], conformal="split").fit({"embedding": np.ones((1, 2))})
+    with pytest.raises(ValueError, match="at least 2 rows"):
         OODDecider(scorers=[KNN(k=1)]).fit({"embedding": np.ones((1, 2))})
     assert WindowDecision(0, 0, 1, 0, 0.0, "bh", 0.1, ()).to_json()["flagged_ids"] == []
 

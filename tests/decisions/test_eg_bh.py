@@ -107,3 +107,15 @@ def test_class_registry_and_validation() -> None:
         ensemble_bh(np.zeros((2, 2, 2)), 0.1)
     with pytest.raises(ValueError, match="non-negative e-values"):
         e_benjamini_hochberg([-1.0], 0.1)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2])
+def test_one_run_is_exactly_bh(alpha: float) -> None:
+    """K = 1: base level alpha, and e-BH on one BH run's e-values is that run (Li & Zhang 2023)."""
+    rng = np.random.default_rng(int(alpha * 100))
+    for m in (50, 200, 1000):
+        for _ in range(50):
+            p = rng.integers(1, m + 2, size=100) / (m + 1.0)
+            p[:20] = rng.integers(1, 4, size=20) / (m + 1.0)
+            got, want = ensemble_bh(p[None, :], alpha), benjamini_hochberg(p, alpha)
+            assert np.array_equal(got.rejected, want.rejected)

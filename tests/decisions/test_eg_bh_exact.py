@@ -8,14 +8,15 @@ import pytest
 from monitor.decisions import OODDecider, bh_e_values, e_benjamini_hochberg, ensemble_bh
 from monitor.decisions.base import BatchDecision, as_p_values
 from monitor.decisions.eg_bh import DEFAULT_BASE_FRACTION, _bh_e_value_rows
-from monitor.ood import KNN
+from monitor.ood import KNN, Mahalanobis
 from tests.ood.test_knn_exact import reference_knn_score
 
 
 def reference_ensemble_bh(matrix: np.ndarray, alpha: float) -> BatchDecision:
-    """ensemble_bh(merge="e_values") before the K BH runs were vectorised (commit d8e94db)."""
+    """ensemble_bh(merge="e_values") before the K BH runs were vectorised (commit d8e94db),
+    with the base level alpha for a single run (0.9·alpha for several)."""
     rows = [as_p_values(row) for row in matrix]
-    base = DEFAULT_BASE_FRACTION * alpha
+    base = alpha if len(rows) == 1 else DEFAULT_BASE_FRACTION * alpha
     mean_e = np.mean([bh_e_values(row, base) for row in rows], axis=0)
     return e_benjamini_hochberg(mean_e, alpha)
 
@@ -54,7 +55,10 @@ def test_ensemble_bh_is_the_previous_implementation_bit_for_bit(alpha: float) ->
 def test_decider_windows_are_the_previous_scoring_bit_for_bit() -> None:
     rng = np.random.default_rng(5)
     cal = rng.normal(size=(1000, 9)) * np.arange(1, 10)
-    decider = OODDecider("eg_bh", alpha=0.1, window=256, splits=5).fit({"features": cal})
+    split_scorers = [KNN(k=5, standardize=True, normalize=False), Mahalanobis(standardize=True)]
+    decider = OODDecider(
+        "eg_bh", alpha=0.1, window=256, scorers=split_scorers, splits=5, conformal="split"
+    ).fit({"features": cal})
     for w in range(4):
         X = rng.normal(size=(256, 9)) * np.arange(1, 10)
         X[:: 9 + w] += 4.0 * np.arange(1, 10)

@@ -23,8 +23,12 @@ PHASES = [("stable", 250), ("concept", 350)]
 TABLES = {
     "alarms": "select id, stream, detector, kind, event_id, event_index, ts, changepoint, "
     "statistic, threshold, rule, evidence from alarms order by id",
-    "trace_points": "select * from trace_points order by stream, detector, event_index",
-    "ood_windows": "select * from ood_windows order by stream, window_index",
+    # every column but created_at (the ingest time differs between two runs)
+    "trace_points": "select stream, detector, event_index, ts, log_martingale, p_value, "
+    "log_statistic, log_threshold, weights_ess, config_version from trace_points "
+    "order by stream, detector, event_index",
+    "ood_windows": "select stream, window_index, start_index, end_index, ts, n, n_flagged, "
+    "threshold, rule, alpha from ood_windows order by stream, window_index",
     "ood_flags": "select * from ood_flags order by stream, window_index, event_id",
     "checkpoints": "select stream, version, event_index, state, arrays from checkpoints",
     "source_offsets": 'select source, partition, "offset" from source_offsets',

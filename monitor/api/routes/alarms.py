@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query, Response, Security
+from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +18,7 @@ from monitor.config import NAME_PATTERN
 from monitor.db import repositories as repo
 from monitor.db.errors import AlarmNotFoundError
 from monitor.db.models import AlarmRow
+from monitor.report import render_html, report_context
 
 router = APIRouter(
     prefix="/alarms", tags=["alarms"], dependencies=[Security(bearer)], responses=READ_ERRORS
@@ -88,6 +90,34 @@ def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmPublic:
     if row is None:
         raise HTTPException(404, f"no alarm with id {alarm_id!r}")
     return to_public(row)
+
+
+def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """:func:`responses` documented as JSON on a route whose own responses are not: FastAPI
+    gives a ``model`` the route's media type (text/html here)."""
+    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {
+        status: {k: v for k, v in entry.items() if k != "model"}
+        | {"content": {"application/json": {"schema": schema}}}
+        for status, entry in responses(*statuses).items()
+    }
+
+
+@router.get(
+    "/{alarm_id}/report",
+    summary="One alarm's report (HTML)",
+    response_class=HTMLResponse,
+    responses={**_json_errors(401, 404, 503), 200: {"content": {"text/html": {}}}},
+)
+def alarm_report(session: ReadSessionDep, alarm_id: AlarmId) -> HTMLResponse:
+    """One self-contained HTML page explaining the alarm: both detectors' martingale traces
+    around it with the threshold and changepoint, the diagnosis and the evidence numbers, and
+    the feature attribution when the alarm has one (no script, no external resource)."""
+    try:
+        context = report_context(session, alarm_id)
+    except AlarmNotFoundError:
+        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+    return HTMLResponse(render_html(context))
 
 
 @router.post(

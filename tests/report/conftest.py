@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from monitor.db.engine import make_engine, session_factory
+from monitor.db.migrate import upgrade
+from monitor.db.store import persist_batch
+from monitor.records import Alarm
+from tests.report.real_alarms import attribution, directions, shuttle_records
+
+
+@dataclass(frozen=True)
+class ReportDatabase:
+    url: str
+    engine: Engine
+    #: The stream's alarms as stored; the first concept-shift alarm carries an attribution and
+    #: density-ratio directions in its evidence, the others only what the detectors wrote.
+    alarms: tuple[Alarm, ...]
+    explained: Alarm
+
+    def session(self) -> Session:
+        return session_factory(self.engine)()
+
+
+@pytest.fixture(scope="module")
+def report_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportDatabase]:
+    """A SQLite database holding the real alarms and traces of the Shuttle stream."""
+    alarms, traces = shuttle_records()
+    concept = next(a for a in alarms if a.kind == "concept_shift")
+    assert concept.changepoint is not None
+    explained = replace(concept, evidence={
+        **concept.evidence,
+        "attribution": attribution(concept.changepoint, concept.event_index + 1),
+        "density_ratio_directions": directions(concept.changepoint, concept.event_index + 1),
+    })
+    stored = tuple(explained if a.id == concept.id else a for a in alarms)
+    url = f"sqlite:///{Path(tmp_path_factory.mktemp('report')) / 'monitor.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with session_factory(engine)() as session:
+        persist_batch(session, alarms=stored, trace_points=traces)
+    yield ReportDatabase(url, engine, stored, explained)
+    engine.dispose()
