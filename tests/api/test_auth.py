@@ -60,6 +60,7 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("GET", "/streams/{name}/performance"),
                 ("GET", "/alarms"),
                 ("GET", "/alarms/{alarm_id}"),
+                ("GET", "/alarms/{alarm_id}/report"),
                 ("POST", "/alarms/{alarm_id}/ack"),
                 ("GET", "/alerts/deliveries"),
                 ("POST", "/alerts/deliveries/{delivery_id}/retry"),
