@@ -144,6 +144,18 @@ class LabelJoinConfig(_Strict):
     max_delay_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
 
 
+class PerformanceConfig(_Strict):
+    """Model performance windows: labelled events per window (docs/explain.md)."""
+
+    window: Annotated[int, Field(ge=10)] = 500
+
+
+class AttributionConfig(_Strict):
+    """Feature attribution of covariate alarms: post-alarm prediction events tested."""
+
+    window: Annotated[int, Field(ge=20)] = 200
+
+
 class RetentionConfig(_Strict):
     """How long stored results are kept (``monitor db prune`` and the worker apply it).
 
@@ -190,6 +202,8 @@ class StreamConfig(_Strict):
     max_reference: Annotated[int | None, Field(ge=100)] = None
     reference_window: Annotated[int | None, Field(ge=1)] = 5000
     trace_every: Annotated[int, Field(ge=1)] = 10
+    performance: PerformanceConfig = PerformanceConfig()
+    attribution: AttributionConfig = AttributionConfig()
     seed: int = 0
     last_layer: str | None = None
 

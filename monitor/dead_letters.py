@@ -313,7 +313,8 @@ def _process(sink: DatabaseSink, pipeline: Pipeline, records: Sequence[RawRecord
     out = BatchOutput()
     for record in records:
         one = pipeline.process([record])
-        out.add_records(one.alarms, one.trace_points, one.ood_windows)
+        out.add_records(one.alarms, one.trace_points, one.ood_windows,
+                        one.performance_windows, one.alarm_evidence)
         out.dead_letters += one.dead_letters
         out.touched |= one.touched
         out.events += one.events
@@ -394,6 +395,8 @@ def _persist(
             alarms=out.alarms,
             trace_points=out.trace_points,
             ood_windows=out.ood_windows,
+            performance_windows=out.performance_windows,
+            alarm_evidence=out.alarm_evidence,
             checkpoints=checkpoints,
             expected={name: marks.get(name) for name in checkpoints},
             replayed=replayed,

@@ -16,6 +16,7 @@ import base64
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 from monitor.calibration import Calibration
 from monitor.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent
-from monitor.records import Alarm, OODWindow, TracePoint
+from monitor.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
 from monitor.state import decode_state, encode_state
 from monitor.stream import StreamMonitor
 
@@ -111,9 +112,13 @@ class NotebookMonitor:
     stream
         The underlying :class:`~monitor.stream.StreamMonitor` (configuration, detectors).
     alarms
-        Every alarm raised so far, in order.
+        Every alarm raised so far, in order; a covariate alarm's evidence gains its feature
+        ``attribution`` once the events after it have been given (docs/explain.md).
     ood_windows
         The OOD decisions over closed windows of events (docs/ood.md).
+    performance_windows
+        The model's metrics over closed windows of labelled events (docs/explain.md; not kept
+        by :meth:`save`).
     """
 
     def __init__(self, stream: StreamMonitor, columns: _Columns) -> None:
@@ -121,6 +126,7 @@ class NotebookMonitor:
         self.columns = columns
         self.alarms: list[Alarm] = []
         self.ood_windows: list[OODWindow] = []
+        self.performance_windows: list[PerformanceWindow] = []
         # Each detector's trace as record-array chunks, one per batch, joined when read.
         self._chunks: dict[str, list[np.ndarray]] = {d: [] for d in _TRACED}
 
@@ -239,6 +245,9 @@ class NotebookMonitor:
             if rows:
                 self._chunks[detector].append(_unique(np.array(rows, dtype=_TRACE_DTYPE)))
         self.ood_windows += windows
+        performance, evidence = self.stream.drain_explanations()
+        self.performance_windows += performance
+        self._complete(evidence)
         if rejected:
             k, reason = rejected[0]
             raise ValueError(
@@ -246,6 +255,13 @@ class NotebookMonitor:
                 f"(the others were processed), first: row {k}: {reason}"
             )
         return alarms
+
+    def _complete(self, evidence: list[AlarmEvidence]) -> None:
+        """Merge late evidence (feature attributions, docs/explain.md) into the alarms."""
+        extra = {e.alarm_id: e.evidence for e in evidence}
+        if extra:
+            self.alarms = [replace(a, evidence={**a.evidence, **extra[a.id]}) if a.id in extra
+                           else a for a in self.alarms]
 
     def _arrays(self) -> dict[str, np.ndarray]:
         for detector, chunks in self._chunks.items():

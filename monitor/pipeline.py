@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from monitor.events import Event, InvalidEvent, decode_batch, decode_event
-from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.records import (
+    Alarm,
+    AlarmEvidence,
+    DeadLetter,
+    OODWindow,
+    PerformanceWindow,
+    TracePoint,
+)
 from monitor.stream import StreamMonitor
 
 
@@ -37,17 +44,26 @@ class BatchOutput:
     alarms: list[Alarm] = field(default_factory=list)
     trace_points: list[TracePoint] = field(default_factory=list)
     ood_windows: list[OODWindow] = field(default_factory=list)
+    performance_windows: list[PerformanceWindow] = field(default_factory=list)
+    alarm_evidence: list[AlarmEvidence] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0
 
     def add_records(
-        self, alarms: list[Alarm], trace_points: list[TracePoint], ood_windows: list[OODWindow]
+        self,
+        alarms: list[Alarm],
+        trace_points: list[TracePoint],
+        ood_windows: list[OODWindow],
+        performance_windows: Sequence[PerformanceWindow] = (),
+        alarm_evidence: Sequence[AlarmEvidence] = (),
     ) -> None:
         self.alarms += alarms
         self.trace_points += trace_points
         self.ood_windows += ood_windows
+        self.performance_windows += performance_windows
+        self.alarm_evidence += alarm_evidence
 
     def read(self, records: Iterable[Any]) -> None:
         """Advance the next offset of each partition past ``records``."""
@@ -145,7 +161,7 @@ class Pipeline:
             if len(rejected) < len(events):
                 out.events += len(events) - len(rejected)
                 out.touched.add(name)
-                out.add_records(*monitor.drain())
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
         dead.sort(key=lambda item: item[0])
         out.dead_letters = [letter for _, letter in dead]
         out.read(records)
@@ -159,7 +175,8 @@ class Pipeline:
             self._observe(item, out)
         out.read(records)
         for name in out.touched:
-            out.add_records(*self.streams[name].drain())
+            stream = self.streams[name]
+            out.add_records(*stream.drain(), *stream.drain_explanations())
         return out
 
     def flush(self) -> BatchOutput:
@@ -168,7 +185,7 @@ class Pipeline:
         for name, monitor in self.streams.items():
             if monitor.flush():
                 out.touched.add(name)
-                out.add_records(*monitor.drain())
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
         return out
 
     def _decode(self, record: Any) -> _Decoded:

@@ -144,6 +144,40 @@ class OODWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class PerformanceWindow:
+    """The model's metrics over one window of a stream's labelled events (docs/explain.md):
+    ``start_index``/``end_index`` the smallest and largest event index of its events, ``ts``
+    the event time of the window's last labelled event (its prediction's time), ``metrics``
+    metric name → value."""
+
+    stream: str
+    window_index: int
+    start_index: int
+    end_index: int
+    ts: datetime
+    n: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ts"] = iso(self.ts)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmEvidence:
+    """Evidence that completes an alarm after it was raised (its feature attribution needs the
+    events after it); merged into the stored alarm's ``evidence``."""
+
+    stream: str
+    alarm_id: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A record that could not be processed, kept with the reason and where it came from."""
 

@@ -124,8 +124,9 @@ def report_context(
     """Read an alarm and both detectors' traces around it from the database.
 
     ``performance`` is the stream's performance windows (the before/after comparison uses all
-    of them, the figure those in the report's window), or None when they are not known;
-    malformed windows raise :class:`ValueError`.
+    of them, the figure those in the report's window); None reads the stream's stored ones
+    (:func:`monitor.db.repositories.performance_windows`, the latest 1000); malformed windows
+    raise :class:`ValueError`.
 
     Raises
     ------
@@ -144,6 +145,8 @@ def report_context(
     traces: dict[str, list[TracePoint]] = {d: [] for d in DETECTORS}
     for point in session.scalars(query):
         traces.setdefault(point.detector, []).append(point.to_record())
+    if performance is None:  # the stored ones; None when the stream has none
+        performance = repo.performance_windows(session, alarm.stream, limit=1000) or None
     windows = None if performance is None else check_performance(performance)
     ack = None
     if row.acknowledged_at is not None:

@@ -126,6 +126,8 @@ class DatabaseSink:
                 alarms=out.alarms,
                 trace_points=out.trace_points,
                 ood_windows=out.ood_windows,
+                performance_windows=out.performance_windows,
+                alarm_evidence=out.alarm_evidence,
                 checkpoints=checkpoints,
                 offsets=offsets,
                 dead_letters=out.dead_letters,

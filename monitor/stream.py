@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.attribution import AlarmAttribution, CompletedAttribution, density_ratio_directions
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
 from monitor.detectors.pair import BatchResult, DetectorAlarm
@@ -22,7 +23,15 @@ from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.durations import format_duration
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.join import Joined, LabelJoin, Pending
-from monitor.records import Alarm, OODWindow, TracePoint, alarm_id
+from monitor.performance import ClosedWindow, PerformanceWindows
+from monitor.records import (
+    Alarm,
+    AlarmEvidence,
+    OODWindow,
+    PerformanceWindow,
+    TracePoint,
+    alarm_id,
+)
 from monitor.wiring import build_detectors, build_ood, conditional_score
 
 STATE_VERSION = 1
@@ -54,6 +63,10 @@ class StreamMonitor:
         self.detectors = build_detectors(config, calibration)
         self.ood = build_ood(config, calibration)
         self.join = LabelJoin(config.labels.max_pending, config.labels.max_delay_seconds)
+        self.performance = PerformanceWindows(calibration.n_classes, config.performance.window)
+        self.attribution = AlarmAttribution(
+            calibration.features, self.feature_names, config.attribution.window
+        )
         self.event_index = 0
         self.labeled = 0
         self.window_index = 0
@@ -63,6 +76,8 @@ class StreamMonitor:
         self._windows: list[OODWindow] = []
         #: Alarms raised as ``insufficient_evidence``, by id, until their revision.
         self._unrevised: dict[str, Alarm] = {}
+        self._performance: list[PerformanceWindow] = []
+        self._attributed: list[CompletedAttribution] = []
         # The checked features of the last prepared batch's events, by id(event); the event is
         # kept beside them so that its id cannot be reused while the entry lives.
         self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
@@ -70,6 +85,14 @@ class StreamMonitor:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The features' names: the calibration's, else ``x0``, ``x1``, … by position."""
+        names = self.calibration.feature_names
+        return names if names is not None else tuple(
+            f"x{j}" for j in range(self.calibration.n_features)
+        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -121,6 +144,7 @@ class StreamMonitor:
         index = self.event_index
         self.event_index += 1
         self.detectors.update_covariate(x, index, ts.timestamp())
+        self._attributed += self.attribution.add(x.reshape(1, -1), index)
         self._collect_alarms(event.id, index, ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
@@ -147,6 +171,9 @@ class StreamMonitor:
         self.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         self._trace("conditional", pending.event_index, ts)
+        self._add_performance(
+            self.performance.add([pending.prediction], [joined.label], [pending.event_index], [ts])
+        )
 
     # -- batches ------------------------------------------------------------------------------
 
@@ -255,6 +282,10 @@ class StreamMonitor:
                 traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
+        self._attribute_batch(batch, X_cov, alarms)
+        self._add_performance(self.performance.add(
+            batch.cond_predictions, batch.cond_labels, batch.cond_index, batch.cond_ts
+        ))
         self._alarms += [alarm for _, alarm in alarms]
         self._traces += [point for _, _, point in traces]
         if self.ood is not None and batch.cov_index:
@@ -266,6 +297,37 @@ class StreamMonitor:
             for decision in self.ood.windows():
                 ts = batch.cov_ts[decision.end_index - first]
                 self._windows.append(self._window_record(decision, ts))
+
+    def _attribute_batch(
+        self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]]
+    ) -> None:
+        """Feed the batch's predictions to the attribution windows, each alarm's window opened
+        where the per-event path opens it: after the prediction or label that raised it."""
+        done = 0
+        for seq, alarm in alarms:
+            if alarm.revision > 1 or not _needs_attribution(alarm):
+                continue
+            start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
+            if start > done:
+                self._attributed += self.attribution.add(X_cov[done:start], batch.cov_index[done])
+                done = start
+            self.attribution.open(alarm.id)
+        if done < len(batch.cov_index):
+            self._attributed += self.attribution.add(X_cov[done:], batch.cov_index[done])
+
+    def _add_performance(self, closed: list[ClosedWindow]) -> None:
+        self._performance += [
+            PerformanceWindow(self.name, w.window_index, w.start_index, w.end_index, w.ts, w.n,
+                              w.metrics)
+            for w in closed
+        ]
+
+    def _alarm_evidence(self) -> list[AlarmEvidence]:
+        """The completed attributions as evidence of their alarms."""
+        out = [AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution})
+               for done in self._attributed]
+        self._attributed = []
+        return out
 
     def _traced(
         self, detector: str, result: BatchResult, i: int, index: int, ts: datetime
@@ -297,21 +359,33 @@ class StreamMonitor:
         decision = self.ood.flush()
         if decision is not None:
             self._windows.append(self._window_record(decision, self.last_ts or datetime.now(UTC)))
-        return bool(self._windows or self._alarms or self._traces)
+        return bool(self._windows or self._alarms or self._traces or self._performance
+                    or self._attributed)
 
     def drain(self) -> tuple[list[Alarm], list[TracePoint], list[OODWindow]]:
-        """The records produced since the last drain: alarms, trace points, OOD windows."""
+        """The records produced since the last drain: alarms, trace points, OOD windows (the
+        performance windows and late alarm evidence: :meth:`drain_explanations`)."""
         drained = self._alarms, self._traces, self._windows
         self._alarms, self._traces, self._windows = [], [], []
+        return drained
+
+    def drain_explanations(self) -> tuple[list[PerformanceWindow], list[AlarmEvidence]]:
+        """The performance windows closed and the evidence that completes earlier alarms (their
+        feature attributions) since the last call (docs/explain.md)."""
+        drained = self._performance, self._alarm_evidence()
+        self._performance = []
         return drained
 
     # -- records ------------------------------------------------------------------------------
 
     def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
         for raised in self.detectors.new_alarms:
-            self._alarms.append(self._alarm_record(raised, event_id, index, ts))
+            alarm = self._alarm_record(raised, event_id, index, ts)
+            self._alarms.append(alarm)
             if raised.revision == 1:
                 self._traces.append(self._trace_point(raised.detector, index, ts))
+                if _needs_attribution(alarm):
+                    self.attribution.open(alarm.id)
 
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
@@ -319,7 +393,7 @@ class StreamMonitor:
         """The record of an alarm raised at event ``index`` or, for a revision, of the alarm it
         revises, revised at ``ts`` (the event that completed its evidence)."""
         evidence = _json_safe({
-            **raised.evidence, **self._budget_evidence(raised),
+            **self._named_directions(raised.evidence), **self._budget_evidence(raised),
             "config_version": self.config_version,
         })
         if raised.revision > 1:
@@ -349,6 +423,17 @@ class StreamMonitor:
             rule=raised.rule,
             evidence=evidence,
         )
+
+    def _named_directions(self, evidence: dict[str, Any]) -> dict[str, Any]:
+        """The density ratio's coefficients (while the weighted monitor adapts) as its leading
+        directions, by feature name."""
+        if "density_ratio_coefficients" not in evidence:
+            return evidence
+        out = dict(evidence)
+        out["density_ratio_directions"] = density_ratio_directions(
+            out.pop("density_ratio_coefficients"), self.feature_names
+        )
+        return out
 
     def _alarm_config(self, detector: str) -> AlarmConfig:
         if detector == "covariate" and self.config.covariate_alarm is not None:
@@ -502,6 +587,9 @@ class StreamMonitor:
             "config_version": self.config_version,
             "version_since": self.version_since,
             "unrevised": [a.to_json() for a in self._unrevised.values()],
+            "performance": self.performance.state_dict(),
+            "attribution": self.attribution.state_dict(),
+            "attributed": [[done.alarm_id, done.attribution] for done in self._attributed],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -521,6 +609,7 @@ class StreamMonitor:
             None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
         )
         self.join.load_state(state["join"])
+        self._load_explanations(state)
         if int(state.get("config_version", 1)) != self.config_version:
             self.version_since = self.event_index
             return
@@ -529,6 +618,21 @@ class StreamMonitor:
         self._unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+
+
+    def _load_explanations(self, state: dict[str, Any]) -> None:
+        """Performance windows and attributions of a state (absent in states written before
+        they existed). Under another configuration version only the window counter is kept
+        (window numbers go on without repeating); open windows start afresh."""
+        self._attributed = [CompletedAttribution(a, e) for a, e in state.get("attributed", [])]
+        performance = state.get("performance")
+        if performance is None:
+            return
+        if int(state.get("config_version", 1)) != self.config_version:
+            self.performance.window_index = int(performance["window_index"])
+            return
+        self.performance = PerformanceWindows.from_state(performance)
+        self.attribution.load_state(state["attribution"])
 
 
 @dataclass(slots=True)
@@ -551,6 +655,8 @@ class _Batch:
     cond_ids: list[str] = field(default_factory=list)
     cond_seq: list[int] = field(default_factory=list)
     cond_before: list[int] = field(default_factory=list)
+    cond_predictions: list[Any] = field(default_factory=list)
+    cond_labels: list[Any] = field(default_factory=list)
     seq: int = 0
 
     def add_prediction(
@@ -575,6 +681,8 @@ class _Batch:
         self.cond_ids.append(pending.event_id)
         self.cond_seq.append(self.seq)
         self.cond_before.append(len(self.cov_index))
+        self.cond_predictions.append(pending.prediction)
+        self.cond_labels.append(joined.label)
         self.seq += 1
 
 
@@ -583,6 +691,11 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
         raise CalibrationError("classification calibration needs probability-vector predictions")
     if config.task == "regression" and calibration.n_classes is not None:
         raise CalibrationError("regression calibration needs numeric predictions")
+
+
+def _needs_attribution(alarm: Alarm) -> bool:
+    """Covariate alarms and extreme-covariate-shift alarms get a feature attribution."""
+    return alarm.detector == "covariate" or alarm.kind == "extreme_covariate_shift"
 
 
 def _finite(value: float) -> float:

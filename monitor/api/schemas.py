@@ -30,6 +30,8 @@ __all__ = [
     "Health",
     "OODWindowPublic",
     "OODWindowsPublic",
+    "PerformanceWindowPublic",
+    "PerformanceWindowsPublic",
     "StreamCreate",
     "StreamPublic",
     "StreamsPublic",
@@ -327,6 +329,45 @@ class OODWindowsPublic(BaseModel):
     count: int = Field(ge=0, description=COUNT_DOC.format(what="Windows"))
     count_exact: bool = Field(description=COUNT_EXACT_DOC)
     next_cursor: str | None
+
+
+class PerformanceWindowPublic(BaseModel):
+    """The model's metrics over one window of a stream's labelled events (docs/explain.md)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "window_index": 3,
+                    "start_index": 1480,
+                    "end_index": 2011,
+                    "ts": "2026-11-30T12:05:00Z",
+                    "n": 500,
+                    "metrics": {"mae": 1.92, "rmse": 4.31},
+                }
+            ]
+        }
+    )
+
+    window_index: int = Field(ge=0)
+    start_index: int = Field(ge=0, description="Smallest event index of the window's events.")
+    end_index: int = Field(ge=0, description="Largest event index of the window's events.")
+    ts: datetime = Field(
+        description="Event time of the window's last labelled event (its prediction's time)."
+    )
+    n: int = Field(ge=1, description="Labelled events in the window.")
+    metrics: dict[str, float] = Field(
+        description="Regression: `mae`, `rmse`; classification: `accuracy`, `log_loss`, "
+        "`recall_class_K` for each class K present in the window."
+    )
+
+
+class PerformanceWindowsPublic(BaseModel):
+    """A stream's latest performance windows, oldest first."""
+
+    stream: str
+    data: list[PerformanceWindowPublic]
+    count: int = Field(ge=0, description="Windows returned.")
 
 
 class DeadLetterItem(BaseModel):

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from monitor.db.types import JSONType, UTCDateTime, id_type
-from monitor.records import Alarm, OODWindow, TracePoint
+from monitor.records import Alarm, OODWindow, PerformanceWindow, TracePoint
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -44,6 +44,7 @@ __all__ = [
     "IngestedEventRow",
     "OODFlagRow",
     "OODWindowRow",
+    "PerformanceWindowRow",
     "SourceOffsetRow",
     "StreamRow",
     "StreamWriterRow",
@@ -256,6 +257,32 @@ class TracePointRow(Base):
             log_threshold=nan if self.log_threshold is None else self.log_threshold,
             weights_ess=self.weights_ess,
             config_version=self.config_version,
+        )
+
+
+class PerformanceWindowRow(Base):
+    """The model's metrics over one window of a stream's labelled events (docs/explain.md)."""
+
+    __tablename__ = "performance_windows"
+    __table_args__ = (Index("ix_performance_windows_stream_ts", "stream", "ts"),)
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    start_index: Mapped[int] = mapped_column(BigInteger)
+    end_index: Mapped[int] = mapped_column(BigInteger)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    n: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+    def to_record(self) -> PerformanceWindow:
+        return PerformanceWindow(
+            stream=self.stream,
+            window_index=self.window_index,
+            start_index=self.start_index,
+            end_index=self.end_index,
+            ts=self.ts,
+            n=self.n,
+            metrics=dict(self.metrics),
         )
 
 

@@ -60,6 +60,7 @@ from monitor.db.models import (
     DeadLetterRow,
     OODFlagRow,
     OODWindowRow,
+    PerformanceWindowRow,
     SourceOffsetRow,
     StreamRow,
     TracePointRow,
@@ -69,6 +70,7 @@ from monitor.db.models import (
 
 __all__ = [
     "CALIBRATION_FIELDS",
+    "PERFORMANCE_FIELDS",
     "Page",
     "acknowledge_alarm",
     "alarm_cursor",
@@ -97,6 +99,8 @@ __all__ = [
     "offsets_query",
     "ood_flags_query",
     "ood_windows_query",
+    "performance_windows",
+    "performance_windows_query",
     "register_stream",
     "retry_alert_delivery",
     "set_cursor_key",
@@ -464,6 +468,42 @@ def list_ood_windows(
         for flag in session.scalars(ood_flags_query(stream, list(flags))):
             flags[flag.window_index].append(flag.event_id)
     return [(w, tuple(flags[w.window_index])) for w in windows]
+
+
+# --- model performance --------------------------------------------------------------------------
+
+#: The keys of each dict :func:`performance_windows` returns.
+PERFORMANCE_FIELDS: tuple[str, ...] = (
+    "stream", "window_index", "start_index", "end_index", "ts", "n", "metrics",
+)
+
+
+def performance_windows_query(
+    stream: str, *, since: datetime | None = None, until: datetime | None = None
+) -> Select[PerformanceWindowRow]:
+    """A stream's performance windows with ``since <= ts < until``, by window index."""
+    query = select(PerformanceWindowRow).where(PerformanceWindowRow.stream == stream)
+    if since is not None:
+        query = query.where(PerformanceWindowRow.ts >= since)
+    if until is not None:
+        query = query.where(PerformanceWindowRow.ts < until)
+    return query.order_by(PerformanceWindowRow.window_index)
+
+
+def performance_windows(
+    session: Session,
+    stream: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` performance windows of ``stream`` with ``since <= ts < until``, oldest
+    first, as dicts with the keys :data:`PERFORMANCE_FIELDS` (``metrics``: name → value)."""
+    _check_limit(limit)
+    query = performance_windows_query(stream, since=since, until=until)
+    query = query.order_by(None).order_by(PerformanceWindowRow.window_index.desc()).limit(limit)
+    rows = list(session.scalars(query))[::-1]
+    return [{name: getattr(row, name) for name in PERFORMANCE_FIELDS} for row in rows]
 
 
 # --- streams ------------------------------------------------------------------------------------

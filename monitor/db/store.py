@@ -42,6 +42,7 @@ from monitor.db.models import (
     IngestRequestRow,
     OODFlagRow,
     OODWindowRow,
+    PerformanceWindowRow,
     SourceOffsetRow,
     StreamRow,
     TracePointRow,
@@ -59,7 +60,15 @@ from monitor.db.repositories import (
     update_stream,
 )
 from monitor.db.writers import Writer, check_bindings, check_fences
-from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.records import (
+    Alarm,
+    AlarmEvidence,
+    DeadLetter,
+    OODWindow,
+    PerformanceWindow,
+    SourceOffset,
+    TracePoint,
+)
 from monitor.state import Checkpoint
 
 __all__ = [
@@ -83,6 +92,8 @@ def persist_batch(
     alarms: Sequence[Alarm] = (),
     trace_points: Sequence[TracePoint] = (),
     ood_windows: Sequence[OODWindow] = (),
+    performance_windows: Sequence[PerformanceWindow] = (),
+    alarm_evidence: Sequence[AlarmEvidence] = (),
     checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
     offsets: Sequence[SourceOffset] = (),
     dead_letters: Sequence[DeadLetter] = (),
@@ -100,8 +111,11 @@ def persist_batch(
     session
         A session with no transaction in progress; ``persist_batch`` begins one, commits it on
         success and rolls it back on any error.
-    alarms, trace_points, ood_windows, dead_letters
+    alarms, trace_points, ood_windows, performance_windows, dead_letters
         New results; ones already stored (a replay) are skipped.
+    alarm_evidence
+        Evidence completing stored alarms (a feature attribution), merged into their
+        ``evidence``; stored after this batch's alarms.
     checkpoints
         Detector state per stream name after this batch; replaces the stored one.
     offsets
@@ -156,13 +170,16 @@ def persist_batch(
             "persist_batch commits its own transaction: call it with a session that has none in "
             "progress (commit or roll back the session first)"
         )
-    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, offsets, dead_letters)
+    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, offsets, dead_letters,
+                            performance_windows)
     with session.begin():
         # SQLite: take the write lock now rather than fail upgrading a read transaction later.
         dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
         if writer is not None:
             bound = {*streams, *checkpoints, *(a.stream for a in alarms),
-                     *(t.stream for t in trace_points), *(w.stream for w in ood_windows)}
+                     *(t.stream for t in trace_points), *(w.stream for w in ood_windows),
+                     *(w.stream for w in performance_windows),
+                     *(e.stream for e in alarm_evidence)}
             check_bindings(session, writer, bound)
             check_fences(session, fences or {}, writer.group)
         _check_offsets(session, offsets)
@@ -170,6 +187,7 @@ def persist_batch(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
+        _merge_evidence(session, alarm_evidence)
         _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
@@ -270,6 +288,7 @@ class _BatchRows:
     dead_letters: list[Row]
     checkpoints: list[Row]
     offsets: list[Row]
+    performance_windows: list[Row]
 
     @classmethod
     def build(
@@ -280,6 +299,7 @@ class _BatchRows:
         checkpoints: Mapping[str, Checkpoint],
         offsets: Sequence[SourceOffset],
         dead_letters: Sequence[DeadLetter],
+        performance_windows: Sequence[PerformanceWindow] = (),
     ) -> _BatchRows:
         now = utcnow()
         return cls(
@@ -292,6 +312,7 @@ class _BatchRows:
             dead_letters=[_dead_letter_row(d, now) for d in dead_letters],
             checkpoints=[_checkpoint_row(s, c, now) for s, c in checkpoints.items()],
             offsets=_offset_rows(offsets, now),
+            performance_windows=[_performance_row(w) for w in performance_windows],
         )
 
     def inserts(self) -> Iterable[tuple[Table, list[Row]]]:
@@ -302,6 +323,7 @@ class _BatchRows:
         yield _table(OODWindowRow), self.ood_windows
         yield _table(OODFlagRow), self.ood_flags
         yield _table(DeadLetterRow), self.dead_letters
+        yield _table(PerformanceWindowRow), self.performance_windows
 
 
 def _queue_alerts(session: Session, dialect: str, alerts: Sequence[Mapping[str, Any]]) -> None:
@@ -446,6 +468,36 @@ def _ood_window_row(window: OODWindow, now: datetime) -> Row:
     }
 
 
+def _performance_row(window: PerformanceWindow) -> Row:
+    metrics = {}
+    for name, value in window.metrics.items():
+        if not math.isfinite(value):
+            raise InvalidRecordError(
+                f"performance window {window.window_index} of {window.stream}: metric {name} "
+                f"is {value} (metrics must be finite)"
+            )
+        metrics[name] = float(value)
+    return {
+        "stream": window.stream,
+        "window_index": window.window_index,
+        "start_index": window.start_index,
+        "end_index": window.end_index,
+        "ts": window.ts,
+        "n": window.n,
+        "metrics": metrics,
+    }
+
+
+def _merge_evidence(session: Session, updates: Sequence[AlarmEvidence]) -> None:
+    """Merge each update into its stored alarm's evidence (keys it names are replaced); an alarm
+    not stored (deleted by retention) is skipped."""
+    for item in updates:
+        row = session.get(AlarmRow, item.alarm_id, with_for_update=True)
+        if row is not None:
+            row.evidence = {**row.evidence, **item.evidence}
+    session.flush()
+
+
 def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
     _check_length(event_id, 255, f"OOD flag of {window.stream} window {window.window_index}")
     return {"stream": window.stream, "window_index": window.window_index, "event_id": event_id}
@@ -540,6 +592,8 @@ def persist_replay(
     alarms: Sequence[Alarm] = (),
     trace_points: Sequence[TracePoint] = (),
     ood_windows: Sequence[OODWindow] = (),
+    performance_windows: Sequence[PerformanceWindow] = (),
+    alarm_evidence: Sequence[AlarmEvidence] = (),
     checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
     expected: Mapping[str, tuple[int, int] | None] = MappingProxyType({}),
     replayed: Sequence[int] = (),
@@ -564,7 +618,8 @@ def persist_replay(
             "persist_replay commits its own transaction: call it with a session that has none in "
             "progress (commit or roll back the session first)"
         )
-    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, (), ())
+    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, (), (),
+                            performance_windows)
     with session.begin():
         dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
         for stream in sorted(checkpoints):
@@ -579,6 +634,7 @@ def persist_replay(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
+        _merge_evidence(session, alarm_evidence)
         _queue_alerts(session, dialect, alerts)
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()

@@ -304,6 +304,17 @@ class ConditionalMonitor(MartingaleMonitor):
         return float(self._pv.n_reference)
 
     @property
+    def density_ratio_coefficients(self) -> FloatArray | None:
+        """The density ratio's logistic coefficients, one per feature (on the standardised
+        inputs it sees: normal scores with ``ratio_features="quantile"``), while adapting;
+        else None."""
+        if not (isinstance(self._pv, WeightedConformalPValue) and self._pv.adapting):
+            return None
+        lin = self._pv.density_ratio.linear_params()
+        d = (lin.size - 5) // 3
+        return np.array(lin[5 + 2 * d :], np.float64)
+
+    @property
     def n_reference(self) -> int:
         """Number of reference scores the next p-value is compared with."""
         return int(self._pv.n_reference)

@@ -124,6 +124,7 @@ class _ConditionalView:
     penalised_fraction: float
     weights_ess: float
     adapting: bool
+    density_ratio_coefficients: FloatArray | None = None
 
 
 class _EventIndex:
@@ -534,7 +535,8 @@ class StreamDetectors:
 
         def on_conditional(i: int, event: AlarmEvent) -> None:
             raised.append((j0 + i, event, _ConditionalView(
-                cond.penalised_fraction, cond.weights_ess, cond.adapting
+                cond.penalised_fraction, cond.weights_ess, cond.adapting,
+                cond.density_ratio_coefficients,
             )))
             if moving is not None and not budgeted:
                 moving[j0 + i :] = cond.threshold  # Ville's next segment, from the alarm on
@@ -630,7 +632,7 @@ class StreamDetectors:
         covariate_statistic: float,
         cond: _ConditionalView | ConditionalMonitor,
     ) -> dict[str, Any]:
-        return {
+        evidence = {
             "covariate_statistic": covariate_statistic,
             "penalised_fraction": cond.penalised_fraction,
             "weights_ess": cond.weights_ess,
@@ -638,6 +640,10 @@ class StreamDetectors:
             "log_statistic": event.log_statistic,
             "log_martingale": event.log_martingale,
         }
+        coefficients = cond.density_ratio_coefficients
+        if coefficients is not None:  # the weighted monitor adapts: its density ratio's view
+            evidence["density_ratio_coefficients"] = coefficients.tolist()
+        return evidence
 
     def _record(
         self,

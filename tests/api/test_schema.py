@@ -15,8 +15,10 @@ from sqlalchemy.orm import Session
 
 from monitor.api import create_app
 from monitor.db.engine import session_factory
+from monitor.records import PerformanceWindow
 from tests.api import fuzz
 from tests.api.factories import (
+    T0,
     WRITE,
     alarm,
     checkpoint,
@@ -42,6 +44,10 @@ def seed(session: Session) -> None:
         trace_points=trace("bikes", "covariate", range(0, 3000, 3))
         + trace("bikes", "conditional", range(1, 3000, 7)),
         ood_windows=[ood_window("bikes", w, (f"e-{w}",)) for w in range(12)],
+        performance_windows=[
+            PerformanceWindow("bikes", w, 500 * w, 500 * w + 499, T0, 500, {"mae": 1.5})
+            for w in range(4)
+        ],
         dead_letters=[dead_letter(i) for i in range(3)],
         # A stream that is not registered (monitored with `monitor run --config`).
         checkpoints={"legacy": checkpoint("legacy", 3000, pending_ts=[1.7e9])},
@@ -56,6 +62,6 @@ def test_api_conforms_to_its_schema(database_url: str, engine: Engine) -> None:
     app = create_app(make_settings(database_url, max_body_bytes=256 * 2**20))
     report = fuzz.run(app, WRITE, max_examples=EXAMPLES, seed=1)
     print(report.summary())
-    assert len(report.operations - {"Stateful tests"}) == 15, report.operations
-    assert report.cases > 15 * 20, "schemathesis must actually have run"
+    assert len(report.operations - {"Stateful tests"}) == 16, report.operations
+    assert report.cases > 16 * 20, "schemathesis must actually have run"
     assert not report.failures and not report.errors, report.summary()

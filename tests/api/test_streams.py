@@ -1,4 +1,4 @@
-"""/streams: register, list, read; downsampled traces; OOD windows."""
+"""/streams: register, list, read; downsampled traces; OOD windows; performance windows."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from monitor.api import queries
 from monitor.api.schemas import TracePointPublic
 from monitor.db.models import CalibrationEventRow, StreamRow
+from monitor.records import PerformanceWindow
 from tests.api.factories import (
     READ,
     T0,
@@ -125,7 +126,7 @@ def test_list_and_get_streams_with_progress(client: TestClient, session: Session
 
 
 def test_unknown_stream_is_404_on_every_stream_route(client: TestClient, session: Session) -> None:
-    for suffix in ("", "/trace", "/ood"):
+    for suffix in ("", "/trace", "/ood", "/performance"):
         response = client.get(f"/streams/nope{suffix}", headers=READ)
         assert response.status_code == 404
         assert "no stream named 'nope'" in response.json()["detail"]
@@ -282,3 +283,30 @@ def test_bad_ood_cursor_is_422(client: TestClient, session: Session, cursor: str
     response = client.get("/streams/bikes/ood", params={"cursor": cursor}, headers=READ)
     assert response.status_code == 422
     assert "cursor" in response.text
+
+
+# --- GET /streams/{name}/performance ----------------------------------------------------------
+
+
+def test_performance_windows_latest_oldest_first_in_a_time_range(
+    client: TestClient, session: Session
+) -> None:
+    register(session, "bikes")
+    windows = [
+        PerformanceWindow("bikes", w, 500 * w, 500 * w + 499, T0 + timedelta(minutes=w), 500,
+                          {"mae": 0.5 * w, "rmse": 1.0 + w})
+        for w in range(6)
+    ]
+    store(session, performance_windows=windows)
+    body = client.get("/streams/bikes/performance", headers=READ).json()
+    assert body["stream"] == "bikes" and body["count"] == 6
+    assert body["data"][2] == {"window_index": 2, "start_index": 1000, "end_index": 1499,
+                               "ts": "2026-11-30T12:02:00Z", "n": 500,
+                               "metrics": {"mae": 1.0, "rmse": 3.0}}
+    since = (T0 + timedelta(minutes=1)).isoformat()
+    until = (T0 + timedelta(minutes=5)).isoformat()
+    body = client.get("/streams/bikes/performance", headers=READ,
+                      params={"since": since, "until": until, "limit": 2}).json()
+    assert [w["window_index"] for w in body["data"]] == [3, 4]
+    assert client.get("/streams/bikes/performance", params={"limit": 0},
+                      headers=READ).status_code == 422

@@ -148,8 +148,11 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     (name, monitor), = uninterrupted.streams.items()
     now = _layout(monitor.state_dict())
     # Keys added since (read with defaults when absent): the configuration version in force,
-    # the alarms waiting for their evidence and the diagnosis' min_events (alarm revisions).
-    assert set(now) - set(_layout(old_state)) == {"config_version", "version_since", "unrevised"}
+    # the alarms waiting for their evidence and the diagnosis' min_events (alarm revisions), the
+    # open performance window and attribution windows (docs/explain.md).
+    assert set(now) - set(_layout(old_state)) == {
+        "config_version", "version_since", "unrevised", "performance", "attribution", "attributed"
+    }
     assert now["detectors"].pop("pending") == []
     assert now["detectors"]["params"].pop("min_events") == "int"
     # The OOD part's layout follows its configuration: since the default became full-conformal

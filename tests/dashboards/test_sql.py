@@ -109,6 +109,18 @@ EXPECTED: dict[str, list[str]] = {
         "acknowledged_at",
         "acknowledged_by",
     ],
+    "monitor-stream/panel-13/A": SERIES,
+    "monitor-stream/panel-14/A": [
+        "time",
+        "detector",
+        "kind",
+        "feature",
+        "statistic",
+        "p_value",
+        "p_adjusted",
+        "window_start",
+        "window_n",
+    ],
     "monitor-stream/annotation/Alarms": ANNOTATION,
     "monitor-stream/annotation/Changepoints": ANNOTATION,
     "monitor-stream/variable/stream": ["name"],
@@ -233,6 +245,15 @@ def test_pipeline_produced_every_kind_of_row(run: PipelineRun) -> None:
     assert all(n > 0 for n in counts.values()), counts
     assert _scalar(run.url, "SELECT count(*) FROM alarms WHERE changepoint IS NOT NULL") > 0
     assert _scalar(run.url, "SELECT count(*) FROM trace_points WHERE weights_ess IS NOT NULL") > 0
+
+
+def test_pipeline_stored_performance_windows_and_attributions(run: PipelineRun) -> None:
+    """The performance panel and the attribution table have rows to show."""
+    assert _scalar(run.url, "SELECT count(*) FROM performance_windows") >= 2
+    attributed = _scalar(
+        run.url, "SELECT count(*) FROM alarms WHERE evidence ? 'attribution'"
+    )
+    assert attributed >= 1
 
 
 @pytest.mark.parametrize("interval", ["1s", "1m"])

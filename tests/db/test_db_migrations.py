@@ -33,6 +33,7 @@ TABLES = {
     "ingested_events",
     "ood_flags",
     "ood_windows",
+    "performance_windows",
     "source_offsets",
     "stream_writers",
     "streams",

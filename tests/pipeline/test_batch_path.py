@@ -3,9 +3,10 @@
 ``Pipeline.process`` decodes a poll batch at once, routes it by stream and advances each stream's
 monitors over its share in one call per monitor; ``Pipeline(per_event=True)`` decodes and observes
 each record on its own, as the worker did before. Every result — alarms (ids, indexes,
-statistics, changepoints, kinds, evidence), trace points, OOD windows, dead letters and the
-streams' checkpointed states — must be the same for batches of 1, 37 and 5 000, on streams with
-interleaved and delayed labels, bad records and alarms in the middle of a batch.
+statistics, changepoints, kinds, evidence), trace points, OOD windows, performance windows, the
+alarms' later evidence (feature attributions), dead letters and the streams' checkpointed
+states — must be the same for batches of 1, 37 and 5 000, on streams with interleaved and delayed
+labels, bad records and alarms in the middle of a batch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def run(configs: Sequence[Path], values: Sequence[bytes], batch: int, per_event:
     records = [RawRecord("events", 0, i, v, timestamp_ms=1_700_000_000_000 + i)
                for i, v in enumerate(values)]
     got: dict[str, list[Any]] = {"alarms": [], "traces": [], "windows": [], "dead": [],
-                                 "events": [], "offsets": []}
+                                 "events": [], "offsets": [], "performance": [], "evidence": []}
     outs = [pipeline.process(records[i : i + batch]) for i in range(0, len(records), batch)]
     if flush:
         outs.append(pipeline.flush())
@@ -41,6 +42,8 @@ def run(configs: Sequence[Path], values: Sequence[bytes], batch: int, per_event:
         alarms += out.alarms
         traces += out.trace_points
         windows += out.ood_windows
+        got["performance"] += [repr(w) for w in out.performance_windows]
+        got["evidence"] += [e.to_json() for e in out.alarm_evidence]
         got["dead"] += [repr(d) for d in out.dead_letters]
         got["events"].append(out.events)
         got["offsets"].append(sorted(out.offsets.items()))
@@ -61,6 +64,8 @@ def assert_same(batch: dict[str, Any], reference: dict[str, Any]) -> None:
     assert batch["alarms"] == reference["alarms"]
     assert batch["traces"] == reference["traces"]
     assert batch["windows"] == reference["windows"]
+    assert sorted(batch["performance"]) == sorted(reference["performance"])
+    assert sorted(map(repr, batch["evidence"])) == sorted(map(repr, reference["evidence"]))
     assert batch["dead"] == reference["dead"]
     assert sum(batch["events"]) == sum(reference["events"])
     for name, state in reference["states"].items():
@@ -94,6 +99,8 @@ def test_batch_path_equals_the_per_event_path(
     assert len(reference["alarms"]) >= 5, "the example should raise alarms of every detector"
     assert {a["detector"] for a in reference["alarms"]} == {"covariate", "conditional"}
     assert reference["dead"] and reference["windows"]
+    assert reference["performance"] and reference["evidence"]
+    assert any("density_ratio_directions" in a["evidence"] for a in reference["alarms"])
     assert_same(run(configs, values, batch, per_event=False), reference)
 
 

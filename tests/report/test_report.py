@@ -69,7 +69,9 @@ def test_page_shows_diagnosis_threshold_changepoint_and_evidence(
             if alarm is report_db.explained:
                 continue
             page = render_html(report_context(session, alarm.id))
-            assert _sections(page) == ["diagnosis", "evidence"]
+            # alarms raised while the weighted monitor adapts carry its density ratio's directions
+            directions = ["directions"] if "density_ratio_directions" in alarm.evidence else []
+            assert _sections(page) == ["diagnosis", "evidence", *directions]
             assert page.count("<svg") == 1  # both traces, one figure
             assert f'<span class="kind {alarm.kind}">{alarm.kind}</span>' in page
             assert f"{alarm.statistic:.4g} ≥ {alarm.threshold:.4g}" in page
@@ -101,7 +103,8 @@ def test_performance_before_and_after_the_changepoint(report_db: ReportDatabase)
     with report_db.session() as session:
         context = report_context(session, alarm.id, windows)
     page = render_html(context)
-    assert _sections(page) == ["diagnosis", "evidence", "performance"]
+    directions = ["directions"] if "density_ratio_directions" in alarm.evidence else []
+    assert _sections(page) == ["diagnosis", "evidence", *directions, "performance"]
     assert page.count("<svg") == 2
     assert alarm.changepoint is not None
     cut, (start, stop) = alarm.changepoint, context.window

@@ -1,4 +1,5 @@
-"""``/streams``: register and read streams, their downsampled traces and their OOD windows."""
+"""``/streams``: register and read streams, their downsampled traces, their OOD windows and the
+model's performance windows."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from monitor.api.schemas import (
     DetectorName,
     OODWindowPublic,
     OODWindowsPublic,
+    PerformanceWindowPublic,
+    PerformanceWindowsPublic,
     StreamCreate,
     StreamPublic,
     StreamsPublic,
@@ -159,6 +162,23 @@ def get_ood(
     return OODWindowsPublic(
         stream=name, data=data, count=total, count_exact=exact, next_cursor=page.next_cursor
     )
+
+
+@router.get("/{name}/performance", summary="Model performance by window", responses=responses(404))
+def get_performance(
+    name: StreamPath,
+    session: ReadSessionDep,
+    since: Since = None,
+    until: Until = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most windows returned.")] = 100,
+) -> PerformanceWindowsPublic:
+    """The stream's latest performance windows with `since <= ts < until`, oldest first: the
+    model's metrics over each window of `performance.window` labelled events."""
+    start, end = check_range(since, until)
+    _get_row(session, name)
+    rows = repo.performance_windows(session, name, start, end, limit)
+    data = [PerformanceWindowPublic.model_validate(row) for row in rows]
+    return PerformanceWindowsPublic(stream=name, data=data, count=len(data))
 
 
 def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None:
