@@ -44,7 +44,7 @@ __all__ = [
 DETECTORS: tuple[str, str] = ("covariate", "conditional")
 
 #: Events shown before the changepoint and after the alarm, at least.
-MIN_PAD = 100
+MIN_PAD = 300
 
 #: What each diagnosis means, for the reader of the report (docs/detectors.md "Diagnosis").
 KIND_MEANING: dict[str, str] = {
