@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from monitor.decisions.base import check_alpha
 from monitor.decisions.eg_bh import e_benjamini_hochberg
@@ -143,6 +144,15 @@ class FleetDecider:
         if math.isnan(x) or x == math.inf:
             raise ValueError(f"log e-detector value of {stream!r} must be finite or -inf, got {x}")
         self._log_values[self._position(stream)] = x
+
+    def update_all(self, log_values: ArrayLike) -> None:
+        """Record every stream's current log e-detector value at once, in ``streams`` order."""
+        arr = np.asarray(log_values, dtype=np.float64)
+        if arr.shape != self._log_values.shape:
+            raise ValueError(f"expected {len(self.streams)} log values, got shape {arr.shape}")
+        if np.isnan(arr).any() or (arr == math.inf).any():
+            raise ValueError("log e-detector values must be finite or -inf")
+        self._log_values = arr.copy()
 
     def reset(self, stream: str) -> None:
         """``stream`` was re-baselined: its detector restarts at R = 0 and may alarm again."""

@@ -89,3 +89,14 @@ def test_bad_updates_are_refused() -> None:
         fleet.update("a", math.nan)
     with pytest.raises(StateError):
         FleetDecider.from_state({"class": "Other", "version": 1})
+
+
+def test_update_all_equals_one_by_one() -> None:
+    values = [3.0, -math.inf, 9.5, 1.0]
+    a, b = (FleetDecider("abcd", rule="e_d_bh", alpha=0.01) for _ in range(2))
+    a.update_all(values)
+    for name, v in zip("abcd", values, strict=True):
+        b.update(name, v)
+    assert a.decide() == b.decide()
+    with pytest.raises(ValueError, match="expected 4"):
+        a.update_all([1.0])
