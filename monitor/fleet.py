@@ -160,6 +160,15 @@ class FleetDecider:
         self._log_values[i] = -math.inf
         self._in_alarm[i] = False
 
+    @property
+    def in_alarm(self) -> tuple[str, ...]:
+        """Streams whose alarm was raised and not yet reset or released."""
+        return self._names(self._in_alarm)
+
+    def release(self, stream: str) -> None:
+        """``stream`` left the rejection set without a re-baseline: a later entry alarms anew."""
+        self._in_alarm[self._position(stream)] = False
+
     def log_threshold(self, n_rejected: int = 1) -> float:
         """Log of the bar a value must clear when ``n_rejected`` streams are rejected together."""
         k = len(self.streams)

@@ -103,6 +103,16 @@ class AlarmPublic(BaseModel):
     evidence: dict[str, Any] = Field(description="Diagnosis evidence (detector specific).")
     acknowledged_at: datetime | None = None
     acknowledged_by: str | None = None
+    fleet: str | None = Field(
+        default=None, description="The fleet whose cross-stream rule admitted the alarm; null "
+        "for a stream's own alarm (docs/algorithms.md, Fleets)."
+    )
+    fleet_rule: str | None = Field(
+        default=None, description="`e_d_bh`, `e_d_bonferroni` or `per_stream`; null if no fleet."
+    )
+    fleet_level: float | None = Field(
+        default=None, description="The fleet rule's EOP level alpha; null if no fleet."
+    )
 
 
 class AlarmsPublic(BaseModel):

@@ -220,12 +220,16 @@ def alarms_query(
     until: datetime | None = None,
     acknowledged: bool | None = None,
     order: Order = "desc",
+    fleet: str | None = None,
 ) -> Select[AlarmRow]:
-    """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default)."""
+    """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default);
+    ``fleet``: only the alarms that fleet's cross-stream rule admitted."""
     _check_order(order)
     query = select(AlarmRow)
     if stream is not None:
         query = query.where(AlarmRow.stream == stream)
+    if fleet is not None:
+        query = query.where(AlarmRow.fleet == fleet)
     if kind is not None:
         query = query.where(AlarmRow.kind == kind)
     if detector is not None:
@@ -253,6 +257,7 @@ def list_alarms(
     order: Order = "desc",
     limit: int = 100,
     cursor: str | None = None,
+    fleet: str | None = None,
 ) -> Page[AlarmRow]:
     """One page of :func:`alarms_query`; pass ``next_cursor`` back to get the next page.
 
@@ -273,6 +278,7 @@ def list_alarms(
     """
     _check_limit(limit)
     query = alarms_query(
+        fleet=fleet,
         stream=stream,
         kind=kind,
         detector=detector,

@@ -100,3 +100,12 @@ def test_update_all_equals_one_by_one() -> None:
     assert a.decide() == b.decide()
     with pytest.raises(ValueError, match="expected 4"):
         a.update_all([1.0])
+
+
+def test_release_lets_a_stream_alarm_again_without_reset() -> None:
+    fleet = _decider("per_stream", [100.0, 1.0])
+    assert fleet.decide().admitted == ("s0",)
+    assert fleet.in_alarm == ("s0",)
+    fleet.release("s0")
+    assert fleet.log_value("s0") == math.log(100.0)  # the value is kept, only the flag clears
+    assert fleet.decide().admitted == ("s0",)
