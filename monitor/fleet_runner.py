@@ -21,16 +21,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from monitor.config import NAME_PATTERN, ConfigError
 from monitor.db.models import AlarmRow, FleetRow, TracePointRow
 from monitor.fleet import FleetDecider, FleetRule
 from monitor.records import alarm_id, finite
 
-__all__ = ["FLEET_ALARM_KIND", "FleetNotFoundError", "create_fleet", "evaluate_fleet"]
+__all__ = [
+    "FLEET_ALARM_KIND",
+    "FleetConfig",
+    "FleetNotFoundError",
+    "create_fleet",
+    "evaluate_fleet",
+    "load_fleet_config",
+]
 
 FLEET_ALARM_KIND = "undiagnosed"
 _DETECTORS = ("covariate", "conditional")
@@ -38,6 +49,34 @@ _DETECTORS = ("covariate", "conditional")
 
 class FleetNotFoundError(LookupError):
     """No fleet of that name is stored (``create_fleet`` makes one)."""
+
+
+class FleetConfig(BaseModel):
+    """A fleet file (YAML or JSON): ``name``, ``rule``, ``alpha`` and ``members``
+    (``stream/detector``), as ``monitor fleets create FILE`` reads it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    rule: FleetRule = "e_d_bh"
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 1e-4
+    members: Annotated[list[str], Field(min_length=1)]
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    """Read and check a fleet file; :class:`~monitor.config.ConfigError` says what is wrong."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read fleet file {path}: {exc}") from exc
+    try:
+        config = FleetConfig.model_validate(data)
+        for member in config.members:
+            _split(member)
+    except ValueError as exc:
+        raise ConfigError(f"invalid fleet file {path}: {exc}") from exc
+    return config
 
 
 def _split(member: str) -> tuple[str, str]:
