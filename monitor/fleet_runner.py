@@ -30,6 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from monitor.config import NAME_PATTERN, ConfigError
+from monitor.db.errors import FleetExistsError, FleetNotFoundError
 from monitor.db.models import AlarmRow, FleetRow, TracePointRow
 from monitor.fleet import FleetDecider, FleetRule
 from monitor.records import alarm_id, finite
@@ -45,10 +46,6 @@ __all__ = [
 
 FLEET_ALARM_KIND = "undiagnosed"
 _DETECTORS = ("covariate", "conditional")
-
-
-class FleetNotFoundError(LookupError):
-    """No fleet of that name is stored (``create_fleet`` makes one)."""
 
 
 class FleetConfig(BaseModel):
@@ -96,7 +93,7 @@ def create_fleet(
         _split(member)
     decider = FleetDecider(members, rule=rule, alpha=alpha)
     if session.get(FleetRow, name) is not None:
-        raise ValueError(f"fleet {name!r} exists already")
+        raise FleetExistsError(f"fleet {name!r} exists already")
     row = FleetRow(
         name=name, rule=rule, alpha=alpha, members=list(members), state=decider.state_dict()
     )

@@ -57,6 +57,7 @@ from monitor.db.models import (
     CalibrationEventRow,
     CheckpointRow,
     DeadLetterRow,
+    FleetRow,
     OODFlagRow,
     OODWindowRow,
     SourceOffsetRow,
@@ -83,6 +84,7 @@ __all__ = [
     "decode_cursor",
     "delete_stream",
     "encode_cursor",
+    "fleets_query",
     "get_alarm",
     "get_stream",
     "list_alarms",
@@ -796,3 +798,8 @@ def retry_alert_delivery(session: Session, delivery_id: int) -> AlertOutboxRow:
     row.next_attempt_at = utcnow()
     session.commit()
     return row
+
+
+def fleets_query() -> Select[FleetRow]:
+    """Every stored fleet, by name."""
+    return select(FleetRow).order_by(FleetRow.name)

@@ -59,10 +59,14 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("GET", "/streams/{name}/ood"),
                 ("GET", "/alarms"),
                 ("GET", "/alarms/{alarm_id}"),
+                ("GET", "/alarms/{alarm_id}/report"),
                 ("POST", "/alarms/{alarm_id}/ack"),
                 ("GET", "/alerts/deliveries"),
                 ("POST", "/alerts/deliveries/{delivery_id}/retry"),
                 ("POST", "/events"),
+                ("GET", "/fleets"),
+                ("POST", "/fleets"),
+                ("GET", "/fleets/{name}"),
             ]
         )
         == ROUTES
