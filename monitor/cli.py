@@ -291,6 +291,7 @@ def _add_fleets(sub: Any) -> None:
     run.add_argument("name", help="fleet name")
     run.add_argument("--interval", type=float, default=10.0, help="seconds between evaluations")
     run.add_argument("--once", action="store_true", help="evaluate once and exit")
+    _alerts_argument(run)
     run.set_defaults(handler=_cmd_fleets_run)
 
 
@@ -554,14 +555,16 @@ def _cmd_fleets_run(args: argparse.Namespace, settings: Settings) -> int:
     import time
     from datetime import UTC, datetime
 
+    from monitor.alerts.routing import routing_from_settings
     from monitor.fleet_runner import FleetNotFoundError, evaluate_fleet
     from monitor.runner import DatabaseSink
 
+    routing = routing_from_settings(_with_alerts(args, settings))
     sessions = DatabaseSink(settings.database_url, settings.auto_migrate).sessions
     while True:
         with sessions() as session:
             try:
-                alarms = evaluate_fleet(session, args.name, through=datetime.now(UTC))
+                alarms = evaluate_fleet(session, args.name, datetime.now(UTC), routing)
             except FleetNotFoundError as exc:
                 raise UserError(f"{exc}: create it with `monitor fleets create FILE`") from None
             session.commit()

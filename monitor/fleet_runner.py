@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,9 +31,12 @@ from sqlalchemy.orm import Session
 
 from monitor.config import NAME_PATTERN, ConfigError
 from monitor.db.errors import FleetExistsError, FleetNotFoundError
-from monitor.db.models import AlarmRow, FleetRow, TracePointRow
+from monitor.db.models import AlarmRow, AlertOutboxRow, FleetRow, TracePointRow
 from monitor.fleet import FleetDecider, FleetRule
 from monitor.records import alarm_id, finite
+
+if TYPE_CHECKING:
+    from monitor.alerts import AlertRouting
 
 __all__ = [
     "FLEET_ALARM_KIND",
@@ -149,9 +152,12 @@ def _evidence(row: FleetRow, step: int, log_stat: float, log_threshold: float) -
     }
 
 
-def evaluate_fleet(session: Session, name: str, through: datetime) -> list[AlarmRow]:
+def evaluate_fleet(
+    session: Session, name: str, through: datetime, routing: AlertRouting | None = None
+) -> list[AlarmRow]:
     """Decide every event time of the members' traces up to ``through``; store and return the
-    new fleet alarms (the caller commits)."""
+    new fleet alarms (the caller commits), with their ``alert_outbox`` rows when ``routing`` is
+    given (delivered by any process that runs the delivery loop)."""
     row = session.get(FleetRow, name, with_for_update=True)
     if row is None:
         raise FleetNotFoundError(f"no fleet named {name!r}")
@@ -167,6 +173,12 @@ def evaluate_fleet(session: Session, name: str, through: datetime) -> list[Alarm
         if i + 1 < len(points) and points[i + 1].ts == point.ts:
             continue  # one fleet step per distinct event time
         alarms += _step(session, row, decider, latest)
+    if routing is not None and alarms:
+        from monitor.alerts import outbox_rows
+
+        session.flush()  # the outbox rows refer to the alarms
+        records = [alarm.to_record() for alarm in alarms]
+        session.add_all(AlertOutboxRow(**r) for r in outbox_rows(records, routing))
     row.state = decider.state_dict()
     if points:
         row.evaluated_through = max(points[-1].ts, row.evaluated_through or points[-1].ts)

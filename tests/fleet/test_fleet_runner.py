@@ -75,3 +75,22 @@ def test_bad_fleets_are_refused(db_session: Session) -> None:
     db_session.commit()
     with pytest.raises(ValueError, match="exists already"):
         create_fleet(db_session, "f", ["a/conditional"], "e_d_bh", 0.1)
+
+
+def test_fleet_alarms_are_queued_for_the_routed_receivers(db_session: Session) -> None:
+    from monitor.alerts import AlertRouting
+    from monitor.db.models import AlertOutboxRow
+
+    routing = AlertRouting.model_validate({
+        "receivers": [{"name": "oncall", "type": "webhook", "url": "http://127.0.0.1:9/hook"}],
+        "routes": [{"receivers": ["oncall"], "streams": ["a"]}],
+    })
+    create_fleet(db_session, "f", ["a/conditional", "b/conditional"], "per_stream", 0.01)
+    _trace(db_session, "a", "conditional", 0, math.log(500.0))
+    _trace(db_session, "b", "conditional", 1, math.log(500.0))
+    db_session.commit()
+    alarms = evaluate_fleet(db_session, "f", T0 + timedelta(minutes=5), routing)
+    db_session.commit()
+    queued = db_session.scalars(select(AlertOutboxRow)).all()
+    assert len(alarms) == 2
+    assert [(q.alarm_id, q.receiver) for q in queued] == [(alarms[0].id, "oncall")]  # route: a
