@@ -3,12 +3,12 @@
 A fleet is a named group of K monitored hypotheses (one per stream detector). Each stream's
 Shiryaev–Roberts statistic R_t is an **e-detector**: R_0 = 0 and, with no change,
 E_∞[R_τ] ≤ E_∞[τ] for every stopping time τ (R_t − t is a martingale; Shin, Ramdas & Rinaldo
-2024, Def. 2.1; Dandapanthula & Ramdas 2025, Section 2, which uses this normalisation). A CUSUM
+2024; Dandapanthula & Ramdas 2025 use this normalisation). A CUSUM
 statistic is ≤ R_t, and a Ville stream's test martingale S_t has E[S_τ] ≤ 1 ≤ E[τ] for τ ≥ 1, so
 both are e-detectors too. The decider consumes these values; it never sees data (no I/O here).
 
-**Error over patience** (Dandapanthula & Ramdas 2025, Section 3). Any procedure with a finite
-average run length has a trivial worst-case FDR/FWER, so the controllable metric divides the
+**Error over patience** (Dandapanthula & Ramdas 2025, definition of EOP). Any procedure with a
+finite average run length has a trivial worst-case FDR/FWER, so the controllable metric divides the
 error at a stopping time T by the patience E[T]: a rule controls EOP at level α when
 
     Err(T) ≤ α · E[T]   for every stopping time T.

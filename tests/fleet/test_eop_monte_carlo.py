@@ -1,6 +1,6 @@
 """Monte Carlo: the fleet rules keep their error-over-patience bound, with and without dependence.
 
-Setting (Dandapanthula & Ramdas 2025, Section 3; docs/algorithms.md, "Fleets"): K = 40 streams,
+Setting (Dandapanthula & Ramdas 2025, EOP; docs/algorithms.md, "Fleets"): K = 40 streams,
 K₀ = 36 never change (p-values i.i.d. Unif(0, 1) in time), 4 change at a uniform random step of
 [0, n) to p = U³ (small p-values). Each stream runs the Shiryaev–Roberts e-detector on the power
 bet f(p) = κ p^(κ-1), R_t = (1 + R_{t-1}) f(p_t) (E_∞[R_t] = t). Dependence: the p-values of all
