@@ -18,6 +18,7 @@ which stays with its worker.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from monitor.config import NAME_PATTERN, ConfigError
@@ -105,17 +106,38 @@ def create_fleet(
 
 
 def _member_points(
-    session: Session, members: Iterable[str], after: datetime | None, through: datetime
+    session: Session, members: Iterable[str], after: datetime | None, through: datetime,
+    chunk: int,
 ) -> list[TracePointRow]:
-    """The members' trace points with after < ts <= through, in event-time order."""
+    """About ``chunk`` of the members' trace points with after < ts <= through, in event-time
+    order, always whole groups of one event time (so one fleet step never straddles two reads)."""
     pairs = [_split(m) for m in members]
-    query = select(TracePointRow).where(TracePointRow.ts <= through)
+    query = select(TracePointRow).where(
+        tuple_(TracePointRow.stream, TracePointRow.detector).in_(pairs),
+        TracePointRow.ts <= through,
+    )
     if after is not None:
         query = query.where(TracePointRow.ts > after)
-    query = query.where(TracePointRow.stream.in_({s for s, _ in pairs}))
-    rows = session.scalars(query.order_by(TracePointRow.ts, TracePointRow.event_index)).all()
-    wanted = set(pairs)
-    return [r for r in rows if (r.stream, r.detector) in wanted]
+    order = (TracePointRow.ts, TracePointRow.stream, TracePointRow.detector)
+    rows = list(session.scalars(query.order_by(*order).limit(chunk)).all())
+    if len(rows) < chunk:
+        return rows
+    last = rows[-1].ts  # complete the last event time's group
+    rest = session.scalars(query.where(TracePointRow.ts == last).order_by(*order)).all()
+    return [r for r in rows if r.ts < last] + list(rest)
+
+
+def _latest_point(session: Session, member: str, at: datetime) -> TracePointRow:
+    """The member's latest trace point at or before ``at`` (its value came from an earlier run)."""
+    stream, detector = _split(member)
+    query = (
+        select(TracePointRow)
+        .where(TracePointRow.stream == stream, TracePointRow.detector == detector,
+               TracePointRow.ts <= at)
+        .order_by(TracePointRow.ts.desc(), TracePointRow.event_index.desc())
+        .limit(1)
+    )
+    return session.scalars(query).one()
 
 
 def _fleet_alarm(row: FleetRow, point: TracePointRow, step: int, log_threshold: float) -> AlarmRow:
@@ -153,26 +175,32 @@ def _evidence(row: FleetRow, step: int, log_stat: float, log_threshold: float) -
 
 
 def evaluate_fleet(
-    session: Session, name: str, through: datetime, routing: AlertRouting | None = None
+    session: Session, name: str, through: datetime, routing: AlertRouting | None = None,
+    chunk: int = 50_000,
 ) -> list[AlarmRow]:
     """Decide every event time of the members' traces up to ``through``; store and return the
     new fleet alarms (the caller commits), with their ``alert_outbox`` rows when ``routing`` is
-    given (delivered by any process that runs the delivery loop)."""
+    given (delivered by any process that runs the delivery loop). Points are read ``chunk`` at a
+    time, so a long backlog needs bounded memory."""
     row = session.get(FleetRow, name, with_for_update=True)
     if row is None:
         raise FleetNotFoundError(f"no fleet named {name!r}")
     decider = FleetDecider.from_state(row.state)
-    points = _member_points(session, row.members, row.evaluated_through, through)
     latest: dict[str, TracePointRow] = {}
     alarms: list[AlarmRow] = []
-    for i, point in enumerate(points):
-        member = f"{point.stream}/{point.detector}"
-        latest[member] = point
-        value = point.log_statistic if point.log_statistic is not None else -math.inf
-        decider.update(member, value)
-        if i + 1 < len(points) and points[i + 1].ts == point.ts:
-            continue  # one fleet step per distinct event time
-        alarms += _step(session, row, decider, latest)
+    after = row.evaluated_through
+    while True:
+        points = _member_points(session, row.members, after, through, chunk)
+        for ts, group in itertools.groupby(points, key=lambda p: p.ts):
+            for point in group:  # one fleet step per distinct event time
+                member = f"{point.stream}/{point.detector}"
+                latest[member] = point
+                decider.update(member, _log_value(point))
+            alarms += _step(session, row, decider, latest, ts)
+        if points:
+            after = points[-1].ts
+        if len(points) < chunk:
+            break
     if routing is not None and alarms:
         from monitor.alerts import outbox_rows
 
@@ -180,13 +208,17 @@ def evaluate_fleet(
         records = [alarm.to_record() for alarm in alarms]
         session.add_all(AlertOutboxRow(**r) for r in outbox_rows(records, routing))
     row.state = decider.state_dict()
-    if points:
-        row.evaluated_through = max(points[-1].ts, row.evaluated_through or points[-1].ts)
+    row.evaluated_through = after
     return alarms
 
 
+def _log_value(point: TracePointRow) -> float:
+    return point.log_statistic if point.log_statistic is not None else -math.inf
+
+
 def _step(
-    session: Session, row: FleetRow, decider: FleetDecider, latest: dict[str, TracePointRow]
+    session: Session, row: FleetRow, decider: FleetDecider, latest: dict[str, TracePointRow],
+    at: datetime,
 ) -> list[AlarmRow]:
     decision = decider.decide()
     for member in decider.in_alarm:
@@ -194,7 +226,8 @@ def _step(
             decider.release(member)
     new = []
     for member in decision.admitted:
-        alarm = _fleet_alarm(row, latest[member], decision.step, decision.log_threshold)
+        point = latest.get(member) or _latest_point(session, member, at)
+        alarm = _fleet_alarm(row, point, decision.step, decision.log_threshold)
         if session.get(AlarmRow, alarm.id) is None:  # the stream's own alarm at this event wins
             session.add(alarm)
             new.append(alarm)

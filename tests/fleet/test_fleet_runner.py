@@ -94,3 +94,31 @@ def test_fleet_alarms_are_queued_for_the_routed_receivers(db_session: Session) -
     queued = db_session.scalars(select(AlertOutboxRow)).all()
     assert len(alarms) == 2
     assert [(q.alarm_id, q.receiver) for q in queued] == [(alarms[0].id, "oncall")]  # route: a
+
+
+def test_a_member_admitted_on_an_earlier_runs_value(db_session: Session) -> None:
+    # e-BH, K = 2, alpha = 0.1: one rejection needs 20, two need 10 each
+    create_fleet(db_session, "f", ["a/conditional", "b/conditional"], "e_d_bh", 0.1)
+    _trace(db_session, "a", "conditional", 0, math.log(15.0))
+    db_session.commit()
+    assert evaluate_fleet(db_session, "f", T0 + timedelta(minutes=0.5)) == []
+    _trace(db_session, "b", "conditional", 1, math.log(15.0))
+    db_session.commit()
+    alarms = evaluate_fleet(db_session, "f", T0 + timedelta(minutes=5))
+    assert [(a.stream, a.event_index) for a in alarms] == [("a", 0), ("b", 1)]
+
+
+def test_reading_in_chunks_decides_the_same(db_session: Session) -> None:
+    values = {"a": [5.0, 25.0, 3.0, 30.0], "b": [12.0, 12.0, 50.0, 1.0]}
+    for name in ("big", "small"):
+        create_fleet(db_session, name, ["a/conditional", "b/conditional"], "e_d_bh", 0.1)
+    for stream, series in values.items():
+        for i, v in enumerate(series):
+            _trace(db_session, stream, "conditional", i, math.log(v))
+    db_session.commit()
+    through = T0 + timedelta(minutes=10)
+    big = evaluate_fleet(db_session, "big", through)
+    keys = [(a.stream, a.event_index, a.threshold) for a in big]
+    db_session.rollback()  # the same alarm ids: decide "small" on a clean slate
+    small = evaluate_fleet(db_session, "small", through, chunk=1)
+    assert [(a.stream, a.event_index, a.threshold) for a in small] == keys and keys
