@@ -7,7 +7,8 @@ Set-up. The Shuttle regression task of ``monitor.datasets`` (a gradient-boosting
 39 097 held-out rows it never saw). Each of the K streams draws its own 500 calibration rows and
 ``--events`` stream rows from that pool (``make_stream``, its own seed). 10 % of the streams
 switch to the ``concept`` regime (labels permuted within a region of the inputs) at a uniform
-random event of [200, events − 200); the others stay ``stable``, exchangeable with their
+random event of [200, events − 200) (``--together``: all at one such event); the others stay
+``stable``, exchangeable with their
 calibration rows. Every stream runs the default detector path: smoothed conformal p-values of
 the absolute residual, the Composite Jumper betting martingale and the Shiryaev–Roberts
 e-detector R_t. All streams advance one event per fleet step.
@@ -66,13 +67,15 @@ class RuleResult:
     eop_bound: float
 
 
-def build_fleet(seed: int, n_streams: int, n_events: int) -> Fleet:
-    """Draw the fleet's streams from the Shuttle pool; 10 % get a concept shift."""
+def build_fleet(seed: int, n_streams: int, n_events: int, together: bool = False) -> Fleet:
+    """Draw the fleet's streams from the Shuttle pool; 10 % get a concept shift (``together``:
+    all at one random event, as when a shared upstream feature breaks)."""
     task = load_shuttle_regression()
     rng = np.random.default_rng(seed)
     changed = rng.choice(n_streams, size=round(SHARE_CHANGED * n_streams), replace=False)
     change = np.full(n_streams, -1)
-    change[changed] = rng.integers(MARGIN, n_events - MARGIN, size=changed.size)
+    size = 1 if together else changed.size
+    change[changed] = rng.integers(MARGIN, n_events - MARGIN, size=size)
     rows = []
     for k in range(n_streams):
         phases = [("stable", n_events)]
@@ -140,13 +143,15 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--events", type=int, default=1500)
     parser.add_argument("--threshold", type=float, default=10_000.0, help="per-stream SR c")
+    parser.add_argument("--together", action="store_true",
+                        help="the changing streams all shift at one random event")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     alpha = 1.0 / args.threshold
     per_rule: dict[str, list[RuleResult]] = {rule: [] for rule in FLEET_RULES}
     started = time.perf_counter()
     for seed in range(args.seeds):
-        fleet = build_fleet(seed, args.streams, args.events)
+        fleet = build_fleet(seed, args.streams, args.events, args.together)
         for rule in FLEET_RULES:
             alarms, _ = run_rule(fleet, rule, alpha)
             per_rule[rule].append(score(fleet, rule, alpha, alarms))
