@@ -62,7 +62,8 @@ class FleetDecision:
     """One fleet step: which streams the rule rejects now and which of them are new alarms.
 
     ``rejected`` is the rule's rejection set at this step; ``admitted`` the streams of it that
-    were not already in alarm (each alarm is raised once, until the stream is re-baselined);
+    were not already in alarm (each alarm is raised once, until :meth:`FleetDecider.reset` or
+    :meth:`FleetDecider.release`);
     ``log_threshold`` the log e-detector bar the rejected values cleared (inf when none).
     """
 
