@@ -19,7 +19,7 @@ from monitor.api.errors import install_error_handlers
 from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
-from monitor.api.routes import alarms, alerts, events, health, metrics, streams
+from monitor.api.routes import alarms, alerts, events, fleets, health, metrics, streams
 from monitor.db import repositories as repo
 from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.metrics import DatabaseCollector
@@ -115,7 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.registry.register(DatabaseCollector(read_sessions))
     ProcessCollector(registry=app.state.registry)
     PlatformCollector(registry=app.state.registry)
-    for module in (health, metrics, streams, alarms, events, alerts):
+    for module in (health, metrics, streams, alarms, fleets, events, alerts):
         app.include_router(module.router)
     install_error_handlers(app)
     # The last middleware added runs first: authentication before the body is read.

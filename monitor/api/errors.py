@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from monitor.api.schemas import ErrorResponse
 from monitor.db.errors import (
     DeliveryNotDeadError,
+    FleetExistsError,
     InvalidCursorError,
     NotFoundError,
     StreamBoundError,
@@ -78,6 +79,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StreamExistsError, _status(409))
     app.add_exception_handler(StreamBoundError, _status(409))
     app.add_exception_handler(DeliveryNotDeadError, _status(409))
+    app.add_exception_handler(FleetExistsError, _status(409))
     app.add_exception_handler(InvalidCursorError, _invalid_cursor)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(DataError, _data_error)

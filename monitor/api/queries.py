@@ -91,6 +91,7 @@ class AlarmFilters(TypedDict):
     until: datetime | None
     acknowledged: bool | None
     revised_since: datetime | None
+    fleet: str | None
 
 
 _ALARMS_PUBLIC = TypeAdapter(AlarmsPublic)
@@ -201,7 +202,7 @@ def _alarm_statements(
     count)``, with each alarm's :class:`AlarmPublic` JSON text and the bounded count.
 
     Building a ``Select`` and matching its result columns to the compiled statement's cost more
-    CPU than running it; one statement object per combination (at most 2**5 * 3 * 2) is built
+    CPU than running it; one statement object per combination (at most 2**6 * 3 * 2) is built
     once and reused, so SQLAlchemy's compiled cache answers from the statement's memoised key.
     """
     # repo.alarms_query compares each column with what it is given; a bind parameter there

@@ -121,6 +121,16 @@ class AlarmPublic(BaseModel):
         description="Time of the event that completed the evidence of the latest revision "
         "(null for revision 1).",
     )
+    fleet: str | None = Field(
+        default=None, description="The fleet whose cross-stream rule admitted the alarm; null "
+        "for a stream's own alarm (docs/algorithms.md, Fleets)."
+    )
+    fleet_rule: str | None = Field(
+        default=None, description="`e_d_bh`, `e_d_bonferroni` or `per_stream`; null if no fleet."
+    )
+    fleet_level: float | None = Field(
+        default=None, description="The fleet rule's EOP level alpha; null if no fleet."
+    )
 
 
 class AlarmRevisionPublic(BaseModel):
@@ -444,3 +454,43 @@ class AlertDeliveriesPublic(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as `cursor` to get the next page; null on the last page."
     )
+
+
+class FleetCreate(BaseModel):
+    """A fleet to register (docs/operations.md "Fleets"): the fleet file's fields."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{
+            "name": "payments", "rule": "e_d_bh", "alpha": 0.0001,
+            "members": ["card-eu/conditional", "card-us/conditional"],
+        }]},
+    )
+
+    name: StreamName
+    rule: Literal["e_d_bh", "e_d_bonferroni", "per_stream"] = "e_d_bh"
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0, description="EOP level.")] = 1e-4
+    members: Annotated[
+        list[Annotated[str, Field(max_length=200)]],
+        Field(min_length=1, max_length=10_000, description="`stream/detector` names."),
+    ]
+
+
+class FleetPublic(BaseModel):
+    """A stored fleet."""
+
+    name: str
+    rule: str
+    alpha: float = Field(description="EOP level: the error at any time is at most alpha × E[T].")
+    members: list[str]
+    evaluated_through: datetime | None = Field(
+        description="Event time through which the rule has been decided (null: not yet)."
+    )
+    created_at: datetime
+
+
+class FleetsPublic(BaseModel):
+    """Every stored fleet, by name."""
+
+    data: list[FleetPublic]
+    count: int = Field(ge=0)

@@ -12,10 +12,12 @@ Hierarchy::
     ├── StreamExistsError          creating a stream whose name is taken
     │   └── StreamChangedError     ... with another configuration (update it instead)
     ├── DeliveryNotDeadError       retrying an alert delivery that is not dead
+    ├── FleetExistsError           creating a fleet whose name is taken (also a ValueError)
     └── NotFoundError              (also a LookupError)
         ├── StreamNotFoundError
         ├── AlarmNotFoundError
-        └── DeliveryNotFoundError
+        ├── DeliveryNotFoundError
+        └── FleetNotFoundError
 
 State (de)serialisation errors live beside the format in :mod:`monitor.state`.
 """
@@ -127,3 +129,11 @@ class DeliveryNotFoundError(NotFoundError):
 class DeliveryNotDeadError(PersistenceError):
     """Only a dead alert delivery can be retried; a pending one is retried already and a
     delivered one needs nothing."""
+
+
+class FleetNotFoundError(NotFoundError):
+    """No fleet of that name is stored (``monitor fleets create FILE`` or ``POST /fleets``)."""
+
+
+class FleetExistsError(PersistenceError, ValueError):
+    """A fleet with this name is already stored."""

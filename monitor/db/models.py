@@ -40,6 +40,7 @@ __all__ = [
     "CalibrationEventRow",
     "CheckpointRow",
     "DeadLetterRow",
+    "FleetRow",
     "IngestRequestRow",
     "IngestedEventRow",
     "OODFlagRow",
@@ -165,6 +166,7 @@ class AlarmRow(Base):
             postgresql_include=["acknowledged_at"],
         ),
         Index("ix_alarms_revised_at_id", "revised_at", "id"),
+        Index("ix_alarms_fleet_ts_id", "fleet", "ts", "id"),
     )
 
     id: Mapped[str] = mapped_column(SHORT, primary_key=True)
@@ -184,6 +186,11 @@ class AlarmRow(Base):
     created_at: Mapped[datetime] = _created()
     revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: The fleet whose cross-stream rule admitted the alarm (NULL: the stream's own alarm rule),
+    #: that rule (``monitor.fleet.FLEET_RULES``) and its EOP level.
+    fleet: Mapped[str | None] = mapped_column(NAME)
+    fleet_rule: Mapped[str | None] = mapped_column(SHORT)
+    fleet_level: Mapped[float | None] = mapped_column(Double)
 
     def to_record(self) -> Alarm:
         """The pipeline's :class:`~monitor.records.Alarm` (without the acknowledgement)."""
@@ -521,3 +528,24 @@ class AlertOutboxRow(Base):
         UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
     )
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class FleetRow(Base):
+    """A fleet (docs/algorithms.md "Fleets"): members under one cross-stream rule.
+
+    ``members`` are ``stream/detector`` names; ``state`` is the
+    :class:`~monitor.fleet.FleetDecider` state; ``evaluated_through`` the event time of the
+    latest step decided."""
+
+    __tablename__ = "fleets"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    rule: Mapped[str] = mapped_column(SHORT)
+    alpha: Mapped[float] = mapped_column(Double)
+    members: Mapped[list[str]] = mapped_column(JSONType)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    evaluated_through: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )

@@ -58,6 +58,7 @@ from monitor.db.models import (
     CalibrationEventRow,
     CheckpointRow,
     DeadLetterRow,
+    FleetRow,
     OODFlagRow,
     OODWindowRow,
     PerformanceWindowRow,
@@ -87,6 +88,7 @@ __all__ = [
     "decode_cursor",
     "delete_stream",
     "encode_cursor",
+    "fleets_query",
     "get_alarm",
     "get_stream",
     "list_alarms",
@@ -227,16 +229,20 @@ def alarms_query(
     acknowledged: bool | None = None,
     revised_since: datetime | None = None,
     order: Order = "desc",
+    fleet: str | None = None,
 ) -> Select[AlarmRow]:
     """Alarms matching every given filter, ordered by ``(ts, id)`` (newest first by default).
 
     ``revised_since``: only alarms revised at or after this time (``revised_at``, the time of the
-    event that completed the alarm's evidence), whatever their ``ts``.
+    event that completed the alarm's evidence), whatever their ``ts``; ``fleet``: only the alarms
+    that fleet's cross-stream rule admitted.
     """
     _check_order(order)
     query = select(AlarmRow)
     if stream is not None:
         query = query.where(AlarmRow.stream == stream)
+    if fleet is not None:
+        query = query.where(AlarmRow.fleet == fleet)
     if kind is not None:
         query = query.where(AlarmRow.kind == kind)
     if detector is not None:
@@ -266,6 +272,7 @@ def list_alarms(
     order: Order = "desc",
     limit: int = 100,
     cursor: str | None = None,
+    fleet: str | None = None,
 ) -> Page[AlarmRow]:
     """One page of :func:`alarms_query`; pass ``next_cursor`` back to get the next page.
 
@@ -286,6 +293,7 @@ def list_alarms(
     """
     _check_limit(limit)
     query = alarms_query(
+        fleet=fleet,
         stream=stream,
         kind=kind,
         detector=detector,
@@ -848,3 +856,8 @@ def retry_alert_delivery(session: Session, delivery_id: int) -> AlertOutboxRow:
     row.next_attempt_at = utcnow()
     session.commit()
     return row
+
+
+def fleets_query() -> Select[FleetRow]:
+    """Every stored fleet, by name."""
+    return select(FleetRow).order_by(FleetRow.name)

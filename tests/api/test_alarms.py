@@ -53,7 +53,10 @@ def test_alarm_record_matches_the_design(client: TestClient, alarms: list[Alarm]
     body = client.get("/alarms", params={"limit": 1}, headers=READ).json()
     item = body["data"][0]
     newest = max(alarms, key=lambda a: a.ts)
-    assert item == newest.to_json() | {"acknowledged_at": None, "acknowledged_by": None}
+    assert item == newest.to_json() | {
+        "acknowledged_at": None, "acknowledged_by": None,
+        "fleet": None, "fleet_rule": None, "fleet_level": None,
+    }
     assert item["ts"].endswith("Z")
 
 
@@ -278,14 +281,25 @@ def varied_alarms(session: Session) -> list[Alarm]:
     session.execute(
         update(AlarmRow).where(AlarmRow.id == records[5].id).values(statistic=float("nan"))
     )
+    session.execute(
+        update(AlarmRow)
+        .where(AlarmRow.id.in_([r.id for r in records[::3]]))
+        .values(fleet="payments", fleet_rule="e_d_bh", fleet_level=1e-4)
+    )
     session.commit()
     return records
 
 
 @pytest.mark.parametrize(
     "filters",
-    [{}, {"stream": "bikes"}, {"detector": "ood", "acknowledged": True}, {"stream": "none"}],
-    ids=["none", "stream", "detector-acked", "no-match"],
+    [
+        {},
+        {"stream": "bikes"},
+        {"detector": "ood", "acknowledged": True},
+        {"stream": "none"},
+        {"fleet": "payments", "stream": "bikes"},
+    ],
+    ids=["none", "stream", "detector-acked", "no-match", "fleet"],
 )
 def test_body_written_by_postgresql_equals_pydantic_body(
     session: Session, varied_alarms: list[Alarm], filters: dict[str, Any]
@@ -358,3 +372,20 @@ def test_a_revised_alarm_shows_its_versions_and_is_found_by_revised_since(
     assert kind.status_code == 200 and kind.json()["data"] == []
     assert client.get("/alarms", params={"revised_since": "yesterday"}, headers=READ
                       ).status_code == 422
+
+
+def test_fleet_filter_returns_the_fleet_alarms_with_rule_and_level(
+    client: TestClient, session: Session, alarms: list[Alarm]
+) -> None:
+    fleet_ids = [a.id for a in alarms[::4]]
+    session.execute(
+        update(AlarmRow)
+        .where(AlarmRow.id.in_(fleet_ids))
+        .values(fleet="payments", fleet_rule="e_d_bonferroni", fleet_level=0.001)
+    )
+    session.commit()
+    items, count, _ = _all_pages(client, fleet="payments", limit=7)
+    assert count == len(fleet_ids)
+    assert [i["id"] for i in items] == _ids([a for a in alarms if a.id in set(fleet_ids)])
+    assert {(i["fleet_rule"], i["fleet_level"]) for i in items} == {("e_d_bonferroni", 0.001)}
+    assert client.get("/alarms", params={"fleet": "bad name!"}, headers=READ).status_code == 422

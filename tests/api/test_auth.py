@@ -65,6 +65,9 @@ def test_the_app_serves_the_documented_routes() -> None:
                 ("GET", "/alerts/deliveries"),
                 ("POST", "/alerts/deliveries/{delivery_id}/retry"),
                 ("POST", "/events"),
+                ("GET", "/fleets"),
+                ("POST", "/fleets"),
+                ("GET", "/fleets/{name}"),
             ]
         )
         == ROUTES

@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,28 @@ BAD_LINES = ["this is not json", '{"kind": "prediction", "stream": "nobody", "id
 
 SERIES = ["time", "metric", "value"]
 ANNOTATION = ["time", "text", "tags"]
+FLEET = "example-fleet"
 #: The columns each query must return, by query id (dashboard uid / panel or annotation / refId).
 EXPECTED: dict[str, list[str]] = {
+    "monitor-fleet/panel-1/A": ["alarms"],
+    "monitor-fleet/panel-2/A": [
+        "rule", "eop_level", "members", "error", "allowed_so_far", "in_plain_words"
+    ],
+    "monitor-fleet/panel-3/A": SERIES,
+    "monitor-fleet/panel-3/B": SERIES,
+    "monitor-fleet/panel-4/A": [
+        "time",
+        "stream",
+        "detector",
+        "statistic",
+        "threshold",
+        "fleet_rule",
+        "fleet_level",
+        "event_index",
+        "acknowledged",
+    ],
+    "monitor-fleet/annotation/Fleet alarms": ANNOTATION,
+    "monitor-fleet/variable/fleet": ["name"],
     "monitor-overview/panel-1/A": ["alarms"],
     "monitor-overview/panel-2/A": ["harmful_alarms"],
     "monitor-overview/panel-4/A": ["dead_letters"],
@@ -169,7 +189,7 @@ class PipelineRun:
             self.first - timedelta(minutes=1) + shift,
             self.last + timedelta(hours=1) + shift,
             interval,
-            {"stream": Variable(values, multi=multi)},
+            {"stream": Variable(values, multi=multi), "fleet": Variable((FLEET,))},
         )
 
 
@@ -193,9 +213,27 @@ def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Ite
         settings = Settings(database_url=url)
         stream = register_stream(str(paths["config"]), settings)  # as `monitor streams create`
         run_source(f"file:{paths['events']}", [], "dashboards", settings)  # as the worker
+        _fleet_run(url, stream)
         reader = reader_url.render_as_string(hide_password=False)
         first, last = _stored_time_range(reader)
         yield PipelineRun(reader, url, stream, first, last)
+
+
+def _fleet_run(url: str, stream: str) -> None:
+    """A fleet of the stream's two detectors under e-d-Bonferroni (bar K/alpha = 200), decided
+    over the whole run as ``monitor fleets run`` does."""
+    from monitor.db.engine import make_engine, session_factory
+    from monitor.fleet_runner import create_fleet, evaluate_fleet
+
+    engine = make_engine(url)
+    try:
+        with session_factory(engine)() as session:
+            members = [f"{stream}/covariate", f"{stream}/conditional"]
+            create_fleet(session, FLEET, members, rule="e_d_bonferroni", alpha=0.01)
+            evaluate_fleet(session, FLEET, through=datetime(2100, 1, 1, tzinfo=UTC))
+            session.commit()
+    finally:
+        engine.dispose()
 
 
 def _stored_time_range(url: str) -> tuple[datetime, datetime]:
@@ -229,8 +267,8 @@ def _scalar(url: str, sql: str) -> Any:
 
 
 def _multi(uid: str) -> bool:
-    var = next(v for v in DASHBOARDS[uid]["templating"]["list"] if v["name"] == "stream")
-    return bool(var["multi"] or var["includeAll"])
+    variables = [v for v in DASHBOARDS[uid]["templating"]["list"] if v["name"] == "stream"]
+    return any(bool(v["multi"] or v["includeAll"]) for v in variables)
 
 
 def test_every_sql_query_has_expected_columns() -> None:
@@ -288,6 +326,10 @@ def _number(value: Any) -> bool:
 #: Queries that must show rows for the run (the others may legitimately be empty or are
 #: aggregates that always return one row).
 NON_EMPTY = [
+    *(f"monitor-fleet/panel-{i}/A" for i in (2, 3, 4)),
+    "monitor-fleet/panel-3/B",
+    "monitor-fleet/annotation/Fleet alarms",
+    "monitor-fleet/variable/fleet",
     *(f"monitor-overview/panel-{i}/A" for i in (7, 8, 10, 12, 13, 14)),
     "monitor-overview/annotation/Alarms",
     "monitor-overview/variable/stream",
@@ -317,7 +359,9 @@ def test_time_range_without_data(
     ctx = run.context(multi=_multi(uid), shift=-timedelta(days=3650))
     columns, rows = _execute(run.url, expand(query["rawSql"], ctx))
     assert columns == EXPECTED[qid]
-    if "$__timeFilter" in query["rawSql"]:  # nothing in range: no rows, or one row of 0 / NULL
+    if qid == "monitor-fleet/panel-2/A":  # the fleet's configuration stays; nothing allowed yet
+        assert [r[4] for r in rows] == [0.0]
+    elif "$__timeFilter" in query["rawSql"]:  # nothing in range: no rows, or one row of 0 / NULL
         assert rows == [] or (len(rows) == 1 and all(v in (None, 0) for v in rows[0])), qid
 
 
@@ -412,3 +456,24 @@ def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
               for family in text_string_to_metric_families(text) for sample in family.samples}
     for name in METRICS:
         assert (name, run.stream) in served, name
+
+
+def test_fleet_dashboard_matches_the_tables(run: PipelineRun) -> None:
+    ctx = run.context(interval="1s")
+    stored = _scalar(run.url, f"SELECT count(*) FROM alarms WHERE fleet = '{FLEET}'")
+    assert stored > 0
+    assert _execute(run.url, expand(_panel_sql("monitor-fleet", 1), ctx))[1] == [(stored,)]
+    rows = _execute(run.url, expand(_panel_sql("monitor-fleet", 4), ctx))[1]
+    assert len(rows) == stored
+    assert all(r[4] == pytest.approx(200.0) and r[3] >= r[4] for r in rows)  # R cleared K/alpha
+    assert {(r[5], r[6]) for r in rows} == {("e_d_bonferroni", 0.01)}
+    members = {r[1] for r in _execute(run.url, expand(_panel_sql("monitor-fleet", 3), ctx))[1]}
+    assert members == {f"{run.stream}/covariate", f"{run.stream}/conditional"}
+    lines = _execute(run.url, expand(_panel_sql("monitor-fleet", 3, "B"), ctx))[1]
+    bars = {r[1]: r[2] for r in lines}
+    assert bars["rejection line (one rejection)"] == pytest.approx(math.log10(200.0))
+    ((rule, level, n, _, allowed, words),) = _execute(
+        run.url, expand(_panel_sql("monitor-fleet", 2), ctx)
+    )[1]
+    assert (rule, level, n) == ("e_d_bonferroni", 0.01, 2) and allowed > 0
+    assert "one per 100 events" in words

@@ -33,8 +33,8 @@ IDS = [d["uid"] for d in DASHBOARDS]
 DATASOURCES = provisioned_datasources()
 
 
-def test_two_dashboards_with_stable_uids() -> None:
-    assert IDS == ["monitor-overview", "monitor-stream"]
+def test_three_dashboards_with_stable_uids() -> None:
+    assert IDS == ["monitor-fleet", "monitor-overview", "monitor-stream"]
 
 
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
@@ -132,18 +132,16 @@ def test_sql_uses_only_supported_macros(dashboard: dict[str, Any]) -> None:
         datetime(2026, 1, 1, tzinfo=UTC),
         datetime(2026, 1, 2, tzinfo=UTC),
         "1m",
-        {"stream": Variable(("a",), multi=_is_multi(dashboard))},
+        {
+            var["name"]: Variable(("a",), multi=bool(var["multi"] or var["includeAll"]))
+            for var in dashboard["templating"]["list"]
+        },
     )
     for where, q in queries(dashboard):
         if "rawSql" in q:
             sql = expand(q["rawSql"], ctx)
             assert "$" not in sql, where
             assert "[[" not in sql, where
-
-
-def _is_multi(dashboard: dict[str, Any]) -> bool:
-    var = next(v for v in dashboard["templating"]["list"] if v["name"] == "stream")
-    return bool(var["multi"] or var["includeAll"])
 
 
 def test_expander_rejects_unknown_macro_and_missing_variable() -> None:

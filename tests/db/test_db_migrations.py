@@ -29,6 +29,7 @@ TABLES = {
     "calibration_events",
     "checkpoints",
     "dead_letters",
+    "fleets",
     "ingest_requests",
     "ingested_events",
     "ood_flags",

@@ -124,10 +124,10 @@ def url_for(path: str, override: dict[str, str] | None = None) -> str:
 
 
 def test_every_route_and_parameter_is_covered() -> None:
-    assert len(PROTECTED) == 15
+    assert len(PROTECTED) == 18
     assert {p for _, _, p, _ in PARAMETERS} >= {
         "name", "alarm_id", "stream", "kind", "detector", "since", "until", "acknowledged",
-        "limit", "cursor", "max_points", "status", "receiver", "delivery_id"}
+        "limit", "cursor", "max_points", "status", "receiver", "delivery_id", "fleet"}
 
 
 # -- tokens ----------------------------------------------------------------------------------------

@@ -59,6 +59,10 @@ async def list_alarms(
     until: Until = None,
     acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged alarms.")] = None,
     revised_since: RevisedSince = None,
+    fleet: Annotated[
+        str | None,
+        Query(pattern=NAME_PATTERN, description="Only the alarms this fleet's rule admitted."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
     cursor: Annotated[
         str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
@@ -81,6 +85,7 @@ async def list_alarms(
         until=end,
         acknowledged=acknowledged,
         revised_since=revised,
+        fleet=fleet,
     )
     # One thread hop for all the blocking work (a sync route with a sync session dependency
     # costs three), and the body is validated and serialised once, in pydantic-core.
