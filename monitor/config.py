@@ -214,6 +214,12 @@ class StreamConfig(_Strict):
             object.__setattr__(self, "score", default)
         if self.task == "classification" and self.score != "one_minus_prob":
             raise ValueError("classification streams use score 'one_minus_prob'")
+        if self.attribution.window <= self.diagnosis.min_events:
+            # an attribution revises its alarm after its diagnosis did (docs/explain.md)
+            raise ValueError(
+                f"attribution.window ({self.attribution.window}) must exceed "
+                f"diagnosis.min_events ({self.diagnosis.min_events})"
+            )
         if self.task == "regression" and self.score == "one_minus_prob":
             raise ValueError("regression streams use score 'abs_residual' or 'signed_residual'")
         return self

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, RawRecord
@@ -402,4 +403,5 @@ def _persist(
             replayed=replayed,
             failed=failed,
             alerts=alerts,
+            route=None if sink.routing is None else partial(outbox_rows, routing=sink.routing),
         )

@@ -114,15 +114,20 @@ class DatabaseSink:
             name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
         }
-        alerts = []
-        if self.routing is not None and out.alarms:
+        alerts: list[dict[str, Any]] = []
+        route = None
+        if self.routing is not None:
+            from functools import partial
+
             from monitor.alerts import outbox_rows
 
-            alerts = outbox_rows(out.alarms, self.routing)
+            alerts = outbox_rows(out.alarms, self.routing) if out.alarms else []
+            route = partial(outbox_rows, routing=self.routing)
         with self.sessions() as session:
             persist_batch(
                 session,
                 alerts=alerts,
+                route=route,
                 alarms=out.alarms,
                 trace_points=out.trace_points,
                 ood_windows=out.ood_windows,

@@ -17,7 +17,7 @@ writes nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -103,6 +103,7 @@ def persist_batch(
     fences: Mapping[tuple[str, int], int] | None = None,
     streams: Iterable[str] = (),
     alerts: Sequence[Mapping[str, Any]] = (),
+    route: Callable[[Sequence[Alarm]], Sequence[Mapping[str, Any]]] | None = None,
 ) -> None:
     """Store one batch's results in one transaction, and commit it.
 
@@ -115,7 +116,7 @@ def persist_batch(
         New results; ones already stored (a replay) are skipped.
     alarm_evidence
         Evidence completing stored alarms (a feature attribution), merged into their
-        ``evidence``; stored after this batch's alarms.
+        ``evidence`` as a new revision of each; stored after this batch's alarms.
     checkpoints
         Detector state per stream name after this batch; replaces the stored one.
     offsets
@@ -132,6 +133,9 @@ def persist_batch(
     alerts
         ``alert_outbox`` rows of the alarms (:func:`monitor.alerts.outbox_rows`): queued with
         them, so no alarm is stored without its deliveries; ones already queued are skipped.
+    route
+        The ``alert_outbox`` rows of alarms revised here (an attribution completing an alarm's
+        evidence), queued in the same transaction.
 
     Raises
     ------
@@ -187,8 +191,8 @@ def persist_batch(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
-        _merge_evidence(session, alarm_evidence)
-        _queue_alerts(session, dialect, alerts)
+        completed = _merge_evidence(session, alarm_evidence, utcnow())
+        _queue_alerts(session, dialect, [*alerts, *(route(completed) if route else ())])
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
         now = utcnow()
@@ -488,14 +492,36 @@ def _performance_row(window: PerformanceWindow) -> Row:
     }
 
 
-def _merge_evidence(session: Session, updates: Sequence[AlarmEvidence]) -> None:
-    """Merge each update into its stored alarm's evidence (keys it names are replaced); an alarm
-    not stored (deleted by retention) is skipped."""
+def _merge_evidence(
+    session: Session, updates: Sequence[AlarmEvidence], now: datetime
+) -> list[Alarm]:
+    """Merge each update into its stored alarm's evidence (keys it names are replaced) as a new
+    revision of the alarm (one more ``revision``, ``revised_at`` = ``now``, a row of
+    ``alarm_revisions``), so that receivers are sent the completed evidence; returns the revised
+    alarms. An update the alarm already holds (a replayed batch) changes nothing; an alarm not
+    stored (deleted by retention) is skipped."""
+    revised = []
     for item in updates:
         row = session.get(AlarmRow, item.alarm_id, with_for_update=True)
-        if row is not None:
-            row.evidence = {**row.evidence, **item.evidence}
+        if row is None or all(row.evidence.get(k) == v for k, v in item.evidence.items()):
+            continue
+        row.evidence = {**row.evidence, **item.evidence}
+        row.revision += 1
+        row.revised_at = now
+        session.add(AlarmRevisionRow(alarm_id=row.id, revision=row.revision, kind=row.kind,
+                                     evidence=row.evidence, revised_at=now, created_at=now))
+        revised.append(_alarm_of(row))
     session.flush()
+    return revised
+
+
+def _alarm_of(row: AlarmRow) -> Alarm:
+    return Alarm(
+        stream=row.stream, detector=row.detector, kind=row.kind, event_id=row.event_id,
+        event_index=row.event_index, ts=row.ts, changepoint=row.changepoint,
+        statistic=row.statistic, threshold=row.threshold, rule=row.rule,
+        evidence=row.evidence, revision=row.revision, revised_at=row.revised_at,
+    )
 
 
 def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
@@ -599,6 +625,7 @@ def persist_replay(
     replayed: Sequence[int] = (),
     failed: Mapping[int, tuple[str, str | None]] = MappingProxyType({}),
     alerts: Sequence[Mapping[str, Any]] = (),
+    route: Callable[[Sequence[Alarm]], Sequence[Mapping[str, Any]]] | None = None,
 ) -> set[int]:
     """Store one batch of replayed dead letters in one transaction, and commit it.
 
@@ -634,8 +661,8 @@ def persist_replay(
             if table_rows:
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
-        _merge_evidence(session, alarm_evidence)
-        _queue_alerts(session, dialect, alerts)
+        completed = _merge_evidence(session, alarm_evidence, utcnow())
+        _queue_alerts(session, dialect, [*alerts, *(route(completed) if route else ())])
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()
         ids = list(replayed)

@@ -99,3 +99,14 @@ def test_budgets_round_trip_and_state_their_threshold() -> None:
     ville = StreamConfig(name="s", task="regression", calibration="c",
                          alarm={"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
     assert ville.alarm.fixed_threshold is None
+
+
+def test_the_attribution_window_exceeds_the_diagnosis_minimum() -> None:
+    from monitor.config import StreamConfig
+
+    base = {"name": "s", "task": "regression", "calibration": "cal.jsonl"}
+    StreamConfig.model_validate({**base, "attribution": {"window": 50},
+                                 "diagnosis": {"min_events": 49}})
+    with pytest.raises(ValueError, match=r"attribution.window \(50\) must exceed"):
+        StreamConfig.model_validate({**base, "attribution": {"window": 50},
+                                     "diagnosis": {"min_events": 50}})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from monitor.db.errors import InvalidRecordError
@@ -46,19 +49,46 @@ def test_a_non_finite_metric_is_refused(db_session: Session) -> None:
         persist_batch(db_session, performance_windows=[bad])
 
 
-def test_late_evidence_is_merged_into_the_stored_alarm(db_session: Session) -> None:
+def test_late_evidence_is_a_revision_of_the_stored_alarm_and_is_routed(
+    db_session: Session,
+) -> None:
+    """The attribution completes its alarm as a new revision: stored with its history, and
+    routed to the receivers under the key ``<id>:2`` in the same transaction; a replayed batch
+    changes nothing."""
+    from monitor.alerts import load_alert_routing, outbox_rows
+    from monitor.db.models import AlarmRevisionRow, AlertOutboxRow
+
+    routing = load_alert_routing(None, ["http://127.0.0.1:9/hook"])
+    assert routing is not None
+
+    def route(alarms: Any) -> Any:
+        return outbox_rows(alarms, routing)
+
     alarm = Alarm("bikes", "covariate", "benign_covariate_shift", "e-1", 1, T0, None, 1e4, 1e4,
                   "shiryaev_roberts", {"weights_ess": 800.0})
-    persist_batch(db_session, alarms=[alarm])
+    persist_batch(db_session, alarms=[alarm], alerts=route([alarm]), route=route)
     attribution = {"method": "ks_holm_post_alarm", "features": [{"feature": "f3"}]}
-    persist_batch(db_session, alarm_evidence=[
+    evidence = [
         AlarmEvidence("bikes", alarm.id, {"attribution": attribution}),
         AlarmEvidence("bikes", "no-such-alarm", {"attribution": attribution}),  # skipped
-    ])
+    ]
+    for _ in range(2):  # the second time is a replay of the same batch
+        persist_batch(db_session, alarm_evidence=evidence, route=route)
     with db_session.begin():
         row = db_session.get(AlarmRow, alarm.id)
         assert row is not None
         assert row.evidence == {"weights_ess": 800.0, "attribution": attribution}
+        assert row.revision == 2 and row.revised_at is not None
+        versions = db_session.scalars(
+            select(AlarmRevisionRow).where(AlarmRevisionRow.alarm_id == alarm.id)
+            .order_by(AlarmRevisionRow.revision)
+        ).all()
+        assert [(v.revision, "attribution" in v.evidence) for v in versions] == [
+            (1, False), (2, True)
+        ]
+        queued = db_session.scalars(select(AlertOutboxRow).order_by(AlertOutboxRow.id)).all()
+        assert [q.idempotency_key for q in queued] == [f"{alarm.id}:1", f"{alarm.id}:2"]
+        assert json.loads(queued[1].body)["evidence"]["attribution"] == attribution
 
 
 def test_the_alarm_report_reads_the_stored_performance_windows(db_session: Session) -> None:
