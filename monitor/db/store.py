@@ -456,7 +456,8 @@ def _trace_row(point: TracePoint, now: datetime) -> Row:
     }
 
 
-def _ood_window_row(window: OODWindow, now: datetime) -> Row:
+def _span(window: OODWindow | PerformanceWindow) -> Row:
+    """The columns a window of a stream's events has, OOD or performance."""
     return {
         "stream": window.stream,
         "window_index": window.window_index,
@@ -464,6 +465,12 @@ def _ood_window_row(window: OODWindow, now: datetime) -> Row:
         "end_index": window.end_index,
         "ts": window.ts,
         "n": window.n,
+    }
+
+
+def _ood_window_row(window: OODWindow, now: datetime) -> Row:
+    return {
+        **_span(window),
         "n_flagged": window.n_flagged,
         "threshold": _nan_to_none(window.threshold),
         "rule": window.rule,
@@ -481,15 +488,7 @@ def _performance_row(window: PerformanceWindow) -> Row:
                 f"is {value} (metrics must be finite)"
             )
         metrics[name] = float(value)
-    return {
-        "stream": window.stream,
-        "window_index": window.window_index,
-        "start_index": window.start_index,
-        "end_index": window.end_index,
-        "ts": window.ts,
-        "n": window.n,
-        "metrics": metrics,
-    }
+    return {**_span(window), "metrics": metrics}
 
 
 def _merge_evidence(

@@ -1,5 +1,6 @@
-"""A real HTTP receiver on loopback for alert delivery tests: records every request and answers
-each path with a scripted list of statuses (the last one repeats)."""
+"""A real HTTP receiver on loopback for alert and webhook delivery tests: records every request
+and answers each path with a scripted list of statuses (the last one repeats; ``default`` for a
+path without a script), after ``delay`` seconds; a 429 says ``Retry-After: 0``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     port: int = 0
+    default: int = 204
+    delay: float = 0.0
     #: Requests are answered only while this is set (clear it to hold them, up to 30 s).
     open: threading.Event = field(default_factory=threading.Event)
 
@@ -41,13 +44,13 @@ class Receiver:
 
     def answer(self, path: str) -> int:
         with self.lock:
-            statuses = self.script.get(path, [204])
+            statuses = self.script.get(path, [self.default])
             return statuses.pop(0) if len(statuses) > 1 else statuses[0]
 
 
 @contextmanager
-def running_receiver() -> Iterator[Receiver]:
-    state = Receiver()
+def running_receiver(default: int = 204) -> Iterator[Receiver]:
+    state = Receiver(default=default)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -57,7 +60,11 @@ def running_receiver() -> Iterator[Receiver]:
                     Received(self.path, dict(self.headers), body, time.monotonic())
                 )
             state.open.wait(30)
-            self.send_response(state.answer(self.path))
+            time.sleep(state.delay)
+            status = state.answer(self.path)
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "0")
             self.send_header("Content-Length", "0")
             self.end_headers()
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,71 +26,16 @@ from monitor.webhooks import (
     sign,
     verify,
 )
+from tests.alerts.receiver import Receiver, running_receiver
 from tests.api.factories import alarm, store
 
 SECRET = "whsec-test-0123"
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    at: float
-
-
-@dataclass
-class Receiver:
-    """A loopback HTTP server answering each path with a scripted list of statuses."""
-
-    script: dict[str, list[int]] = field(default_factory=dict)
-    delay: float = 0.0
-    received: list[Received] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    port: int = 0
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def on(self, path: str) -> list[Received]:
-        with self.lock:
-            return [r for r in self.received if r.path == path]
-
-    def answer(self, path: str) -> int:
-        with self.lock:
-            statuses = self.script.get(path, [200])
-            return statuses.pop(0) if len(statuses) > 1 else statuses[0]
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            with state.lock:
-                state.received.append(
-                    Received(self.path, dict(self.headers), body, time.monotonic())
-                )
-            time.sleep(state.delay)
-            status = state.answer(self.path)
-            self.send_response(status)
-            if status == 429:
-                self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with running_receiver(default=200) as state:
+        yield state
 
 
 @pytest.fixture
