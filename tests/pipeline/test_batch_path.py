@@ -72,14 +72,13 @@ def assert_same(batch: dict[str, Any], reference: dict[str, Any]) -> None:
         assert batch["states"][name] == state, f"state of {name} differs"
 
 
-@pytest.fixture(scope="module")
-def merged(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[bytes]]:
-    """Three streams (labels inline, 5 and 20 events late), alarms of every kind, poison."""
-    folder = tmp_path_factory.mktemp("batch_path")
+def interleaved(folder: Path, **example: Any) -> tuple[list[Path], list[bytes]]:
+    """The example streams of STREAMS (labels inline, 5 and 20 events late) built with
+    ``example`` options, their records interleaved, with a poison record every 97 lines."""
     configs, lines = [], []
     for spec in STREAMS:
         paths = build_example(folder, seed=spec.seed, phases=spec.phases, stream=spec.name,
-                              n_calibration=300, label_delay=spec.label_delay, alarm=ALARM)
+                              n_calibration=300, label_delay=spec.label_delay, **example)
         configs.append(paths["config"])
         lines.append(paths["events"].read_bytes().splitlines())
     values: list[bytes] = []
@@ -88,6 +87,12 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[b
         if i % 97 == 96:
             values.append(POISON[(i // 97) % len(POISON)][1])
     return configs, values
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[bytes]]:
+    """Three streams (labels inline, 5 and 20 events late), alarms of every kind, poison."""
+    return interleaved(tmp_path_factory.mktemp("batch_path"), alarm=ALARM)
 
 
 @pytest.mark.parametrize("batch", [1, 37, 5000])

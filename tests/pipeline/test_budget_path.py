@@ -14,8 +14,7 @@ from monitor.datasets import build_example
 from monitor.pipeline import Pipeline, RawRecord
 from monitor.runner import build_monitors, read_configs
 from monitor.state import decode_state, encode_state
-from tests.integration.streams import POISON, STREAMS
-from tests.pipeline.test_batch_path import assert_same, run
+from tests.pipeline.test_batch_path import assert_same, interleaved, run
 
 #: 50 s at the example's 1 event/s: after warm-up each detector alarms at 2 · 50 · 1 = 100.
 BUDGET = {"rule": "shiryaev_roberts", "false_alarm_every": 50}
@@ -26,20 +25,8 @@ WARM_UP = 2 * 50 * 100_000.0
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[bytes]]:
-    folder = tmp_path_factory.mktemp("budget_path")
-    configs, lines = [], []
-    for spec in STREAMS:
-        paths = build_example(folder, seed=spec.seed, phases=spec.phases, stream=spec.name,
-                              n_calibration=300, label_delay=spec.label_delay, alarm=BUDGET,
-                              covariate_alarm=COVARIATE_BUDGET)
-        configs.append(paths["config"])
-        lines.append(paths["events"].read_bytes().splitlines())
-    values: list[bytes] = []
-    for i in range(max(map(len, lines))):
-        values += [stream[i] for stream in lines if i < len(stream)]
-        if i % 97 == 96:
-            values.append(POISON[(i // 97) % len(POISON)][1])
-    return configs, values
+    return interleaved(tmp_path_factory.mktemp("budget_path"), alarm=BUDGET,
+                       covariate_alarm=COVARIATE_BUDGET)
 
 
 @pytest.mark.parametrize("batch", [1, 37, 5000])
