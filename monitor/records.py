@@ -172,9 +172,13 @@ class AlarmEvidence:
     stream: str
     alarm_id: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: Event time of the prediction that completed the evidence (the revision's ``revised_at``).
+    ts: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["ts"] = None if self.ts is None else iso(self.ts)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,8 @@ class StreamMonitor:
         #: Alarms raised as ``insufficient_evidence``, by id, until their revision.
         self._unrevised: dict[str, Alarm] = {}
         self._performance: list[PerformanceWindow] = []
-        self._attributed: list[CompletedAttribution] = []
+        #: Completed attributions, each with the event time of the prediction that completed it.
+        self._attributed: list[tuple[CompletedAttribution, datetime]] = []
         # The checked features of the last prepared batch's events, by id(event); the event is
         # kept beside them so that its id cannot be reused while the entry lives.
         self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
@@ -144,7 +145,7 @@ class StreamMonitor:
         index = self.event_index
         self.event_index += 1
         self.detectors.update_covariate(x, index, ts.timestamp())
-        self._attributed += self.attribution.add(x.reshape(1, -1), index)
+        self._attributed += [(d, ts) for d in self.attribution.add(x.reshape(1, -1), index)]
         self._collect_alarms(event.id, index, ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
@@ -303,17 +304,24 @@ class StreamMonitor:
     ) -> None:
         """Feed the batch's predictions to the attribution windows, each alarm's window opened
         where the per-event path opens it: after the prediction or label that raised it."""
+        def add(lo: int, hi: int) -> None:
+            first = batch.cov_index[0]
+            self._attributed += [
+                (d, batch.cov_ts[int(d.attribution["window"]["end_index"]) - first])
+                for d in self.attribution.add(X_cov[lo:hi], batch.cov_index[lo])
+            ]
+
         done = 0
         for seq, alarm in alarms:
             if alarm.revision > 1 or not _needs_attribution(alarm):
                 continue
             start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
             if start > done:
-                self._attributed += self.attribution.add(X_cov[done:start], batch.cov_index[done])
+                add(done, start)
                 done = start
             self.attribution.open(alarm.id)
         if done < len(batch.cov_index):
-            self._attributed += self.attribution.add(X_cov[done:], batch.cov_index[done])
+            add(done, len(batch.cov_index))
 
     def _add_performance(self, closed: list[ClosedWindow]) -> None:
         self._performance += [
@@ -324,8 +332,8 @@ class StreamMonitor:
 
     def _alarm_evidence(self) -> list[AlarmEvidence]:
         """The completed attributions as evidence of their alarms."""
-        out = [AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution})
-               for done in self._attributed]
+        out = [AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution}, ts)
+               for done, ts in self._attributed]
         self._attributed = []
         return out
 
@@ -589,7 +597,8 @@ class StreamMonitor:
             "unrevised": [a.to_json() for a in self._unrevised.values()],
             "performance": self.performance.state_dict(),
             "attribution": self.attribution.state_dict(),
-            "attributed": [[done.alarm_id, done.attribution] for done in self._attributed],
+            "attributed": [[done.alarm_id, done.attribution, ts.isoformat()]
+                           for done, ts in self._attributed],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -624,7 +633,10 @@ class StreamMonitor:
         """Performance windows and attributions of a state (absent in states written before
         they existed). Under another configuration version only the window counter is kept
         (window numbers go on without repeating); open windows start afresh."""
-        self._attributed = [CompletedAttribution(a, e) for a, e in state.get("attributed", [])]
+        self._attributed = [
+            (CompletedAttribution(a, e), datetime.fromisoformat(rest[0]) if rest else _EPOCH)
+            for a, e, *rest in state.get("attributed", [])
+        ]
         performance = state.get("performance")
         if performance is None:
             return
@@ -691,6 +703,10 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
         raise CalibrationError("classification calibration needs probability-vector predictions")
     if config.task == "regression" and calibration.n_classes is not None:
         raise CalibrationError("regression calibration needs numeric predictions")
+
+
+#: The completion time of an attribution restored from a state written before it was kept.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _needs_attribution(alarm: Alarm) -> bool:

@@ -183,7 +183,9 @@ class RunSummary:
     """What a run did (the summary object of ``monitor run --json``, README "Command line").
 
     ``limit`` bounds the alarms and OOD-flagged ids kept (the most recent ones), for workers that
-    run for months; the counters stay exact. ``None`` keeps everything (finite sources).
+    run for months; the counters stay exact. ``None`` keeps everything (finite sources). An
+    alarm's revision replaces its earlier version in :attr:`alarms` (``alarm_count`` counts
+    alarms, not versions).
     """
 
     events: int = 0
@@ -198,8 +200,7 @@ class RunSummary:
 
     def add(self, out: BatchOutput) -> None:
         self.events += out.events
-        self.alarms += out.alarms
-        self.alarm_count += len(out.alarms)
+        self._add_alarms(out.alarms)
         self.dead_letters += len(out.dead_letters)
         for window in out.ood_windows:
             self.ood_flagged += window.flagged_ids
@@ -209,13 +210,25 @@ class RunSummary:
     def merge(self, other: RunSummary) -> None:
         """Add the counts and records of ``other`` (a summary of later batches)."""
         self.events += other.events
-        self.alarms += other.alarms
+        self._add_alarms(other.alarms, count=False)
         self.alarm_count += other.alarm_count
         self.dead_letters += other.dead_letters
         self.ood_flagged += other.ood_flagged
         self.ood_flagged_count += other.ood_flagged_count
         self.batches += other.batches
         self._trim()
+
+    def _add_alarms(self, alarms: Sequence[Alarm], count: bool = True) -> None:
+        for alarm in alarms:
+            if alarm.revision > 1:
+                at = next((i for i in range(len(self.alarms) - 1, -1, -1)
+                           if self.alarms[i].id == alarm.id), None)
+                if at is not None:
+                    self.alarms[at] = alarm
+                    continue
+            self.alarms.append(alarm)
+            if count and alarm.revision == 1:
+                self.alarm_count += 1
 
     def _trim(self) -> None:
         # Trim only at twice the limit, so that keeping the tail costs O(1) amortised per item.

@@ -495,7 +495,8 @@ def _merge_evidence(
     session: Session, updates: Sequence[AlarmEvidence], now: datetime
 ) -> list[Alarm]:
     """Merge each update into its stored alarm's evidence (keys it names are replaced) as a new
-    revision of the alarm (one more ``revision``, ``revised_at`` = ``now``, a row of
+    revision of the alarm (one more ``revision``, ``revised_at`` = the update's event time, else
+    ``now``, a row of
     ``alarm_revisions``), so that receivers are sent the completed evidence; returns the revised
     alarms. An update the alarm already holds (a replayed batch) changes nothing; an alarm not
     stored (deleted by retention) is skipped."""
@@ -506,9 +507,10 @@ def _merge_evidence(
             continue
         row.evidence = {**row.evidence, **item.evidence}
         row.revision += 1
-        row.revised_at = now
+        row.revised_at = item.ts or now
         session.add(AlarmRevisionRow(alarm_id=row.id, revision=row.revision, kind=row.kind,
-                                     evidence=row.evidence, revised_at=now, created_at=now))
+                                     evidence=row.evidence, revised_at=row.revised_at,
+                                     created_at=now))
         revised.append(_alarm_of(row))
     session.flush()
     return revised

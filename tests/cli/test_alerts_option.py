@@ -57,9 +57,10 @@ def test_run_routes_alarms_to_slack_and_alertmanager(
     warned = sorted(a["id"] for a in alarms if a["kind"] != "benign_covariate_shift")
     assert concept, "the example must raise a concept-shift alarm"
     assert len(receiver.on("/slack")) == len(concept)
-    sent = sorted(json.loads(r.body)[0]["labels"]["alarm_id"]
-                  for r in receiver.on("/api/v2/alerts"))
-    assert sent == warned
+    sent = {json.loads(r.body)[0]["labels"]["alarm_id"] for r in receiver.on("/api/v2/alerts")}
+    # every version of at least warning severity (an alarm raised as insufficient_evidence, a
+    # warning, is sent again when revised to a kind of at least warning)
+    assert set(warned) <= sent <= {a["id"] for a in alarms}
     engine = make_engine(db)
     with session_factory(engine)() as session:
         statuses = set(session.scalars(select(AlertOutboxRow.status)))

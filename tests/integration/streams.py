@@ -173,9 +173,13 @@ class Snapshot:
 
     @property
     def alarm_versions(self) -> list[str]:
-        """``id:revision`` of every version of the stored alarms (revision 1 up to the row's),
-        sorted: what the worker delivers, once each."""
-        return sorted(f"{a['id']}:{r}" for a in self.alarms for r in range(1, a["revision"] + 1))
+        """``id:revision`` of every version of the stored alarms that the pipeline raised
+        (revision 1 up to the row's, less the last when it is the attribution's, which the
+        database adds: docs/explain.md), sorted: what ``on_alarm`` receives, once each."""
+        return sorted(
+            f"{a['id']}:{r}" for a in self.alarms
+            for r in range(1, a["revision"] + 1 - ("attribution" in a["evidence"]))
+        )
 
 
 def snapshot(url: str) -> Snapshot:
