@@ -3,13 +3,15 @@
 A fleet is a named group of K monitored hypotheses (one per stream detector). Each stream's
 Shiryaev–Roberts statistic R_t is an **e-detector**: R_0 = 0 and, with no change,
 E_∞[R_τ] ≤ E_∞[τ] for every stopping time τ (R_t − t is a martingale; Shin, Ramdas & Rinaldo
-2024; Dandapanthula & Ramdas 2025 use this normalisation). A CUSUM
+2024). A CUSUM
 statistic is ≤ R_t, and a Ville stream's test martingale S_t has E[S_τ] ≤ 1 ≤ E[τ] for τ ≥ 1, so
 both are e-detectors too. The decider consumes these values; it never sees data (no I/O here).
 
-**Error over patience** (Dandapanthula & Ramdas 2025, definition of EOP). Any procedure with a
-finite average run length has a trivial worst-case FDR/FWER, so the controllable metric divides the
-error at a stopping time T by the patience E[T]: a rule controls EOP at level α when
+**Error over patience** (Dandapanthula & Ramdas 2025, "DR"; checked against DR's abstract and
+the authors' public code, not the paper's body, so no theorem numbers are cited). Any procedure
+with a finite average run length has a trivial worst-case FDR/FWER (DR, abstract), so the
+controllable metric divides the error of the set declared at a stopping time T by the patience
+E[T]: a rule controls EOP at level α when
 
     Err(T) ≤ α · E[T]   for every stopping time T.
 
@@ -17,16 +19,21 @@ error at a stopping time T by the patience E[T]: a rule controls EOP at level α
 
 - ``"e_d_bh"`` — e-BH at level α (Wang & Ramdas 2022, Def. 2): reject the r largest values,
   r = max{r : M_(r) ≥ K/(α r)}. Since E[M_T^k] ≤ E[T] for a null stream, the e-BH bound
-  FDR ≤ (α/K) Σ_{null k} E[e^k] (Wang & Ramdas 2022, Theorem 2, any dependence) gives
-  FDR(T) ≤ α·(K₀/K)·E[T] (Dandapanthula & Ramdas 2025, e-d-BH theorem).
+  FDR ≤ (α'/K) Σ_{null k} E[e^k] (Wang & Ramdas 2022, Theorem 2, any dependence), applied at
+  α' = α·E[T] to e^k = M_T^k / E[T], gives FDR(T) ≤ α·(K₀/K)·E[T] (derived here; same rule as
+  DR's e-d-BH in the authors' code).
 - ``"e_d_bonferroni"`` — reject stream k when M_t^k ≥ K/α. Markov's inequality per null stream
   gives PFER(T) = E[#false rejections at T] ≤ α·(K₀/K)·E[T], hence FWER(T) ≤ the same.
 - ``"per_stream"`` — today's behaviour: each stream alarms at M_t^k ≥ 1/α, its own threshold
   (an SR threshold c is α = 1/c). PFER(T) ≤ α·K₀·E[T]: the fleet's error grows with K.
 
-A stream that alarms is re-baselined by its owner: its detector restarts at R = 0, and
-:meth:`FleetDecider.reset` tells the decider so. Restarting keeps each stream an e-detector
-(the restarted SR sums R over completed cycles plus the current one, still minus t a martingale).
+The bounds are about the set rejected *at* T, not the number of alarms raised up to T. A caller
+that re-baselines an admitted stream (its detector restarts at R = 0) tells the decider with
+:meth:`FleetDecider.reset`; restarting keeps each stream an e-detector (the restarted SR sums R
+over completed cycles plus the current one, still minus t a martingale), and under
+e-d-Bonferroni the count of false alarms by T is then also ≤ α·(K₀/K)·E[T]. The database runner
+(:mod:`monitor.fleet_runner`) does not re-baseline; it calls :meth:`~FleetDecider.release` for a
+stream that leaves the rejection set. DR's e-d-Holm is not implemented.
 
 References
 ----------

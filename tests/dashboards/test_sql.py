@@ -477,4 +477,4 @@ def test_fleet_dashboard_matches_the_tables(run: PipelineRun) -> None:
         run.url, expand(_panel_sql("monitor-fleet", 2), ctx)
     )[1]
     assert (rule, level, n) == ("e_d_bonferroni", 0.01, 2) and allowed > 0
-    assert "one per 100 events" in words
+    assert "1 after 100 events" in words
