@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name:20s} false alarm {r['false_alarm']:.3f}  detected {r['detected']:.3f}"
               f"  mean delay {r['mean_delay']:7.1f} ± {r['se']:.1f}")
     paired = result["detection"]["paired"]
-    print(f"  paired delay difference (normalized - abs): {paired['mean']:.1f} ± {paired['se']:.1f}")
+    print(f"  paired delay difference (normalized - abs): {paired['mean']:.1f}"
+          f" ± {paired['se']:.1f}")
     v = result["validity"]
     print(f"Ville alpha 0.05 on exchangeable normalized_residual streams: composite_jumper "
           f"{v['composite_jumper']:.3f}, plug_in_power {v['plug_in_power']:.3f} "
