@@ -62,7 +62,8 @@ def signed_residual(y: ArrayLike, yhat: ArrayLike) -> FloatArray:
 
 
 def normalized_residual(y: ArrayLike, yhat: ArrayLike, scale: ArrayLike) -> FloatArray:
-    """Scale-normalised residual |y − ŷ| / σ̂ (Lei et al. 2018, JASA, Sec. 5.2, eq. (5.2)).
+    """Scale-normalised residual |y − ŷ| / σ̂ (Lei et al. 2018, JASA, Sec. 5.2, the locally
+    weighted residual |Y − μ̂(X)| / ρ̂(X)).
 
     ``scale`` is the model's predicted scale of its error, positive and finite.
 
