@@ -11,6 +11,7 @@ from monitor.calibration import Calibration, CalibrationError
 from monitor.config import ConfigError, StreamConfig, load_stream_config
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, SourceOffset
+from monitor.scores import SCALED_RESIDUALS
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 from monitor.worker import (
@@ -422,6 +423,13 @@ def register_stream_version(path: str, settings: Settings, update: bool = False)
     config = read_configs([path])[0]
     calibration = load_calibration(config)
     StreamMonitor(config, calibration)  # validates that the stream can be monitored
+    if calibration.scales is not None and config.conditional_score in SCALED_RESIDUALS:
+        # calibration_events has no scale column yet: the stored rows would come back without it
+        raise RunError(
+            f"stream {config.name!r}: score {config.conditional_score!r} cannot be registered "
+            "yet: stored calibration rows do not keep 'scale'; run the stream from its "
+            "configuration file (monitor run --config)"
+        )
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     try:
         if update:

@@ -5,8 +5,10 @@ seeds (its docstring describes the heteroscedastic Shuttle stream and the fitted
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ from bench.bench_normalized_residual import detection_summary, ville_rate
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.events import InvalidEvent, decode_event
+from monitor.runner import RunError, register_stream_version
+from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 
 
@@ -93,3 +97,19 @@ def test_ville_validity_with_normalized_residual_fast() -> None:
 @pytest.mark.slow
 def test_ville_validity_with_normalized_residual_full() -> None:
     _check_validity(1000)
+
+
+def test_registering_in_the_database_is_refused_until_the_scale_is_stored(tmp_path: Path) -> None:
+    """The database's calibration store keeps no ``scale`` yet: ``monitor streams create``
+    refuses such a stream (POST /streams too, tests/api/test_streams.py) rather than store rows
+    the worker could not use; nothing is written."""
+    events = [{"kind": "prediction", "stream": "s", "id": f"c{i}", **r}
+              for i, r in enumerate(_rows(True))]
+    (tmp_path / "cal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    config = tmp_path / "s.yaml"
+    config.write_text("name: s\ntask: regression\ncalibration: cal.jsonl\n"
+                      "score: normalized_residual\n")
+    db = tmp_path / "m.db"
+    with pytest.raises(RunError, match="stored calibration rows do not keep 'scale'"):
+        register_stream_version(str(config), Settings(database_url=f"sqlite:///{db}"))
+    assert not db.exists()
