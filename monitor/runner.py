@@ -34,6 +34,18 @@ class RunError(Exception):
     """A run that cannot start (bad configuration, calibration or source); message says why."""
 
 
+def check_storable(config: StreamConfig, calibration: Calibration) -> None:
+    """Refuse a stream whose calibration the database cannot store faithfully: the stored
+    calibration rows keep no ``scale`` yet, so a ``normalized_residual`` stream rebuilt from them
+    would fail (in the worker or in ``POST /events``)."""
+    if calibration.scales is not None and config.conditional_score in SCALED_RESIDUALS:
+        raise RunError(
+            f"stream {config.name!r}: score {config.conditional_score!r} cannot be stored in "
+            "the database yet: stored calibration rows do not keep 'scale'; run it with "
+            "monitor run --config ... --no-store"
+        )
+
+
 def load_calibration(config: StreamConfig) -> Calibration:
     """The calibration data named by (or embedded in) a stream configuration."""
     try:
@@ -158,6 +170,7 @@ class DatabaseSink:
         """
         from monitor.db.repositories import register_stream
 
+        check_storable(config, calibration)
         with self.sessions() as session:
             row, created = register_stream(session, config, calibration.to_rows())
             return row.version, created
@@ -167,6 +180,7 @@ class DatabaseSink:
         ``(version, changed)`` (an unchanged one stores nothing)."""
         from monitor.db.repositories import new_stream_version
 
+        check_storable(config, calibration)
         with self.sessions() as session:
             row, changed = new_stream_version(session, config, calibration.to_rows())
             return row.version, changed
@@ -423,13 +437,7 @@ def register_stream_version(path: str, settings: Settings, update: bool = False)
     config = read_configs([path])[0]
     calibration = load_calibration(config)
     StreamMonitor(config, calibration)  # validates that the stream can be monitored
-    if calibration.scales is not None and config.conditional_score in SCALED_RESIDUALS:
-        # calibration_events has no scale column yet: the stored rows would come back without it
-        raise RunError(
-            f"stream {config.name!r}: score {config.conditional_score!r} cannot be registered "
-            "yet: stored calibration rows do not keep 'scale'; run the stream from its "
-            "configuration file (monitor run --config)"
-        )
+    check_storable(config, calibration)
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     try:
         if update:

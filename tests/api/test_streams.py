@@ -82,7 +82,7 @@ def test_create_existing_stream_is_409(client: TestClient, session: Session) -> 
         (
             {"score": "normalized_residual",
              "calibration": [r | {"scale": 1.0} for r in calibration_rows()]},
-            "stored calibration rows do not keep 'scale'",
+            "calibration rows do not keep 'scale'",
         ),
     ],
     ids=[

@@ -17,7 +17,7 @@ from bench.bench_normalized_residual import detection_summary, ville_rate
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.events import InvalidEvent, decode_event
-from monitor.runner import RunError, register_stream_version
+from monitor.runner import DatabaseSink, RunError, _monitors_for_run, register_stream_version
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 
@@ -100,9 +100,9 @@ def test_ville_validity_with_normalized_residual_full() -> None:
 
 
 def test_registering_in_the_database_is_refused_until_the_scale_is_stored(tmp_path: Path) -> None:
-    """The database's calibration store keeps no ``scale`` yet: ``monitor streams create``
-    refuses such a stream (POST /streams too, tests/api/test_streams.py) rather than store rows
-    the worker could not use; nothing is written."""
+    """The database's calibration store keeps no ``scale`` yet: ``monitor streams create`` and
+    ``monitor run --config`` with a database refuse such a stream (POST /streams too,
+    tests/api/test_streams.py) rather than store rows the worker could not use."""
     events = [{"kind": "prediction", "stream": "s", "id": f"c{i}", **r}
               for i, r in enumerate(_rows(True))]
     (tmp_path / "cal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -113,3 +113,10 @@ def test_registering_in_the_database_is_refused_until_the_scale_is_stored(tmp_pa
     with pytest.raises(RunError, match="stored calibration rows do not keep 'scale'"):
         register_stream_version(str(config), Settings(database_url=f"sqlite:///{db}"))
     assert not db.exists()
+    sink = DatabaseSink(f"sqlite:///{db}")
+    try:
+        with pytest.raises(RunError, match="--no-store"):
+            _monitors_for_run([str(config)], sink)
+        assert sink.registered() == []
+    finally:
+        sink.close()

@@ -198,9 +198,9 @@ def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None
         # calibration_events has no scale column yet: stored rows would come back without it
         raise body_error(
             ("score",),
-            f"score {config.conditional_score!r} cannot be registered yet: stored calibration "
-            "rows do not keep 'scale'; run the stream from its configuration file "
-            "(monitor run --config)",
+            f"score {config.conditional_score!r} cannot be stored in the database yet: stored "
+            "calibration rows do not keep 'scale'; run it with monitor run --config ... "
+            "--no-store",
             config.conditional_score,
         )
 
