@@ -21,7 +21,9 @@ class Calibration:
     """Arrays of a stream's calibration events (all rows labeled).
 
     ``predictions`` is ``(n,)`` for regression and ``(n, C)`` for classification; ``logits`` and
-    ``embedding`` are present only when every calibration event carries them.
+    ``embedding`` are present only when every calibration event carries them, and so is
+    ``scales`` (the model's predicted scale of its error, ``(n,)``: the ``normalized_residual``
+    score needs it on every row).
     """
 
     features: np.ndarray
@@ -30,6 +32,7 @@ class Calibration:
     feature_names: tuple[str, ...] | None = None
     logits: np.ndarray | None = None
     embedding: np.ndarray | None = None
+    scales: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -77,6 +80,7 @@ class Calibration:
             feature_names=names,
             logits=_optional(events, "logits"),
             embedding=_optional(events, "embedding"),
+            scales=_optional(events, "scale"),
         )
 
     @classmethod
@@ -117,6 +121,8 @@ class Calibration:
                 row["logits"] = self.logits[i].tolist()
             if self.embedding is not None:
                 row["embedding"] = self.embedding[i].tolist()
+            if self.scales is not None:
+                row["scale"] = float(self.scales[i])
             rows.append(row)
         return rows
 

@@ -15,7 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from monitor.durations import parse_duration
 
 Task = Literal["regression", "classification"]
-ConditionalScore = Literal["abs_residual", "signed_residual", "one_minus_prob"]
+ConditionalScore = Literal[
+    "abs_residual", "signed_residual", "normalized_residual", "one_minus_prob"
+]
 Betting = Literal[
     "simple_jumper", "composite_jumper", "power", "mixture", "agrapa", "plug_in_power"
 ]
@@ -221,7 +223,10 @@ class StreamConfig(_Strict):
                 f"diagnosis.min_events ({self.diagnosis.min_events})"
             )
         if self.task == "regression" and self.score == "one_minus_prob":
-            raise ValueError("regression streams use score 'abs_residual' or 'signed_residual'")
+            raise ValueError(
+                "regression streams use score 'abs_residual', 'signed_residual' or "
+                "'normalized_residual'"
+            )
         return self
 
     @property

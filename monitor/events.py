@@ -52,6 +52,8 @@ Number = Annotated[
     float, Field(allow_inf_nan=False, strict=True, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)
 ]
 Label = Annotated[int, Field(strict=True)] | Number
+#: A predicted scale of the model's error (``normalized_residual``): positive and finite.
+Scale = Annotated[float, Field(allow_inf_nan=False, strict=True, gt=0, le=MAX_MAGNITUDE)]
 
 
 def _timestamp(value: Any) -> Any:
@@ -88,6 +90,7 @@ class _PredictionModel(_EventModel):
     prediction: Number | Annotated[list[Number], Field(min_length=2)]
     logits: list[Number] | None = None
     embedding: list[Number] | None = None
+    scale: Scale | None = None
     label: Annotated[Label, Field(union_mode="left_to_right")] | None = None
 
 
@@ -107,6 +110,7 @@ _EVENT = TypeAdapter[_PredictionModel | _LabelModel](
 #: The same bounds as :data:`Number`. msgspec is strict too (no bools, no numeric strings) and
 #: JSON has no NaN/Infinity; a number beyond the float range is "out of range" in msgspec.
 _FastNumber = Annotated[float, msgspec.Meta(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+_FastScale = Annotated[float, msgspec.Meta(gt=0, le=MAX_MAGNITUDE)]
 
 
 def _end_anchored(pattern: str) -> str:
@@ -141,6 +145,8 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
     prediction: _FastNumber | Annotated[list[_FastNumber], msgspec.Meta(min_length=2)]
     logits: list[_FastNumber] | None = None
     embedding: list[_FastNumber] | None = None
+    #: The model's predicted scale of its error (read by the ``normalized_residual`` score).
+    scale: _FastScale | None = None
     label: int | _FastNumber | None = None
 
     def feature_values(self, names: tuple[str, ...] | None) -> list[float]:
@@ -367,6 +373,7 @@ def _public(model: _PredictionModel | _LabelModel) -> Event:
         prediction=model.prediction,
         logits=model.logits,
         embedding=model.embedding,
+        scale=model.scale,
         label=model.label,
     )
 

@@ -31,6 +31,8 @@ class Pending(NamedTuple):
     ts: float
     features: tuple[float, ...]
     prediction: float | tuple[float, ...]
+    #: The model's predicted scale of its error, when the event carried one.
+    scale: float | None = None
 
 
 class Joined(NamedTuple):
@@ -140,8 +142,10 @@ class LabelJoin:
     def state_dict(self) -> dict[str, Any]:
         return {
             "version": 2,
+            # a sixth item, the scale, only when there is one: older readers see the same rows
             "predictions": [
                 [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
+                + ([] if p.scale is None else [p.scale])
                 for p in self._predictions.values()
             ],
             "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
@@ -154,7 +158,8 @@ class LabelJoin:
         if state.get("version") not in (1, 2):
             raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
         self._predictions = OrderedDict(
-            (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4])))
+            (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4]),
+                             row[5] if len(row) > 5 else None))
             for row in state["predictions"]
         )
         self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])

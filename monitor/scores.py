@@ -11,7 +11,17 @@ the same martingale.
 - ``signed_residual``: y − ŷ, which detects a one-sided bias (the model under-predicts) rather
   than a loss of accuracy; a model that starts over-predicting makes its p-values *large*, which
   this score does not flag.
+- ``normalized_residual``: |y − ŷ| / σ̂, the residual in units of the model's own predicted
+  scale of its error σ̂(x) (the event's ``scale``: a predicted standard deviation, an
+  interquantile width). Locally weighted conformal (Lei, G'Sell, Rinaldo, Tibshirani &
+  Wasserman 2018, "Distribution-free predictive inference for regression", JASA 113(523),
+  Sec. 5.2): a shift confined to inputs where the model expects little noise stands out,
+  where under ``abs_residual`` it drowns among the large residuals of noisy inputs.
 - ``one_minus_prob``: 1 − p̂(y | x), the classification score of the same references.
+
+Every score here is a fixed function of (x, y) given the deployed model (ŷ and σ̂ are fixed
+before the calibration and test data), so exchangeable pairs give exchangeable scores
+(docs/algorithms.md, "Conditional scores").
 """
 
 from __future__ import annotations
@@ -49,6 +59,26 @@ def signed_residual(y: ArrayLike, yhat: ArrayLike) -> FloatArray:
     if y_arr.shape != yhat_arr.shape:
         raise ValueError(f"y has shape {y_arr.shape} but yhat has shape {yhat_arr.shape}")
     return y_arr - yhat_arr
+
+
+def normalized_residual(y: ArrayLike, yhat: ArrayLike, scale: ArrayLike) -> FloatArray:
+    """Scale-normalised residual |y − ŷ| / σ̂ (Lei et al. 2018, JASA, Sec. 5.2, the locally
+    weighted residual |Y − μ̂(X)| / ρ̂(X)).
+
+    ``scale`` is the model's predicted scale of its error, positive and finite.
+
+    Examples
+    --------
+    >>> normalized_residual([1.0, 5.0], [2.0, 2.0], [0.5, 3.0]).tolist()
+    [2.0, 1.0]
+    """
+    s = np.asarray(scale, dtype=np.float64)
+    residual = abs_residual(y, yhat)
+    if s.shape != residual.shape:
+        raise ValueError(f"scale has shape {s.shape} but y has shape {residual.shape}")
+    if not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError("scale must be positive and finite")
+    return residual / s
 
 
 def one_minus_prob(proba: ArrayLike, y: ArrayLike) -> FloatArray:
@@ -105,6 +135,12 @@ PAIR_RESIDUALS: dict[str, Callable[[float, float], float]] = {
 }
 
 
+#: Scores that also read the event's ``scale`` (``(prediction, label, scale) -> score``).
+SCALED_RESIDUALS: dict[str, Callable[[float, float, float], float]] = {
+    "normalized_residual": lambda prediction, label, scale: abs(label - prediction) / scale,
+}
+
+
 def make_conditional_score(name: str) -> ConditionalScoreFn:
     """The conditional score called ``name`` as a function ``(prediction, label) -> scores``.
 
@@ -120,6 +156,8 @@ def make_conditional_score(name: str) -> ConditionalScoreFn:
     >>> make_conditional_score("one_minus_prob")([0.2, 0.8], 1).round(2).tolist()
     0.2
     """
+    if name in SCALED_RESIDUALS:
+        raise ValueError(f"score {name!r} also needs the scale: use normalized_residual")
     if name not in CONDITIONAL_SCORES:
         raise ValueError(f"score must be one of {sorted(CONDITIONAL_SCORES)}, got {name!r}")
     return CONDITIONAL_SCORES[name]

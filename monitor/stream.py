@@ -32,6 +32,7 @@ from monitor.records import (
     TracePoint,
     alarm_id,
 )
+from monitor.scores import SCALED_RESIDUALS
 from monitor.wiring import build_detectors, build_ood, conditional_score
 
 STATE_VERSION = 1
@@ -135,6 +136,7 @@ class StreamMonitor:
         found = self._prepared.pop(id(event), None)
         x = found[1] if found is not None and found[0] is event else self._features(event)
         prediction = self._prediction(event)
+        scale = self._scale(event)
         inputs = self._ood_inputs(event, x)
         if event.label is not None:
             self._check_label(event.label)
@@ -152,7 +154,9 @@ class StreamMonitor:
             self.ood.add(event.id, inputs)
             self._collect_windows(ts)
         seconds = ts.timestamp()
-        self.join.add_prediction(Pending(event.id, index, seconds, tuple(x.tolist()), prediction))
+        self.join.add_prediction(
+            Pending(event.id, index, seconds, tuple(x.tolist()), prediction, scale)
+        )
         if event.label is not None:
             self.join.add_label(event.id, event.label, seconds)
 
@@ -165,7 +169,7 @@ class StreamMonitor:
         # (the label's ``ts`` only says when the evidence arrived).
         pending = joined.pending
         ts = datetime.fromtimestamp(pending.ts, UTC)
-        score = conditional_score(self.config, pending.prediction, joined.label)
+        score = conditional_score(self.config, pending.prediction, joined.label, pending.scale)
         self.detectors.update_conditional(
             np.asarray(pending.features), score, pending.event_index, ts.timestamp()
         )
@@ -198,6 +202,7 @@ class StreamMonitor:
         waiting = join._predictions  # read only: a duplicate id is refused before any change
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
+        needs_scale = config.conditional_score in SCALED_RESIDUALS
         plain = self.calibration.feature_names is None and not ood_kinds \
             and self.calibration.logits is None and self.calibration.embedding is None
         for k, event in enumerate(events):
@@ -217,6 +222,9 @@ class StreamMonitor:
                     prediction: float | tuple[float, ...] = (
                         raw if regression and isinstance(raw, float) else self._prediction(event)
                     )
+                    scale = event.scale if needs_scale else None
+                    if needs_scale and scale is None:
+                        self._scale(event)  # raises, with its message
                     label = event.label
                     if label is not None:
                         self._check_label(label)
@@ -230,7 +238,7 @@ class StreamMonitor:
                                          self._ood_lists(event, ood_kinds) if ood_kinds else {})
                     seconds = ts.timestamp()
                     join.add_prediction(Pending(event.id, index, seconds, tuple(features),
-                                                prediction))
+                                                prediction, scale))
                     if label is not None:
                         join.add_label(event.id, label, seconds)
                 else:
@@ -564,6 +572,17 @@ class StreamMonitor:
             raise InvalidEvent("'prediction' probabilities must be >= 0 and sum to 1")
         return tuple(event.prediction)
 
+    def _scale(self, event: PredictionEvent) -> float | None:
+        """The event's predicted scale when the stream's score reads it (else None)."""
+        if self.config.conditional_score not in SCALED_RESIDUALS:
+            return None
+        if event.scale is None:
+            raise InvalidEvent(
+                f"'scale' is missing; stream {self.name!r} scores residuals with "
+                f"{self.config.conditional_score!r}, which divides by it"
+            )
+        return event.scale
+
     def _check_label(self, label: Any) -> None:
         n_classes = self.calibration.n_classes
         if n_classes is None:
@@ -687,7 +706,9 @@ class _Batch:
     def add_joined(self, joined: Joined, config: StreamConfig) -> None:
         pending = joined.pending
         self.cond_rows.append(pending.features)
-        self.cond_scores.append(conditional_score(config, pending.prediction, joined.label))
+        self.cond_scores.append(
+            conditional_score(config, pending.prediction, joined.label, pending.scale)
+        )
         self.cond_index.append(pending.event_index)
         self.cond_ts.append(datetime.fromtimestamp(pending.ts, UTC))  # the prediction's time
         self.cond_ids.append(pending.event_id)
@@ -703,6 +724,10 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
         raise CalibrationError("classification calibration needs probability-vector predictions")
     if config.task == "regression" and calibration.n_classes is not None:
         raise CalibrationError("regression calibration needs numeric predictions")
+    if config.conditional_score in SCALED_RESIDUALS and calibration.scales is None:
+        raise CalibrationError(
+            f"score {config.conditional_score!r} needs a 'scale' on every calibration row"
+        )
 
 
 #: The completion time of an attribution restored from a state written before it was kept.

@@ -6,16 +6,29 @@ from typing import Any
 
 import numpy as np
 
-from monitor.calibration import Calibration
+from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.decisions import OODDecider
 from monitor.detectors.pair import StreamDetectors
 from monitor.ood import make_scorer
-from monitor.scores import PAIR_RESIDUALS, make_conditional_score
+from monitor.scores import (
+    PAIR_RESIDUALS,
+    SCALED_RESIDUALS,
+    make_conditional_score,
+    normalized_residual,
+)
 
 
 def calibration_scores(config: StreamConfig, calibration: Calibration) -> np.ndarray:
     """Conditional nonconformity scores of the calibration events."""
+    if config.conditional_score in SCALED_RESIDUALS:
+        if calibration.scales is None:
+            raise CalibrationError(
+                f"score {config.conditional_score!r} needs a 'scale' on every calibration row"
+            )
+        return normalized_residual(
+            calibration.labels.astype(float), calibration.predictions, calibration.scales
+        )
     score = make_conditional_score(config.conditional_score)
     labels = calibration.labels.astype(float if config.task == "regression" else int)
     return np.asarray(score(calibration.predictions, labels), dtype=np.float64)
@@ -45,8 +58,15 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
     return decider.fit(calibration.inputs(), labels)
 
 
-def conditional_score(config: StreamConfig, prediction: Any, label: Any) -> float:
-    """Nonconformity score of one joined (prediction, label) pair."""
+def conditional_score(
+    config: StreamConfig, prediction: Any, label: Any, scale: float | None = None
+) -> float:
+    """Nonconformity score of one joined (prediction, label) pair; ``scale`` is the event's
+    predicted scale (checked present on arrival when the score reads it)."""
+    scaled = SCALED_RESIDUALS.get(config.conditional_score)
+    if scaled is not None:
+        assert scale is not None, "a prediction without 'scale' is refused on arrival"
+        return scaled(float(prediction), float(label), scale)
     residual = PAIR_RESIDUALS.get(config.conditional_score)
     if residual is not None:  # regression
         return residual(float(prediction), float(label))

@@ -78,6 +78,12 @@ def test_create_existing_stream_is_409(client: TestClient, session: Session) -> 
         ({"name": "../../etc"}, "pattern"),
         ({"alarm": {"rule": "magic"}}, "ville"),
         ({"colour": "red"}, "Extra inputs are not permitted"),
+        ({"score": "normalized_residual"}, "needs a 'scale' on every calibration row"),
+        (
+            {"score": "normalized_residual",
+             "calibration": [r | {"scale": 1.0} for r in calibration_rows()]},
+            "calibration rows do not keep 'scale'",
+        ),
     ],
     ids=[
         "server-path",
@@ -90,6 +96,8 @@ def test_create_existing_stream_is_409(client: TestClient, session: Session) -> 
         "name",
         "rule",
         "extra-field",
+        "scale-missing",
+        "scale-not-stored",
     ],
 )
 def test_invalid_stream_is_422_and_nothing_is_stored(

@@ -170,6 +170,10 @@ EXAMPLES: list[Raw] = [
     dump(prediction=10**101), dump(features=[10**400]), dump(features=[5e-324, -0.0, 1e-400]),
     dump(prediction=[0.5]), dump(prediction=[0.5, 0.5]), dump(prediction=[1, 2, 3]),
     dump(features={}), dump(features={"a": True}), dump(logits=None), dump(embedding=[1]),
+    # the predicted scale (normalized_residual): positive, finite, a number
+    dump(scale=0.5), dump(scale=2), dump(scale=0), dump(scale=-0.0), dump(scale=-1.5),
+    dump(scale=5e-324), dump(scale=1e100), dump(scale=1e101), dump(scale=True),
+    dump(scale="1"), dump(scale=None), dump(scale=[1.0]),
     b'{"kind":"label","stream":"s","id":"1","label":1e2}',
     b'{"kind":"label","stream":"s","id":"1","label":1E+2}',
     b'{"kind":"label","stream":"s","id":"1","label":-0}',
@@ -357,6 +361,8 @@ def events(draw: st.DrawFn) -> Raw:
         for name in ("logits", "embedding"):
             if draw(st.integers(0, 3)) == 0:
                 pairs.append((name, pick(st.one_of(number_list(0), st.just("null")))))
+        if draw(st.integers(0, 3)) == 0:
+            pairs.append(("scale", pick(st.one_of(number_text, st.just("null")))))
         if draw(st.booleans()):
             pairs.append(("label", pick(number_text)))
     else:

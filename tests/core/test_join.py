@@ -81,3 +81,18 @@ def test_state_round_trip_resumes_exactly() -> None:
         join.add_prediction(pending(9, ts=6.0))
     assert a.drain() == b.drain()
     assert a.state_dict() == b.state_dict()
+
+
+def test_a_predicted_scale_travels_through_the_join_and_its_state() -> None:
+    """normalized_residual: the scale waits with its prediction, survives a checkpoint (as a
+    sixth item of the row), and rows without one keep the five-item form older code reads."""
+    a = LabelJoin(max_pending=5, max_delay_seconds=50)
+    a.add_prediction(Pending("s", 0, 0.0, (1.0,), 2.0, 0.25))
+    a.add_prediction(pending(1, ts=1.0))
+    state = a.state_dict()
+    assert [len(row) for row in state["predictions"]] == [6, 5]
+    b = LabelJoin(max_pending=5, max_delay_seconds=50)
+    b.load_state(state)
+    b.add_label("s", 3.0, ts=2.0)
+    b.add_label("e1", 3.0, ts=2.0)
+    assert [j.pending.scale for j in b.drain()] == [0.25, None]

@@ -8,8 +8,10 @@ import pytest
 from monitor.scores import (
     CONDITIONAL_SCORES,
     PAIR_RESIDUALS,
+    SCALED_RESIDUALS,
     abs_residual,
     make_conditional_score,
+    normalized_residual,
     one_minus_prob,
     signed_residual,
 )
@@ -69,3 +71,26 @@ def test_pair_residuals_equal_the_vectorised_scores() -> None:
     for name, pair in PAIR_RESIDUALS.items():
         vectorised = make_conditional_score(name)(yhat, y).tolist()
         assert [pair(p, t) for p, t in zip(yhat.tolist(), y.tolist(), strict=True)] == vectorised
+
+
+def test_normalized_residual_divides_by_the_scale() -> None:
+    got = normalized_residual([1.0, 5.0, -2.0], [2.0, 2.0, -2.0], [0.5, 3.0, 1e-3])
+    np.testing.assert_array_equal(got, [2.0, 1.0, 0.0])
+    # the one-pair form used by the stream gives the very same floats
+    rng = np.random.default_rng(11)
+    yhat, y, scale = rng.normal(size=300) * 1e3, rng.normal(size=300) * 1e3, rng.random(300) + 1e-6
+    pair = SCALED_RESIDUALS["normalized_residual"]
+    assert [pair(p, t, s) for p, t, s in zip(yhat.tolist(), y.tolist(), scale.tolist(),
+                                              strict=True)] == \
+        normalized_residual(y, yhat, scale).tolist()
+
+
+@pytest.mark.parametrize("scale", [[0.0], [-1.0], [float("nan")], [float("inf")], [1.0, 1.0]])
+def test_normalized_residual_rejects_a_bad_scale(scale: list[float]) -> None:
+    with pytest.raises(ValueError, match="scale"):
+        normalized_residual([1.0], [2.0], scale)
+
+
+def test_make_conditional_score_points_scaled_scores_elsewhere() -> None:
+    with pytest.raises(ValueError, match="needs the scale"):
+        make_conditional_score("normalized_residual")

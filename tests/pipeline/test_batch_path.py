@@ -11,6 +11,7 @@ labels, bad records and alarms in the middle of a batch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,34 @@ def test_a_tombstone_is_a_dead_letter_on_both_paths(tmp_path: Path) -> None:
     reference = run([paths["config"]], values, 500, per_event=True)
     assert len(reference["dead"]) == 1 and NO_VALUE in reference["dead"][0]
     assert_same(run([paths["config"]], values, 7, per_event=False), reference)
+
+
+def _with_scale(line: bytes, keep: bool = True) -> bytes:
+    """A prediction line with a deterministic predicted scale (labels unchanged)."""
+    event = json.loads(line)
+    if event["kind"] == "prediction" and keep:
+        event["scale"] = 0.25 + abs(event["features"][0]) / 4
+    return json.dumps(event).encode()
+
+
+def test_normalized_residual_is_the_same_on_both_paths(tmp_path: Path) -> None:
+    """``score: normalized_residual``: the scale travels with each prediction through the
+    delayed-label join (and the checkpointed state), both paths give the same results, and a
+    prediction without ``scale`` is the same dead letter on both."""
+    paths = build_example(tmp_path, seed=4, n_calibration=150, label_delay=5,
+                          phases=[("stable", 100), ("concept", 120)], alarm=ALARM)
+    cal = paths["calibration"]
+    cal.write_bytes(b"".join(_with_scale(v) + b"\n" for v in cal.read_bytes().splitlines()))
+    config = paths["config"]
+    config.write_text(config.read_text().replace("score: abs_residual",
+                                                 "score: normalized_residual"))
+    lines = paths["events"].read_bytes().splitlines()
+    unscaled = lines.index(next(v for v in lines[40:] if b'"prediction"' in v))
+    values = [_with_scale(v, keep=i != unscaled) for i, v in enumerate(lines)]
+    monitors = build_monitors(read_configs([str(config)]))
+    assert monitors["shuttle"].calibration.scales is not None
+    reference = run([config], values, 500, per_event=True, flush=False)
+    assert sum("'scale' is missing" in d for d in reference["dead"]) == 1
+    assert any(a["detector"] == "conditional" for a in reference["alarms"])
+    for batch in (1, 37, 5000):
+        assert_same(run([config], values, batch, per_event=False, flush=False), reference)
