@@ -50,7 +50,15 @@ def test_run_posts_each_alarm_to_the_webhook(tmp_path: Path) -> None:
     finally:
         server.shutdown()
     assert summary.alarms, "the example must raise alarms"
-    assert sorted(a["id"] for a, _ in received) == sorted(a.id for a in summary.alarms)
+    # every version of every alarm (raised; revised with its kind; completed with its
+    # attribution), each once; the summary holds each alarm's latest version
+    keys = [f"{a['id']}:{a['revision']}" for a, _ in received]
+    assert len(keys) == len(set(keys))
+    assert {a["id"] for a, _ in received} == {a.id for a in summary.alarms}
+    latest: dict[str, int] = {}
+    for a, _ in received:
+        latest[a["id"]] = max(latest.get(a["id"], 0), a["revision"])
+    assert all(latest[a.id] >= a.revision for a in summary.alarms)
     for alarm, headers in received:
         # HMAC-SHA256 of "{timestamp}.{body}" (the documented scheme, recomputed here).
         signed = f"{headers['X-Monitor-Timestamp']}.{headers['raw']}".encode()
