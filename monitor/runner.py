@@ -11,7 +11,6 @@ from monitor.calibration import Calibration, CalibrationError
 from monitor.config import ConfigError, StreamConfig, load_stream_config
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, SourceOffset
-from monitor.scores import SCALED_RESIDUALS
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 from monitor.worker import (
@@ -32,18 +31,6 @@ log = logging.getLogger(__name__)
 
 class RunError(Exception):
     """A run that cannot start (bad configuration, calibration or source); message says why."""
-
-
-def check_storable(config: StreamConfig, calibration: Calibration) -> None:
-    """Refuse a stream whose calibration the database cannot store faithfully: the stored
-    calibration rows keep no ``scale`` yet, so a ``normalized_residual`` stream rebuilt from them
-    would fail (in the worker or in ``POST /events``)."""
-    if calibration.scales is not None and config.conditional_score in SCALED_RESIDUALS:
-        raise RunError(
-            f"stream {config.name!r}: score {config.conditional_score!r} cannot be stored in "
-            "the database yet: stored calibration rows do not keep 'scale'; run it with "
-            "monitor run --config ... --no-store"
-        )
 
 
 def load_calibration(config: StreamConfig) -> Calibration:
@@ -170,7 +157,6 @@ class DatabaseSink:
         """
         from monitor.db.repositories import register_stream
 
-        check_storable(config, calibration)
         with self.sessions() as session:
             row, created = register_stream(session, config, calibration.to_rows())
             return row.version, created
@@ -180,7 +166,6 @@ class DatabaseSink:
         ``(version, changed)`` (an unchanged one stores nothing)."""
         from monitor.db.repositories import new_stream_version
 
-        check_storable(config, calibration)
         with self.sessions() as session:
             row, changed = new_stream_version(session, config, calibration.to_rows())
             return row.version, changed
@@ -437,7 +422,6 @@ def register_stream_version(path: str, settings: Settings, update: bool = False)
     config = read_configs([path])[0]
     calibration = load_calibration(config)
     StreamMonitor(config, calibration)  # validates that the stream can be monitored
-    check_storable(config, calibration)
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     try:
         if update:

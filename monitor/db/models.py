@@ -145,6 +145,8 @@ class CalibrationEventRow(Base):
     label: Mapped[Any | None] = mapped_column(JSONType)
     logits: Mapped[list[float] | None] = mapped_column(JSONType)
     embedding: Mapped[list[float] | None] = mapped_column(JSONType)
+    #: The model's predicted scale of its error (``normalized_residual`` streams; else NULL).
+    scale: Mapped[float | None] = mapped_column(Double)
 
     stream_row: Mapped[StreamRow] = relationship(back_populates="calibration_events", lazy="raise")
 

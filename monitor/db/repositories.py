@@ -116,7 +116,7 @@ T = TypeVar("T")
 Order = Literal["asc", "desc"]
 
 #: Calibration event fields stored in their own columns (README "Event format").
-CALIBRATION_FIELDS = ("features", "prediction", "label", "logits", "embedding")
+CALIBRATION_FIELDS = ("features", "prediction", "label", "logits", "embedding", "scale")
 
 
 @dataclass(frozen=True, slots=True)

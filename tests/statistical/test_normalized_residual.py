@@ -17,7 +17,7 @@ from bench.bench_normalized_residual import detection_summary, ville_rate
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.events import InvalidEvent, decode_event
-from monitor.runner import DatabaseSink, RunError, _monitors_for_run, register_stream_version
+from monitor.runner import DatabaseSink, _monitors_for_run, register_stream_version
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 
@@ -99,24 +99,26 @@ def test_ville_validity_with_normalized_residual_full() -> None:
     _check_validity(1000)
 
 
-def test_registering_in_the_database_is_refused_until_the_scale_is_stored(tmp_path: Path) -> None:
-    """The database's calibration store keeps no ``scale`` yet: ``monitor streams create`` and
-    ``monitor run --config`` with a database refuse such a stream (POST /streams too,
-    tests/api/test_streams.py) rather than store rows the worker could not use."""
+def test_the_database_keeps_the_calibration_scales(tmp_path: Path) -> None:
+    """``monitor streams create`` stores each calibration row's ``scale`` (migration 0015), so the
+    worker rebuilds the same calibration, and a monitor built from it scores as the original."""
     events = [{"kind": "prediction", "stream": "s", "id": f"c{i}", **r}
               for i, r in enumerate(_rows(True))]
     (tmp_path / "cal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     config = tmp_path / "s.yaml"
     config.write_text("name: s\ntask: regression\ncalibration: cal.jsonl\n"
                       "score: normalized_residual\n")
-    db = tmp_path / "m.db"
-    with pytest.raises(RunError, match="stored calibration rows do not keep 'scale'"):
-        register_stream_version(str(config), Settings(database_url=f"sqlite:///{db}"))
-    assert not db.exists()
-    sink = DatabaseSink(f"sqlite:///{db}")
+    db = f"sqlite:///{tmp_path}/m.db"
+    register_stream_version(str(config), Settings(database_url=db))
+    sink = DatabaseSink(db)
     try:
-        with pytest.raises(RunError, match="--no-store"):
-            _monitors_for_run([str(config)], sink)
-        assert sink.registered() == []
+        registered = sink.registered_stream("s")
+        assert registered is not None
+        stored = registered[1]
+        original = Calibration.from_jsonl(tmp_path / "cal.jsonl")
+        assert stored.scales is not None and original.scales is not None
+        assert np.array_equal(stored.scales, original.scales)
+        (monitor,) = _monitors_for_run([str(config)], sink).values()
+        assert monitor.calibration.scales is not None
     finally:
         sink.close()

@@ -29,7 +29,6 @@ from monitor.calibration import Calibration, CalibrationError
 from monitor.config import NAME_PATTERN, StreamConfig
 from monitor.db import repositories as repo
 from monitor.db.models import AlarmRow, CalibrationEventRow, CheckpointRow, StreamRow
-from monitor.scores import SCALED_RESIDUALS
 
 router = APIRouter(
     prefix="/streams", tags=["streams"], dependencies=[Security(bearer)], responses=READ_ERRORS
@@ -194,15 +193,6 @@ def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None
         raise body_error(
             (), f"this configuration cannot monitor this calibration data: {exc}", None
         ) from None
-    if calibration.scales is not None and config.conditional_score in SCALED_RESIDUALS:
-        # calibration_events has no scale column yet: stored rows would come back without it
-        raise body_error(
-            ("score",),
-            f"score {config.conditional_score!r} cannot be stored in the database yet: stored "
-            "calibration rows do not keep 'scale'; run it with monitor run --config ... "
-            "--no-store",
-            config.conditional_score,
-        )
 
 
 def _get_row(session: Session, name: str) -> StreamRow:
