@@ -86,7 +86,7 @@ def watch(
     >>> monitor = watch((X, X.sum(axis=1), y), alarm={"rule": "ville", "alpha": 0.01})
     >>> X_new = rng.normal(size=(400, 2)); y_new = X_new.sum(axis=1) + 3.0  # the model is off
     >>> [(a.detector, a.kind) for a in monitor.update(X_new, X_new.sum(axis=1), y_new)]
-    [('conditional', 'concept_shift')]
+    [('conditional', 'insufficient_evidence'), ('conditional', 'concept_shift')]
     >>> monitor.trace.conditional.dtype.names[:3]
     ('event_index', 'log_martingale', 'p_value')
     """

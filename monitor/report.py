@@ -109,7 +109,7 @@ def trace_window(alarm: Alarm) -> tuple[int, int]:
     >>> a = Alarm("s", "conditional", "concept_shift", "e-1", 1000, datetime.now(UTC), 700,
     ...           2e4, 1e4, "shiryaev_roberts")
     >>> trace_window(a)
-    (550, 1151)
+    (400, 1301)
     """
     start = alarm.event_index
     if alarm.changepoint is not None and 0 <= alarm.changepoint <= alarm.event_index:

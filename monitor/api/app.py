@@ -67,7 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
     --------
     >>> app = create_app(Settings(database_url="sqlite://", api_tokens="read:abc"))
     >>> sorted(path for path in app.openapi()["paths"] if path.startswith("/alarms"))
-    ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack']
+    ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack', '/alarms/{alarm_id}/report']
     """
     tokens = TokenStore.from_setting(settings.api_tokens)
     repo.set_cursor_key(settings.cursor_secret)

@@ -5,11 +5,12 @@ OOD windows (with their flags), dead letters and acknowledged alarms are kept. :
 applies every registered stream's policy; ``monitor db prune`` runs it once and ``monitor run``
 runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
 
-- **Clocks.** Trace points, OOD windows and dead letters age on the stream's own event-time clock:
-  a row goes when its ``ts`` is more than the policy's age before the newest ``ts`` of its kind
-  for that stream. Replaying last year's data therefore keeps it, and a stream that stops
-  sending keeps its last window of history. Acknowledged alarms age from ``acknowledged_at``
-  (wall clock: an acknowledgement is an operator's act). Unacknowledged alarms are never pruned.
+- **Clocks.** Trace points and OOD windows age on the stream's own event-time clock: a row goes
+  when its ``ts`` is more than the policy's age before the newest ``ts`` of its kind for that
+  stream. Replaying last year's data therefore keeps it, and a stream that stops sending keeps
+  its last window of history. Dead letters age from when they were stored (``created_at``, wall
+  clock: their ``ts`` mixes event, broker and ingest times, see ``ts_source``), acknowledged
+  alarms from ``acknowledged_at`` (an operator's act). Unacknowledged alarms are never pruned.
   Dead letters without a stream (unparsable records) follow :data:`UNROUTED` policy.
 - **Alarms keep their context.** Trace points whose event index lies within ``alarm_context``
   events of a kept alarm — from ``alarm_context`` before its changepoint (or its event, when it
@@ -77,7 +78,7 @@ def protected_ranges(
     changepoint).
 
     >>> protected_ranges([(500, 420), (900, None), (30, 0)], context=100)
-    [(0, 600), (800, 1000)]
+    [(0, 130), (320, 600), (800, 1000)]
     """
     spans = sorted(
         (max(0, min(index, index if cp is None else cp) - context), index + context)
@@ -133,10 +134,12 @@ def prune(
                 batch)))
         if policy.dead_letters is not None:
             jobs.append(("dead_letters", _range_batches(
-                sessions, DeadLetterRow, DeadLetterRow.id, stream, policy.dead_letters, batch)))
+                sessions, DeadLetterRow, DeadLetterRow.id, stream, policy.dead_letters, batch,
+                stored_before=now)))
     if UNROUTED.dead_letters is not None:
         jobs.append(("dead_letters", _range_batches(
-            sessions, DeadLetterRow, DeadLetterRow.id, None, UNROUTED.dead_letters, batch)))
+            sessions, DeadLetterRow, DeadLetterRow.id, None, UNROUTED.dead_letters, batch,
+            stored_before=now)))
     for table, steps in jobs:
         for step in steps:
             if deadline is not None and clock() >= deadline:
@@ -240,14 +243,20 @@ def _range_batches(
     stream: str | None,
     age: float,
     batch: int,
+    stored_before: datetime | None = None,
 ) -> Iterator[Callable[[Session], int]]:
-    """Batches of old rows of one stream (or of no stream), by ranges of an indexed key."""
+    """Batches of old rows of one stream (or of no stream), by ranges of an indexed key: older
+    than ``age`` on the newest row's ``ts`` or, given ``stored_before`` (now), stored
+    (``created_at``) more than ``age`` before it."""
     mine = model.stream.is_(None) if stream is None else model.stream == stream
-    with sessions() as session:
-        newest = _newest(session, model.ts, mine)
-    if newest is None:
-        return
-    old = and_(mine, model.ts < newest - timedelta(seconds=age))
+    if stored_before is not None:
+        old = and_(mine, model.created_at < stored_before - timedelta(seconds=age))
+    else:
+        with sessions() as session:
+            newest = _newest(session, model.ts, mine)
+        if newest is None:
+            return
+        old = and_(mine, model.ts < newest - timedelta(seconds=age))
     while True:
         with sessions() as session:
             keys = session.scalars(select(key).where(old).order_by(key).limit(batch)).all()

@@ -208,8 +208,10 @@ class StreamDetectors:
     ...     detectors.update(X[t], scores[t])
     ...     for a in detectors.new_alarms:
     ...         print(t, a.detector, a.kind, a.changepoint)
-    302 conditional extreme_covariate_shift 300
-    310 covariate extreme_covariate_shift 303
+    302 conditional insufficient_evidence 300
+    309 conditional extreme_covariate_shift 300
+    310 covariate insufficient_evidence 303
+    312 covariate extreme_covariate_shift 303
     """
 
     def __init__(

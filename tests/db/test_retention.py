@@ -110,17 +110,19 @@ def test_ood_windows_go_with_their_flags_and_dead_letters_by_stream(db_session: 
     for stream, h in itertools.product(("s", "keep", None), range(20)):
         db_session.add(DeadLetterRow(
             source="file:x", source_name="x", partition=0, offset=next(offsets), reason="bad",
-            payload=b"{}", stream=stream, ts=T0 + h * HOUR,
+            payload=b"{}", stream=stream, ts=T0 + h * HOUR, created_at=T0 + h * HOUR,
         ))
     db_session.commit()
-    report = prune(session_factory(db_session.get_bind()), batch=4)  # type: ignore[arg-type]
+    # dead letters age from when they were stored: "now" is 19 h after the first
+    report = prune(session_factory(db_session.get_bind()), batch=4,  # type: ignore[arg-type]
+                   now=T0 + 19 * HOUR)
     windows = set(db_session.scalars(
         select(OODWindowRow.window_index).where(OODWindowRow.stream == "s")
     ))
     assert windows == set(range(19, 30))  # newest at 29 h; older than 10 h before it go
     assert _count(db_session, OODFlagRow, stream="s") == 11  # the flags went with them
     assert _count(db_session, OODWindowRow, stream="keep") == 30
-    assert _count(db_session, DeadLetterRow, stream="s") == 6  # 14..19 h
+    assert _count(db_session, DeadLetterRow, stream="s") == 6  # stored 14..19 h
     assert _count(db_session, DeadLetterRow, stream="keep") == 20
     assert _count(db_session, DeadLetterRow, stream=None) == 20  # unrouted: 30 days by default
     assert report.deleted == {"trace_points": 0, "ood_windows": 19, "dead_letters": 14, "alarms": 0}

@@ -306,10 +306,13 @@ def test_alarms_raised_by_a_replay_are_queued_for_the_alert_receivers(
     engine = make_engine(db)
     try:
         with session_factory(engine)() as session:
-            late = set(session.scalars(select(AlarmRow.id).where(AlarmRow.stream == "late")))
-            queued = [(r.alarm_id, r.receiver, r.status) for r in
+            late = {a.id: a.revision for a in session.scalars(
+                select(AlarmRow).where(AlarmRow.stream == "late"))}
+            queued = [(r.idempotency_key, r.receiver, r.status) for r in
                       session.scalars(select(AlertOutboxRow))]
     finally:
         engine.dispose()
-    # The earlier run had no receiver: only the replay's alarms are queued, once each.
-    assert late and sorted(queued) == sorted((a, "webhook-1", "pending") for a in late)
+    # The earlier run had no receiver: only the replay's alarms are queued, each version once.
+    assert late and sorted(queued) == sorted(
+        (f"{a}:{r}", "webhook-1", "pending") for a, n in late.items() for r in range(1, n + 1)
+    )

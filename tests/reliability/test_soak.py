@@ -102,10 +102,13 @@ def test_bounded_references_stop_growing(tmp_path: Path, config: dict[str, Any],
     for part in REFERENCES:
         growth = sizes[at[1]][part] / sizes[at[0]][part]
         assert (growth <= 1.02) if bounded else (growth >= 1.5), (part, growth)
-    # Everything else that grows is a history capped at 10 000 events (slow test below).
+    # Everything else that grows is a history capped at 10 000 events (slow test below), or the
+    # open performance window (at most ``performance.window`` labelled events: it may be fuller
+    # at one point than at the other).
     before, after = sizes[at[0]], sizes[at[1]]
     growing = {k for k in before if after[k] > 1.02 * before[k] and after[k] - before[k] > 64}
     growing.discard("total")
+    growing -= {"performance.indexes", "performance.predictions", "performance.labels"}
     expected = {"detectors.covariate.support", "detectors.cov_events.indices",
                 "detectors.cond_events.indices", "detectors.cond_outside",
                 "detectors.cond_penalised"}
