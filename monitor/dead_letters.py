@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, RawRecord
@@ -381,11 +380,9 @@ def _persist(
 ) -> set[int]:
     """One transaction: results, checkpoints (checked against ``marks``), replayed dead letters
     deleted, failed ones updated; the ids actually deleted."""
-    from monitor.alerts import outbox_rows
     from monitor.db.store import persist_replay
     from monitor.state import Checkpoint
 
-    alerts = outbox_rows(out.alarms, sink.routing) if sink.routing and out.alarms else []
     checkpoints = {
         name: Checkpoint(name, state["version"], state["event_index"], state)
         for name, state in states.items()
@@ -402,6 +399,5 @@ def _persist(
             expected={name: marks.get(name) for name in checkpoints},
             replayed=replayed,
             failed=failed,
-            alerts=alerts,
-            route=None if sink.routing is None else partial(outbox_rows, routing=sink.routing),
+            route=sink.route,
         )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from monitor.calibration import Calibration, CalibrationError
@@ -78,6 +79,15 @@ class DatabaseSink:
         #: Alert routing: each batch's alarms are queued in ``alert_outbox`` with the batch.
         self.routing = routing
 
+    @property
+    def route(self) -> Callable[[Sequence[Alarm]], list[dict[str, Any]]] | None:
+        """The ``alert_outbox`` rows of alarms under :attr:`routing` (None: no receiver)."""
+        if self.routing is None:
+            return None
+        from monitor.alerts import outbox_rows
+
+        return partial(outbox_rows, routing=self.routing)
+
     def load_offsets(
         self, keys: set[TopicPartition], source: Callable[[str], str]
     ) -> dict[TopicPartition, int]:
@@ -114,20 +124,10 @@ class DatabaseSink:
             name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
         }
-        alerts: list[dict[str, Any]] = []
-        route = None
-        if self.routing is not None:
-            from functools import partial
-
-            from monitor.alerts import outbox_rows
-
-            alerts = outbox_rows(out.alarms, self.routing) if out.alarms else []
-            route = partial(outbox_rows, routing=self.routing)
         with self.sessions() as session:
             persist_batch(
                 session,
-                alerts=alerts,
-                route=route,
+                route=self.route,
                 alarms=out.alarms,
                 trace_points=out.trace_points,
                 ood_windows=out.ood_windows,

@@ -134,8 +134,9 @@ def persist_batch(
         ``alert_outbox`` rows of the alarms (:func:`monitor.alerts.outbox_rows`): queued with
         them, so no alarm is stored without its deliveries; ones already queued are skipped.
     route
-        The ``alert_outbox`` rows of alarms revised here (an attribution completing an alarm's
-        evidence), queued in the same transaction.
+        The ``alert_outbox`` rows of alarms (:func:`monitor.alerts.outbox_rows` under a routing):
+        applied to this batch's alarms and to those revised here (an attribution completing an
+        alarm's evidence), queued in the same transaction.
 
     Raises
     ------
@@ -192,7 +193,7 @@ def persist_batch(
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
         completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, dialect, [*alerts, *(route(completed) if route else ())])
+        _queue_alerts(session, dialect, [*alerts, *(route([*alarms, *completed]) if route else ())])
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         _upsert_offsets(session, dialect, rows.offsets)
         now = utcnow()
@@ -663,7 +664,7 @@ def persist_replay(
                 session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
         _revise_alarms(session, rows.revised)
         completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, dialect, [*alerts, *(route(completed) if route else ())])
+        _queue_alerts(session, dialect, [*alerts, *(route([*alarms, *completed]) if route else ())])
         _upsert_checkpoints(session, dialect, rows.checkpoints)
         deleted: set[int] = set()
         ids = list(replayed)

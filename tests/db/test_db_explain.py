@@ -66,7 +66,7 @@ def test_late_evidence_is_a_revision_of_the_stored_alarm_and_is_routed(
 
     alarm = Alarm("bikes", "covariate", "benign_covariate_shift", "e-1", 1, T0, None, 1e4, 1e4,
                   "shiryaev_roberts", {"weights_ess": 800.0})
-    persist_batch(db_session, alarms=[alarm], alerts=route([alarm]), route=route)
+    persist_batch(db_session, alarms=[alarm], route=route)
     attribution = {"method": "ks_holm_post_alarm", "features": [{"feature": "f3"}]}
     evidence = [
         AlarmEvidence("bikes", alarm.id, {"attribution": attribution}),
