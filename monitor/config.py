@@ -161,16 +161,17 @@ class AttributionConfig(_Strict):
 class RetentionConfig(_Strict):
     """How long stored results are kept (``monitor db prune`` and the worker apply it).
 
-    Each age is a duration (``90d``, ``12h``, seconds) or null to keep forever. Trace points and
-    OOD windows age on the stream's own event-time clock (the newest stored row of the kind), so
-    a replay of old data is not pruned on arrival; dead letters age from when they were stored
-    and acknowledged alarms from their acknowledgement (wall clock). Unacknowledged alarms are
-    never pruned, and the trace points within ``alarm_context`` events of a kept alarm (from its
-    changepoint) are kept.
+    Each age is a duration (``90d``, ``12h``, seconds) or null to keep forever. Trace points, OOD
+    windows and performance windows age on the stream's own event-time clock (the newest stored
+    row of the kind), so a replay of old data is not pruned on arrival; dead letters age from
+    when they were stored and acknowledged alarms from their acknowledgement (wall clock).
+    Unacknowledged alarms are never pruned, and the trace points (and performance windows)
+    within ``alarm_context`` events of a kept alarm (from its changepoint) are kept.
     """
 
     trace_points: Duration | None = 90 * 86400.0
     ood_windows: Duration | None = 90 * 86400.0
+    performance_windows: Duration | None = 365 * 86400.0
     dead_letters: Duration | None = 30 * 86400.0
     acknowledged_alarms: Duration | None = 365 * 86400.0
     alarm_context: Annotated[int, Field(ge=0)] = 1000

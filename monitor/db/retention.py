@@ -1,21 +1,24 @@
 """Retention: delete stored results older than each stream's policy, in small transactions.
 
 A stream's ``retention`` (:class:`monitor.config.RetentionConfig`) says how long its trace points,
-OOD windows (with their flags), dead letters and acknowledged alarms are kept. :func:`prune`
+OOD windows (with their flags), performance windows, dead letters and acknowledged alarms are
+kept. :func:`prune`
 applies every registered stream's policy; ``monitor db prune`` runs it once and ``monitor run``
 runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
 
-- **Clocks.** Trace points and OOD windows age on the stream's own event-time clock: a row goes
-  when its ``ts`` is more than the policy's age before the newest ``ts`` of its kind for that
-  stream. Replaying last year's data therefore keeps it, and a stream that stops sending keeps
-  its last window of history. Dead letters age from when they were stored (``created_at``, wall
-  clock: their ``ts`` mixes event, broker and ingest times, see ``ts_source``), acknowledged
-  alarms from ``acknowledged_at`` (an operator's act). Unacknowledged alarms are never pruned.
-  Dead letters without a stream (unparsable records) follow :data:`UNROUTED` policy.
+- **Clocks.** Trace points, OOD windows and performance windows age on the stream's own event-time
+  clock: a row goes when its ``ts`` is more than the policy's age before the newest ``ts`` of its
+  kind for that stream. Replaying last year's data therefore keeps it, and a stream that stops
+  sending keeps its last window of history. Dead letters age from when they were stored
+  (``created_at``, wall clock: their ``ts`` mixes event, broker and ingest times, see
+  ``ts_source``), acknowledged alarms from ``acknowledged_at`` (an operator's act). Unacknowledged
+  alarms are never pruned. Dead letters without a stream (unparsable records) follow
+  :data:`UNROUTED` policy.
 - **Alarms keep their context.** Trace points whose event index lies within ``alarm_context``
   events of a kept alarm — from ``alarm_context`` before its changepoint (or its event, when it
-  has none) to ``alarm_context`` after its event — are never pruned, so the alarm's report can
-  still draw the traces around it.
+  has none) to ``alarm_context`` after its event — are never pruned, nor are the performance
+  windows overlapping that range, so the alarm's report can still draw the traces and the
+  performance around it.
 - **Bounded work, short locks.** Each transaction deletes about ``batch`` rows of one table for
   one stream (a contiguous range of event indexes, window indexes or ids, found by an indexed
   query; for trace points, the other detector's row at the range's last event index may come
@@ -40,6 +43,7 @@ from monitor.db.models import (
     AlarmRow,
     DeadLetterRow,
     OODWindowRow,
+    PerformanceWindowRow,
     StreamRow,
     TracePointRow,
     utcnow,
@@ -59,7 +63,7 @@ class PruneReport:
 
     deleted: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("trace_points", "ood_windows", "dead_letters", "alarms"), 0
+            ("trace_points", "ood_windows", "performance_windows", "dead_letters", "alarms"), 0
         )
     )
     transactions: int = 0
@@ -132,6 +136,9 @@ def prune(
             jobs.append(("ood_windows", _range_batches(
                 sessions, OODWindowRow, OODWindowRow.window_index, stream, policy.ood_windows,
                 batch)))
+        if policy.performance_windows is not None:
+            jobs.append(("performance_windows",
+                         _performance_batches(sessions, stream, policy, batch)))
         if policy.dead_letters is not None:
             jobs.append(("dead_letters", _range_batches(
                 sessions, DeadLetterRow, DeadLetterRow.id, stream, policy.dead_letters, batch,
@@ -175,6 +182,16 @@ def _newest(session: Session, ts: InstrumentedAttribute[Any], where: ColumnEleme
     return session.scalar(select(func.max(ts)).where(where))
 
 
+def _kept_ranges(session: Session, stream: str, context: int) -> list[tuple[int, int]]:
+    """The event-index ranges around the stream's stored alarms (:func:`protected_ranges`)."""
+    return protected_ranges(
+        [tuple(r) for r in session.execute(  # type: ignore[misc]
+            select(AlarmRow.event_index, AlarmRow.changepoint).where(AlarmRow.stream == stream)
+        )],
+        context,
+    )
+
+
 def _trace_batches(
     sessions: sessionmaker[Session], stream: str, policy: RetentionConfig, batch: int
 ) -> Iterator[Callable[[Session], int]]:
@@ -185,12 +202,7 @@ def _trace_batches(
         if newest is None:
             return
         cut = newest - timedelta(seconds=policy.trace_points)
-        kept = protected_ranges(
-            [tuple(r) for r in session.execute(  # type: ignore[misc]
-                select(AlarmRow.event_index, AlarmRow.changepoint).where(AlarmRow.stream == stream)
-            )],
-            policy.alarm_context,
-        )
+        kept = _kept_ranges(session, stream, policy.alarm_context)
     old = and_(TracePointRow.stream == stream, TracePointRow.ts < cut)
     start = -1
     while True:
@@ -215,6 +227,46 @@ def _trace_batches(
 
         yield step
         if len(indexes) < batch:
+            return
+
+
+def _performance_batches(
+    sessions: sessionmaker[Session], stream: str, policy: RetentionConfig, batch: int
+) -> Iterator[Callable[[Session], int]]:
+    """Batches of old performance windows, keeping every window that overlaps a kept alarm's
+    context (its report shows the performance before and after it)."""
+    assert policy.performance_windows is not None
+    model = PerformanceWindowRow
+    with sessions() as session:
+        newest = _newest(session, model.ts, model.stream == stream)
+        if newest is None:
+            return
+        kept = _kept_ranges(session, stream, policy.alarm_context)
+    old = and_(model.stream == stream,
+               model.ts < newest - timedelta(seconds=policy.performance_windows))
+    start = -1
+    while True:
+        with sessions() as session:
+            rows = session.execute(
+                select(model.window_index, model.start_index, model.end_index)
+                .where(old, model.window_index > start)
+                .order_by(model.window_index)
+                .limit(batch)
+            ).all()
+        if not rows:
+            return
+        start = rows[-1][0]
+        gone = [w for w, lo, hi in rows if not any(a <= hi and lo <= b for a, b in kept)]
+
+        def step(session: Session, gone: list[int] = gone) -> int:
+            if not gone:
+                return 0
+            return _count(session.execute(
+                delete(model).where(model.stream == stream, model.window_index.in_(gone))
+            ))
+
+        yield step
+        if len(rows) < batch:
             return
 
 

@@ -16,6 +16,7 @@ from monitor.db.models import (
     DeadLetterRow,
     OODFlagRow,
     OODWindowRow,
+    PerformanceWindowRow,
     StreamRow,
     TracePointRow,
 )
@@ -125,7 +126,8 @@ def test_ood_windows_go_with_their_flags_and_dead_letters_by_stream(db_session: 
     assert _count(db_session, DeadLetterRow, stream="s") == 6  # stored 14..19 h
     assert _count(db_session, DeadLetterRow, stream="keep") == 20
     assert _count(db_session, DeadLetterRow, stream=None) == 20  # unrouted: 30 days by default
-    assert report.deleted == {"trace_points": 0, "ood_windows": 19, "dead_letters": 14, "alarms": 0}
+    assert report.deleted == {"trace_points": 0, "ood_windows": 19, "performance_windows": 0,
+                              "dead_letters": 14, "alarms": 0}
 
 
 def test_only_old_acknowledged_alarms_are_pruned(db_session: Session) -> None:
@@ -138,6 +140,26 @@ def test_only_old_acknowledged_alarms_are_pruned(db_session: Session) -> None:
     report = prune(session_factory(db_session.get_bind()), now=now)  # type: ignore[arg-type]
     assert report.deleted["alarms"] == 1
     assert set(db_session.scalars(select(AlarmRow.event_index))) == {1, 3}
+
+
+def test_performance_windows_age_on_the_streams_clock_and_keep_alarm_context(
+    db_session: Session,
+) -> None:
+    # Windows of 10 events, one per hour: window w covers events 10w..10w+9 and ends at T0 + w h.
+    _stream(db_session, "s", {"performance_windows": "20h", "alarm_context": 5})
+    db_session.add_all(
+        PerformanceWindowRow(stream="s", window_index=w, start_index=10 * w, end_index=10 * w + 9,
+                             ts=T0 + w * HOUR, n=10, metrics={"mae": 1.0})
+        for w in range(50)
+    )
+    _alarm(db_session, "s", 104, 97, None)  # keeps events 92..109: windows 9 and 10
+    _alarm(db_session, "other", 104, None, None)  # another stream's alarm protects nothing here
+    db_session.commit()
+    report = prune(session_factory(db_session.get_bind()), batch=4)  # type: ignore[arg-type]
+    kept = set(db_session.scalars(select(PerformanceWindowRow.window_index)))
+    assert kept == {9, 10} | set(range(29, 50))  # newest ts is window 49's: 20 h keeps 29..49
+    assert report.deleted["performance_windows"] == 29 - 2
+    assert report.largest <= 4
 
 
 def test_time_budget_stops_between_transactions_and_the_next_call_goes_on(
