@@ -1,10 +1,9 @@
 """Retention: delete stored results older than each stream's policy, in small transactions.
 
 A stream's ``retention`` (:class:`monitor.config.RetentionConfig`) says how long its trace points,
-OOD windows (with their flags), performance windows, dead letters and acknowledged alarms are
-kept. :func:`prune`
-applies every registered stream's policy; ``monitor db prune`` runs it once and ``monitor run``
-runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
+OOD windows (with their flags), performance windows, dead letters and acknowledged alarms are kept.
+:func:`prune` applies every registered stream's policy; ``monitor db prune`` runs it once and
+``monitor run`` runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
 
 - **Clocks.** Trace points, OOD windows and performance windows age on the stream's own event-time
   clock: a row goes when its ``ts`` is more than the policy's age before the newest ``ts`` of its
