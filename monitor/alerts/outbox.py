@@ -19,6 +19,10 @@ Delivering: :class:`AlertDelivery` runs one background thread that repeatedly
    exponential backoff with jitter (``Retry-After`` is honoured when longer). Every attempt is
    also recorded in ``webhook_deliveries`` (with the receiver's name).
 
+One alarm's versions reach each receiver in order: a row is not claimed while an earlier row of
+the same alarm and receiver (an earlier revision) is still pending, so a revision waits for its
+predecessor to be delivered or to die.
+
 A receiver may see a delivery more than once (a crash between its answer and step 3); the
 ``X-Monitor-Idempotency-Key`` header, ``{alarm id}:{revision}``, is the same on every attempt.
 """
@@ -36,10 +40,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from monitor.alerts.payloads import render
 from monitor.alerts.routing import AlertRouting, Delivery
@@ -229,9 +233,19 @@ class AlertDelivery:
         with self.sessions() as session, session.begin():
             session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
             now = utcnow()
+            # A receiver gets one alarm's versions in order: a row waits while an earlier
+            # version of its alarm for the same receiver is still pending.
+            earlier = aliased(AlertOutboxRow)
+            waiting = exists().where(
+                earlier.alarm_id == AlertOutboxRow.alarm_id,
+                earlier.receiver == AlertOutboxRow.receiver,
+                earlier.status == PENDING,
+                earlier.id < AlertOutboxRow.id,
+            )
             query = (
                 select(AlertOutboxRow)
-                .where(AlertOutboxRow.status == PENDING, AlertOutboxRow.next_attempt_at <= now)
+                .where(AlertOutboxRow.status == PENDING, AlertOutboxRow.next_attempt_at <= now,
+                       ~waiting)
                 .order_by(AlertOutboxRow.next_attempt_at, AlertOutboxRow.id)
                 .limit(n)
                 .with_for_update(skip_locked=True)
