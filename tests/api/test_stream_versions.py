@@ -18,7 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from monitor.cli import main
+from monitor.config import StreamConfig
 from monitor.datasets import build_example
+from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import StreamRow
 from tests.api.factories import READ, WRITE, stream_config
 
@@ -93,6 +95,37 @@ def test_streams_update_stores_a_new_version(
     # The new version is what `run --config` now accepts silently.
     run = ["--db", db, "run", "--source", f"file:{configs['events']}", "--json", "--config"]
     assert main([*run, str(configs["changed"])]) == 0
+
+
+def test_a_registered_stream_keeps_the_defaults_it_was_registered_with(
+    db: str, configs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Upgrades (docs/operations.md "Changed defaults"): the stored configuration has every
+    default filled in, so a release that changes a default leaves registered streams as they
+    were; re-registering the YAML that relied on the old default is refused until `streams
+    update` takes the new one."""
+    data = yaml.safe_load(configs["config"].read_text())
+    del data["alarm"]  # relies on the default alarm rule
+    plain = configs["config"].with_name("plain.yaml")
+    plain.write_text(yaml.safe_dump(data))
+    assert main(["--db", db, "streams", "create", str(plain)]) == 0
+    assert stored(capsys, db)["config"]["alarm"]["false_alarm_every"] == 7 * 86400  # the default
+    # A stream registered by an older release, whose default was a threshold of 10 000:
+    engine = make_engine(db)
+    with session_factory(engine)() as session, session.begin():
+        row = session.get(StreamRow, data["name"])
+        assert row is not None
+        old = {**row.config["alarm"], "threshold": 10_000.0, "false_alarm_every": None}
+        row.config = {**row.config, "alarm": old}
+    engine.dispose()
+    loaded = StreamConfig.model_validate({**stored(capsys, db)["config"], "calibration": []})
+    assert (loaded.alarm.threshold, loaded.alarm.false_alarm_every) == (10_000.0, None)
+    assert main(["--db", db, "streams", "create", str(plain)]) == 2
+    assert "monitor streams update" in capsys.readouterr().err
+    assert main(["--db", db, "streams", "update", str(plain)]) == 0
+    now = stored(capsys, db)
+    assert (now["version"], now["config"]["alarm"]["false_alarm_every"]) == (2, 7 * 86400)
+    assert now["config"]["alarm"]["threshold"] is None
 
 
 # --- API ------------------------------------------------------------------------------------------
