@@ -311,7 +311,8 @@ class StreamMonitor:
         self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]]
     ) -> None:
         """Feed the batch's predictions to the attribution windows, each alarm's window opened
-        where the per-event path opens it: after the prediction or label that raised it."""
+        where the per-event path opens it: after the prediction or label that raised it, or
+        that revised it into an alarm that needs one (:func:`_opens_attribution`)."""
         def add(lo: int, hi: int) -> None:
             first = batch.cov_index[0]
             self._attributed += [
@@ -321,7 +322,7 @@ class StreamMonitor:
 
         done = 0
         for seq, alarm in alarms:
-            if alarm.revision > 1 or not _needs_attribution(alarm):
+            if not _opens_attribution(alarm):
                 continue
             start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
             if start > done:
@@ -400,8 +401,8 @@ class StreamMonitor:
             self._alarms.append(alarm)
             if raised.revision == 1:
                 self._traces.append(self._trace_point(raised.detector, index, ts))
-                if _needs_attribution(alarm):
-                    self.attribution.open(alarm.id)
+            if _opens_attribution(alarm):
+                self.attribution.open(alarm.id)
 
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
@@ -737,6 +738,18 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def _needs_attribution(alarm: Alarm) -> bool:
     """Covariate alarms and extreme-covariate-shift alarms get a feature attribution."""
     return alarm.detector == "covariate" or alarm.kind == "extreme_covariate_shift"
+
+
+def _opens_attribution(alarm: Alarm) -> bool:
+    """Whether this record of an alarm opens its attribution window (the predictions after the
+    prediction or label that produced the record): an alarm as raised, when it needs one; a
+    revision, when it makes the alarm need one. A detector revises only alarms raised as
+    ``insufficient_evidence``, which need one only when covariate (their window opened when
+    they were raised): so a revised conditional alarm opens its window when its revision
+    makes it an ``extreme_covariate_shift`` (docs/explain.md)."""
+    if not _needs_attribution(alarm):
+        return False
+    return alarm.revision == 1 or alarm.detector != "covariate"
 
 
 def _finite(value: float) -> float:
