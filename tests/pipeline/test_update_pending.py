@@ -245,3 +245,69 @@ def test_a_checkpoint_with_an_open_window_resumes_it(
     after = _feed(resumed, values[stop:], 50)
     assert _evidence(before, covariate["id"]) == []
     assert _evidence(after, covariate["id"]) == _evidence(reference, covariate["id"]) != []
+
+
+def test_a_worker_refreshing_the_stream_stores_their_revisions(
+    example: tuple[StreamConfig, list[bytes]], empty_database_url: str
+) -> None:
+    """End to end: a worker picks up version 2 between two batches while two alarms wait for
+    their revision and one for its attribution; the stored alarms end revised and attributed
+    (each version in ``alarm_revisions``) as without the update."""
+    from sqlalchemy import create_engine, select
+
+    from connectors import MemorySource
+    from monitor.db.models import AlarmRevisionRow
+    from monitor.pipeline import BatchOutput, Pipeline
+    from monitor.runner import DatabaseSink
+    from monitor.worker import Worker
+
+    config, values = example
+    cut, _ = _cut(config, values)
+    batch = 25
+    update_after = cut // batch + 1  # the first batch boundary after the covariate alarm
+    reference = _feed(_monitor(config), values, 500)
+    sink = DatabaseSink(empty_database_url)
+    source = MemorySource(values)
+    monitors = build_monitors([config])
+    sink.register(config, monitors[config.name].calibration)
+    changed, calibration = _changed(config)
+    waiting: dict[str, Any] = {}
+    batches = 0
+
+    def on_batch(out: BatchOutput) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == update_after:
+            waiting.update(monitors[config.name]._unrevised)
+            assert monitors[config.name].attribution.pending
+            assert sink.update(changed, calibration)[0] == 2
+
+    worker = Worker(source, Pipeline(monitors, source.name), sink, "memory", batch_size=batch,
+                    on_batch=on_batch, streams_refresh_s=0.0)
+    try:
+        worker.run()
+    finally:
+        source.close()
+        sink.close()
+    assert worker.pipeline.streams[config.name].config_version == 2
+    assert len(waiting) == 2
+    engine = create_engine(empty_database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            stored = connection.execute(
+                select(AlarmRevisionRow.alarm_id, AlarmRevisionRow.revision,
+                       AlarmRevisionRow.kind, AlarmRevisionRow.evidence)
+                .where(AlarmRevisionRow.alarm_id.in_(sorted(waiting)))
+                .order_by(AlarmRevisionRow.alarm_id, AlarmRevisionRow.revision)
+            ).all()
+    finally:
+        engine.dispose()
+    for alarm_id in waiting:
+        versions = [row for row in stored if row.alarm_id == alarm_id]
+        expected = _versions(reference, alarm_id)
+        assert [(v.revision, v.kind) for v in versions] == [
+            (1, "insufficient_evidence"), (2, expected[1]["kind"]), (3, expected[1]["kind"])
+        ]
+        assert versions[1].evidence["revised_under_config_version"] == 2
+        assert versions[2].evidence["attribution"] == _evidence(reference, alarm_id)[0][
+            "attribution"]
