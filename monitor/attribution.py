@@ -297,7 +297,9 @@ class AlarmAttribution:
         state = {"alarm_id": w.alarm_id, "rows": np.asarray(w.rows, np.float64),
                  "start_index": w.start_index, "end_index": w.end_index}
         if w.reference is not None:
-            state |= {"reference": w.reference, "size": w.size}
+            state["reference"] = w.reference
+        if w.size is not None:
+            state["size"] = w.size
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:

@@ -758,7 +758,7 @@ class StreamMonitor:
         waiting = {alarm_id(self.name, a.detector, a.event_index)
                    for r in self._retired for a in r.detectors.pending}
         self._unrevised = {k: a for k, a in unrevised.items() if k in waiting}
-        why = self._why_not_carried(attribution)
+        why = self._why_not_carried(attribution, same)
         at = self.last_ts
         self._closed += [
             dataclasses.replace(alarm, evidence=_json_safe({
@@ -779,10 +779,13 @@ class StreamMonitor:
             for w in dropped
         ]
 
-    def _why_not_carried(self, attribution: dict[str, Any] | None) -> str:
+    def _why_not_carried(self, attribution: dict[str, Any] | None, same: bool) -> str:
         if attribution is None:
             return (f"configuration version {self.config_version} replaced a state that does "
                     "not name its features")
+        if same:  # a state in which the alarm waits but no detector's evidence does
+            return (f"configuration version {self.config_version} replaced a state that "
+                    "holds no evidence window of this alarm")
         return (f"configuration version {self.config_version} monitors other features "
                 f"({', '.join(self.feature_names)}; before: "
                 f"{', '.join(attribution['feature_names'])})")
