@@ -146,6 +146,10 @@ class _OpenWindow:
     rows: list[list[float]] = field(default_factory=list)
     start_index: int | None = None
     end_index: int = -1
+    #: A window of an alarm raised under an earlier configuration version: that version's
+    #: sorted calibration rows and window length (None: this object's).
+    reference: FloatArray | None = None
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +205,42 @@ class AlarmAttribution:
         """Ids of the alarms whose window is still filling."""
         return tuple(w.alarm_id for w in self._open)
 
-    def open(self, alarm_id: str) -> None:
-        """Start the window of an alarm: the prediction events added from now on."""
-        self._open.append(_OpenWindow(alarm_id))
+    @property
+    def reference(self) -> FloatArray:
+        """The calibration rows, each column sorted (what the windows are tested against)."""
+        return self._reference
+
+    def open(
+        self, alarm_id: str, reference: FloatArray | None = None, size: int | None = None
+    ) -> None:
+        """Start the window of an alarm: the prediction events added from now on. An alarm
+        raised under an earlier configuration version passes that version's sorted calibration
+        rows (:attr:`reference`) and window length."""
+        self._open.append(_OpenWindow(alarm_id, reference=reference, size=size))
+
+    def adopt(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+        """Take over the open windows of :meth:`state_dict` output taken under an earlier
+        configuration version (another calibration or window length): each completes as it
+        would have under that version, against its calibration (the state's ``reference``;
+        a state written before it was kept gives this object's) and at its length. Windows
+        need the same features (names, in order); with others none is taken over, and the
+        windows are returned as :meth:`close` returns them (their caller closes them)."""
+        if tuple(state["feature_names"]) != self.feature_names:
+            width = max(1, len(state["feature_names"]))
+            closed = []
+            for w in state["open"]:
+                n = np.asarray(w["rows"]).size // width
+                closed.append({"alarm_id": str(w["alarm_id"]), "window": {
+                    "start_index": w["start_index"], "n": n,
+                    "end_index": int(w["end_index"]) if n else None}})
+            return closed
+        shared = state.get("reference")
+        for w in self._windows(state):
+            if w.reference is None and shared is not None:
+                w.reference = np.asarray(shared, np.float64).reshape(-1, len(self.feature_names))
+            w.size = w.size or int(state["window"])
+            self._open.append(w)
+        return []
 
     def add(self, X: ArrayLike, first_index: int) -> list[CompletedAttribution]:
         """Prediction events with stream indexes first_index, first_index + 1, …; the
@@ -213,33 +250,57 @@ class AlarmAttribution:
         rows = _matrix(X, "X", min_rows=0)
         done: list[CompletedAttribution] = []
         for w in self._open:
-            take = min(self.window - len(w.rows), rows.shape[0])
+            size = w.size or self.window
+            take = min(size - len(w.rows), rows.shape[0])
             if take <= 0:
                 continue
             if w.start_index is None:
                 w.start_index = int(first_index)
             w.rows.extend(rows[:take].tolist())
             w.end_index = int(first_index) + take - 1
-            if len(w.rows) == self.window:
+            if len(w.rows) == size:
+                reference = self._reference if w.reference is None else w.reference
                 done.append(CompletedAttribution(w.alarm_id, attribute_features(
-                    self._reference, np.asarray(w.rows), self.feature_names,
+                    reference, np.asarray(w.rows), self.feature_names,
                     w.start_index, w.end_index,
                 )))
-        self._open = [w for w in self._open if len(w.rows) < self.window]
+        self._open = [w for w in self._open if len(w.rows) < (w.size or self.window)]
         return done
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state: the open windows (not the calibration, which the stream's
-        configuration holds: :meth:`load_state` takes it from the object it restores into)."""
-        return {
+    def close(self) -> list[dict[str, Any]]:
+        """Close every open window without attributing it; what each had collected, as
+        ``{"alarm_id", "window": {"start_index", "end_index", "n"}}`` (start_index None when
+        empty)."""
+        closed = [{"alarm_id": w.alarm_id, "window": {
+            "start_index": w.start_index, "n": len(w.rows),
+            "end_index": w.end_index if w.rows else None}} for w in self._open]
+        self._open = []
+        return closed
+
+    def state_dict(self, keep_reference: bool = False) -> dict[str, Any]:
+        """JSON-ready state: the open windows. The calibration, which the stream's configuration
+        holds, is included (``reference``, sorted) only while a window is open or when
+        ``keep_reference`` asks for it: :meth:`load_state` takes it from the object it restores
+        into, but after a configuration update it is gone and :meth:`adopt` needs it. A window
+        taken over from an earlier version keeps its own reference and length."""
+        state: dict[str, Any] = {
             "window": self.window,
             "feature_names": list(self.feature_names),
-            "open": [
-                {"alarm_id": w.alarm_id, "rows": np.asarray(w.rows, np.float64),
-                 "start_index": w.start_index, "end_index": w.end_index}
-                for w in self._open
-            ],
+            "open": [self._window_state(w) for w in self._open],
         }
+        if keep_reference or any(w.reference is None for w in self._open):
+            state["reference"] = self._reference
+        return state
+
+    @staticmethod
+    def _window_state(w: _OpenWindow) -> dict[str, Any]:
+        state = {"alarm_id": w.alarm_id, "rows": np.asarray(w.rows, np.float64),
+                 "start_index": w.start_index, "end_index": w.end_index}
+        if w.reference is not None:
+            state["reference"] = w.reference
+        if w.size is not None:
+            state["size"] = w.size
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume the open windows of :meth:`state_dict` output, taken with the same window and
@@ -247,12 +308,21 @@ class AlarmAttribution:
         if int(state["window"]) != self.window or tuple(state["feature_names"]) != \
                 self.feature_names:
             raise ValueError("the state was taken with another window or other features")
+        self._open = self._windows(state)
+
+    def _windows(self, state: dict[str, Any]) -> list[_OpenWindow]:
         d = len(self.feature_names)
-        self._open = []
+        out = []
         for w in state["open"]:
             rows = np.asarray(w["rows"], np.float64).reshape(-1, d).tolist()
             start = None if w["start_index"] is None else int(w["start_index"])
-            self._open.append(_OpenWindow(str(w["alarm_id"]), rows, start, int(w["end_index"])))
+            reference = w.get("reference")
+            out.append(_OpenWindow(
+                str(w["alarm_id"]), rows, start, int(w["end_index"]),
+                None if reference is None else np.asarray(reference, np.float64).reshape(-1, d),
+                None if w.get("size") is None else int(w["size"]),
+            ))
+        return out
 
 
 def _matrix(X: ArrayLike, name: str, min_rows: int = 1) -> FloatArray:

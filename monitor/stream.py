@@ -18,7 +18,7 @@ import numpy as np
 from monitor.attribution import AlarmAttribution, CompletedAttribution, density_ratio_directions
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
-from monitor.detectors.pair import BatchResult, DetectorAlarm
+from monitor.detectors.pair import BatchResult, DetectorAlarm, StreamDetectors
 from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.durations import format_duration
 from monitor.events import Event, InvalidEvent, LabelEvent, PredictionEvent
@@ -77,6 +77,13 @@ class StreamMonitor:
         self._windows: list[OODWindow] = []
         #: Alarms raised as ``insufficient_evidence``, by id, until their revision.
         self._unrevised: dict[str, Alarm] = {}
+        #: The detectors of earlier configuration versions, kept only to revise their pending
+        #: alarms (:meth:`load_state`), until none is left.
+        self._retired: list[_Retired] = []
+        #: Alarms and attribution windows a configuration update could not carry over, closed
+        #: with an explicit outcome (:meth:`_carry_over`); drained with the next records.
+        self._closed: list[Alarm] = []
+        self._unattributed: list[AlarmEvidence] = []
         self._performance: list[PerformanceWindow] = []
         #: Completed attributions, each with the event time of the prediction that completed it.
         self._attributed: list[tuple[CompletedAttribution, datetime]] = []
@@ -149,6 +156,8 @@ class StreamMonitor:
         self.detectors.update_covariate(x, index, ts.timestamp())
         self._attributed += [(d, ts) for d in self.attribution.add(x.reshape(1, -1), index)]
         self._collect_alarms(event.id, index, ts)
+        if self._retired:
+            self._revise_retired(x.reshape(1, -1), [index], _NO_ROWS, [], ts)
         self._trace("covariate", index, ts)
         if self.ood is not None:
             self.ood.add(event.id, inputs)
@@ -175,6 +184,9 @@ class StreamMonitor:
         )
         self.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
+        if self._retired:
+            row = np.asarray(pending.features, np.float64).reshape(1, -1)
+            self._revise_retired(_NO_ROWS, [], row, [pending.event_index], ts)
         self._trace("conditional", pending.event_index, ts)
         self._add_performance(
             self.performance.add([pending.prediction], [joined.label], [pending.event_index], [ts])
@@ -289,9 +301,22 @@ class StreamMonitor:
             alarms.append((seq, self._alarm_record(raised, event_id, index, ts)))
             if raised.revision == 1:
                 traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
+        retired_windows: dict[str, _Retired] = {}
+        for retired in self._retired:  # after the alarms of the same update, as per event
+            for detector, i, raised in retired.detectors.track_pending(
+                X_cov, batch.cov_index, X_cond, batch.cond_index
+            ):
+                covariate = detector == "covariate"
+                seq = (batch.cov_seq if covariate else batch.cond_seq)[i]
+                alarm = self._retired_revision(
+                    raised, (batch.cov_ts if covariate else batch.cond_ts)[i]
+                )
+                alarms.append((seq, alarm))
+                retired_windows[alarm.id] = retired
+        self._retired = [r for r in self._retired if r.detectors.pending]
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
-        self._attribute_batch(batch, X_cov, alarms)
+        self._attribute_batch(batch, X_cov, alarms, retired_windows)
         self._add_performance(self.performance.add(
             batch.cond_predictions, batch.cond_labels, batch.cond_index, batch.cond_ts
         ))
@@ -308,10 +333,12 @@ class StreamMonitor:
                 self._windows.append(self._window_record(decision, ts))
 
     def _attribute_batch(
-        self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]]
+        self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]],
+        retired: dict[str, _Retired],
     ) -> None:
         """Feed the batch's predictions to the attribution windows, each alarm's window opened
-        where the per-event path opens it: after the prediction or label that raised it."""
+        where the per-event path opens it: after the prediction or label that raised it, or
+        that revised it into an alarm that needs one (:func:`_opens_attribution`)."""
         def add(lo: int, hi: int) -> None:
             first = batch.cov_index[0]
             self._attributed += [
@@ -321,13 +348,16 @@ class StreamMonitor:
 
         done = 0
         for seq, alarm in alarms:
-            if alarm.revision > 1 or not _needs_attribution(alarm):
+            if not _opens_attribution(alarm):
                 continue
             start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
             if start > done:
                 add(done, start)
                 done = start
-            self.attribution.open(alarm.id)
+            if alarm.id in retired:
+                self.attribution.open(alarm.id, *retired[alarm.id].window)
+            else:
+                self.attribution.open(alarm.id)
         if done < len(batch.cov_index):
             add(done, len(batch.cov_index))
 
@@ -339,10 +369,13 @@ class StreamMonitor:
         ]
 
     def _alarm_evidence(self) -> list[AlarmEvidence]:
-        """The completed attributions as evidence of their alarms."""
-        out = [AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution}, ts)
-               for done, ts in self._attributed]
-        self._attributed = []
+        """The completed attributions as evidence of their alarms (after the windows a
+        configuration update closed)."""
+        out = self._unattributed + [
+            AlarmEvidence(self.name, done.alarm_id, {"attribution": done.attribution}, ts)
+            for done, ts in self._attributed
+        ]
+        self._attributed, self._unattributed = [], []
         return out
 
     def _traced(
@@ -376,13 +409,13 @@ class StreamMonitor:
         if decision is not None:
             self._windows.append(self._window_record(decision, self.last_ts or datetime.now(UTC)))
         return bool(self._windows or self._alarms or self._traces or self._performance
-                    or self._attributed)
+                    or self._attributed or self._closed or self._unattributed)
 
     def drain(self) -> tuple[list[Alarm], list[TracePoint], list[OODWindow]]:
         """The records produced since the last drain: alarms, trace points, OOD windows (the
         performance windows and late alarm evidence: :meth:`drain_explanations`)."""
-        drained = self._alarms, self._traces, self._windows
-        self._alarms, self._traces, self._windows = [], [], []
+        drained = self._closed + self._alarms, self._traces, self._windows
+        self._closed, self._alarms, self._traces, self._windows = [], [], [], []
         return drained
 
     def drain_explanations(self) -> tuple[list[PerformanceWindow], list[AlarmEvidence]]:
@@ -400,8 +433,8 @@ class StreamMonitor:
             self._alarms.append(alarm)
             if raised.revision == 1:
                 self._traces.append(self._trace_point(raised.detector, index, ts))
-                if _needs_attribution(alarm):
-                    self.attribution.open(alarm.id)
+            if _opens_attribution(alarm):
+                self.attribution.open(alarm.id)
 
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
@@ -421,6 +454,36 @@ class StreamMonitor:
         if raised.kind == INSUFFICIENT_EVIDENCE:
             self._unrevised[record.id] = record
         return record
+
+    def _revise_retired(
+        self, X_cov: np.ndarray, cov_index: list[int], X_cond: np.ndarray,
+        cond_index: list[int], ts: datetime,
+    ) -> None:
+        """The per-event path's update of the retired detectors: one prediction or one
+        labelled event (the other empty)."""
+        width = self.calibration.n_features
+        X_cov, X_cond = X_cov.reshape(-1, width), X_cond.reshape(-1, width)
+        for retired in self._retired:
+            for _, _, raised in retired.detectors.track_pending(X_cov, cov_index, X_cond,
+                                                                cond_index):
+                alarm = self._retired_revision(raised, ts)
+                self._alarms.append(alarm)
+                if _opens_attribution(alarm):
+                    self.attribution.open(alarm.id, *retired.window)
+        self._retired = [r for r in self._retired if r.detectors.pending]
+
+    def _retired_revision(self, raised: DetectorAlarm, ts: datetime) -> Alarm:
+        """The revision of an alarm raised under an earlier configuration version: decided by
+        that version's detectors (their support test), so its evidence is the alarm's, with
+        the revision's shares and the version in force when it was revised."""
+        original = self._unrevised.pop(alarm_id(self.name, raised.detector, raised.event_index))
+        evidence = _json_safe({
+            **original.evidence,
+            **{key: raised.evidence[key] for key in _REVISION_KEYS},
+            "revised_under_config_version": self.config_version,
+        })
+        return dataclasses.replace(original, kind=raised.kind, evidence=evidence,
+                                   revision=raised.revision, revised_at=ts)
 
     def _new_alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime,
@@ -615,18 +678,34 @@ class StreamMonitor:
             "version_since": self.version_since,
             "unrevised": [a.to_json() for a in self._unrevised.values()],
             "performance": self.performance.state_dict(),
-            "attribution": self.attribution.state_dict(),
+            # with the calibration while an alarm may still open a window: a configuration
+            # update replaces the calibration, and the window must test against this one
+            "attribution": self.attribution.state_dict(keep_reference=bool(self._unrevised)),
             "attributed": [[done.alarm_id, done.attribution, ts.isoformat()]
                            for done, ts in self._attributed],
+            **self._carried_state(),
         }
+
+    def _carried_state(self) -> dict[str, Any]:
+        """What a configuration update carried over or closed and is not done with yet (no key
+        when there is none: the state of a stream never updated is as before)."""
+        state: dict[str, Any] = {}
+        if self._retired:
+            state["retired"] = [r.state_dict() for r in self._retired]
+        if self._closed:
+            state["closed"] = [a.to_json() for a in self._closed]
+        if self._unattributed:
+            state["unattributed"] = [e.to_json() for e in self._unattributed]
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict` output.
 
         A state written under another configuration version (the stream was updated) gives its
-        counters and its label store only: the detectors and the OOD rule start afresh from this
+        counters and its label store: the detectors and the OOD rule start afresh from this
         version's calibration at the state's event index (:attr:`version_since`), so event
-        indexes and alarm ids go on without repeating.
+        indexes and alarm ids go on without repeating. Its alarms waiting for a revision and
+        its open attribution windows are carried over (:meth:`_carry_over`).
         """
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported stream state version {state.get('version')!r}")
@@ -638,14 +717,78 @@ class StreamMonitor:
         )
         self.join.load_state(state["join"])
         self._load_explanations(state)
+        self._closed = [Alarm.from_json(a) for a in state.get("closed", [])]
+        self._unattributed = [_evidence_of(e) for e in state.get("unattributed", [])]
         if int(state.get("config_version", 1)) != self.config_version:
             self.version_since = self.event_index
+            self._carry_over(state)
             return
         self.version_since = int(state.get("version_since", 0))
         self.detectors = type(self.detectors).from_state(state["detectors"])
         self._unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
+        self._retired = [_Retired.load(r) for r in state.get("retired", [])]
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+
+    def _carry_over(self, state: dict[str, Any]) -> None:
+        """After a configuration update (``state`` written under another version): the alarms
+        still waiting as ``insufficient_evidence`` are revised by the detectors they were raised
+        by, kept for that only (``_Retired``: their support flags go on over the new events, no
+        test, no alarm), and the open attribution windows complete against the calibration
+        and at the length of the version that opened them. Both need the same features (names,
+        in order): with others, the new events cannot be read as the old detectors read them,
+        and each such alarm is closed at once with an explicit outcome instead (a last
+        revision, still ``insufficient_evidence``, naming why; an ``attribution_not_completed``
+        evidence in place of the attribution). Nothing is dropped silently."""
+        unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
+        attribution = state.get("attribution")
+        version = int(state.get("config_version", 1))
+        same = attribution is not None and \
+            tuple(attribution["feature_names"]) == self.feature_names
+        retired = [_Retired.load(r) for r in state.get("retired", [])]
+        detectors = type(self.detectors).from_state(state["detectors"])
+        if detectors.pending and attribution is not None:
+            reference = attribution.get("reference")
+            retired.append(_Retired(
+                version, detectors,
+                None if reference is None else np.asarray(reference, np.float64),
+                int(attribution["window"]),
+            ))
+        self._retired = [r for r in retired if same] if unrevised else []
+        waiting = {alarm_id(self.name, a.detector, a.event_index)
+                   for r in self._retired for a in r.detectors.pending}
+        self._unrevised = {k: a for k, a in unrevised.items() if k in waiting}
+        why = self._why_not_carried(attribution, same)
+        at = self.last_ts
+        self._closed += [
+            dataclasses.replace(alarm, evidence=_json_safe({
+                **alarm.evidence, "closed_by_config_version": self.config_version,
+                "closed_reason": why,
+            }), revision=alarm.revision + 1, revised_at=at)
+            for key, alarm in unrevised.items() if key not in waiting
+        ]
+        self.attribution.close()  # a reused monitor: only the state's windows
+        if attribution is None:
+            return
+        dropped = self.attribution.adopt(attribution)
+        self._unattributed += [
+            AlarmEvidence(self.name, w["alarm_id"], {"attribution_not_completed": {
+                "closed_by_config_version": self.config_version, "reason": why,
+                "window": w["window"],
+            }}, at)
+            for w in dropped
+        ]
+
+    def _why_not_carried(self, attribution: dict[str, Any] | None, same: bool) -> str:
+        if attribution is None:
+            return (f"configuration version {self.config_version} replaced a state that does "
+                    "not name its features")
+        if same:  # a state in which the alarm waits but no detector's evidence does
+            return (f"configuration version {self.config_version} replaced a state that "
+                    "holds no evidence window of this alarm")
+        return (f"configuration version {self.config_version} monitors other features "
+                f"({', '.join(self.feature_names)}; before: "
+                f"{', '.join(attribution['feature_names'])})")
 
 
     def _load_explanations(self, state: dict[str, Any]) -> None:
@@ -661,7 +804,7 @@ class StreamMonitor:
             return
         if int(state.get("config_version", 1)) != self.config_version:
             self.performance.window_index = int(performance["window_index"])
-            return
+            return  # the attribution windows: _carry_over
         self.performance = PerformanceWindows.from_state(performance)
         self.attribution.load_state(state["attribution"])
 
@@ -733,10 +876,61 @@ def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
 #: The completion time of an attribution restored from a state written before it was kept.
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+#: What a detector's revision adds to its alarm's evidence (:meth:`StreamDetectors._revise`).
+_REVISION_KEYS = ("outside_support_fraction", "evidence_events", "evidence_until")
+
+_NO_ROWS = np.empty((0, 0), np.float64)
+
+
+@dataclass(slots=True)
+class _Retired:
+    """The detectors of an earlier configuration version, kept until their pending alarms are
+    revised (:meth:`StreamMonitor._carry_over`), with what a window opened by such a revision
+    needs: that version's sorted calibration rows (None in a state written before they were
+    kept: the current calibration's) and window length."""
+
+    version: int
+    detectors: StreamDetectors
+    reference: np.ndarray | None
+    size: int
+
+    @property
+    def window(self) -> tuple[np.ndarray | None, int]:
+        return self.reference, self.size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"config_version": self.version, "detectors": self.detectors.state_dict(),
+                "reference": self.reference, "window": self.size}
+
+    @classmethod
+    def load(cls, state: dict[str, Any]) -> _Retired:
+        reference = state.get("reference")
+        return cls(int(state["config_version"]), StreamDetectors.from_state(state["detectors"]),
+                   None if reference is None else np.asarray(reference, np.float64),
+                   int(state["window"]))
+
+
+def _evidence_of(data: dict[str, Any]) -> AlarmEvidence:
+    ts = data.get("ts")
+    return AlarmEvidence(data["stream"], data["alarm_id"], data["evidence"],
+                         None if ts is None else datetime.fromisoformat(ts))
+
 
 def _needs_attribution(alarm: Alarm) -> bool:
     """Covariate alarms and extreme-covariate-shift alarms get a feature attribution."""
     return alarm.detector == "covariate" or alarm.kind == "extreme_covariate_shift"
+
+
+def _opens_attribution(alarm: Alarm) -> bool:
+    """Whether this record of an alarm opens its attribution window (the predictions after the
+    prediction or label that produced the record): an alarm as raised, when it needs one; a
+    revision, when it makes the alarm need one. A detector revises only alarms raised as
+    ``insufficient_evidence``, which need one only when covariate (their window opened when
+    they were raised): so a revised conditional alarm opens its window when its revision
+    makes it an ``extreme_covariate_shift`` (docs/explain.md)."""
+    if not _needs_attribution(alarm):
+        return False
+    return alarm.revision == 1 or alarm.detector != "covariate"
 
 
 def _finite(value: float) -> float:

@@ -221,6 +221,15 @@ class CovariateMonitor(MartingaleMonitor):
         beyond = np.any(np.abs(X - self._center) > self._limits, axis=1)
         return np.asarray((scores > self._support_threshold) | beyond)
 
+    def track_support(self, X: ArrayLike) -> None:
+        """Count the rows of ``X`` as updates for the support flags only (:meth:`is_outside`;
+        no p-value, no bet, no alarm): a monitor replaced by a new configuration version keeps
+        the flags its pending alarms' diagnosis still reads
+        (:meth:`~monitor.detectors.pair.StreamDetectors.track_pending`)."""
+        flags = self.is_outside(X).tolist()
+        self._support.extend(flags)
+        self._n_seen += len(flags)
+
     def outside_fraction(self, start: int, stop: int | None = None) -> float:
         """Share of inputs with absolute index in [start, stop] outside the calibration support
         (over the last ``support_history`` inputs; nan if none of them is in the range)."""

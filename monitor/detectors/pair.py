@@ -381,6 +381,47 @@ class StreamDetectors:
             self._new = (*self._new, self._conditional_alarm(event))
         self._new += tuple(a for _, a in self._revisions("conditional", self._cond_events.n))
 
+    # ------------------------------------------------- pending alarms after a replacement
+    @property
+    def pending(self) -> tuple[DetectorAlarm, ...]:
+        """The alarms raised as ``insufficient_evidence`` whose evidence is not complete yet."""
+        return tuple(p.alarm for p in self._pending)
+
+    def track_pending(
+        self,
+        X_cov: FloatArray,
+        cov_index: Sequence[int],
+        X_cond: FloatArray,
+        cond_index: Sequence[int],
+    ) -> list[tuple[str, int, DetectorAlarm]]:
+        """For detectors replaced by a new configuration version: complete the evidence of
+        their pending alarms, nothing else. The predictions' inputs ``X_cov`` (stream event
+        indexes ``cov_index``) and the labelled events' inputs ``X_cond`` (``cond_index``, in
+        the order their labels joined) count as updates for the support flags only (no test,
+        no alarm; :meth:`CovariateMonitor.track_support`), each detector's only up to the last
+        update its pending alarms need; the revisions they complete, as ``(detector, position
+        among that detector's updates of the call, alarm)``. The same revisions whether the
+        updates come one by one or in batches (a support flag depends on its row alone); an
+        update with no pending alarm left is not counted: the object is then done with."""
+        out: list[tuple[str, int, DetectorAlarm]] = []
+        for detector, X, index in (("covariate", X_cov, cov_index),
+                                   ("conditional", X_cond, cond_index)):
+            ends = [p.end for p in self._pending if p.alarm.detector == detector]
+            covariate = detector == "covariate"
+            n0 = self.covariate.n_seen if covariate else self._cond_events.n
+            k = min(max(ends, default=n0 - 1) + 1 - n0, X.shape[0])
+            if k <= 0:
+                continue
+            if covariate:
+                self.covariate.track_support(X[:k])
+                self._cov_events.extend(index[:k])
+            else:
+                self._cond_outside.extend(self.covariate.is_outside(X[:k]).tolist())
+                self._cond_penalised.extend([False] * k)  # a revision does not read them
+                self._cond_events.extend(index[:k])
+            out += [(detector, end - n0, a) for end, a in self._revisions(detector, n0 + k)]
+        return out
+
     # ------------------------------------------------------------------------ batch updates
     def update_batch(
         self,
