@@ -33,7 +33,7 @@ from typing import Any
 
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, RawRecord
 from monitor.records import DeadLetter
-from monitor.runner import DatabaseSink, RunError, build_monitors
+from monitor.runner import DatabaseSink, RunError, registered_monitors
 from monitor.stream import StreamMonitor
 
 __all__ = [
@@ -211,7 +211,7 @@ def replay_dead_letters(
             f"stream {where.stream!r} is not registered: its dead letters would fail again "
             "(register it first with `monitor streams create CONFIG`)"
         )
-    monitors = build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
+    monitors = registered_monitors(sink, registered)
     pipeline = Pipeline(monitors, source="", max_event_bytes=max_event_bytes)
     report = ReplayReport(dry_run=dry_run)
     with _http_ingest_paused(sink, not dry_run):
@@ -293,7 +293,9 @@ def _restore(
             checkpoint = load_state(session, name)
             monitor = pipeline.streams[name]
             if checkpoint is None:
-                pipeline.streams[name] = StreamMonitor(monitor.config, monitor.calibration)
+                pipeline.streams[name] = StreamMonitor(
+                    monitor.config, monitor.calibration, monitor.config_version
+                )
                 marks[name] = None
             else:
                 monitor.load_state(checkpoint.state)

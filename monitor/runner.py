@@ -391,6 +391,14 @@ def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor
     registered = sink.registered()
     if not registered:
         raise RunError("no stream is registered: use `monitor streams create CONFIG` or --config")
+    return registered_monitors(sink, registered)
+
+
+def registered_monitors(
+    sink: DatabaseSink, registered: Sequence[tuple[StreamConfig, Calibration]]
+) -> dict[str, StreamMonitor]:
+    """Monitors of registered streams, each at its stored configuration version (so that a
+    checkpoint of that version restores as is)."""
     monitors = build_monitors([c for c, _ in registered], {c.name: cal for c, cal in registered})
     for name, version in sink.stream_versions().items():
         if name in monitors:

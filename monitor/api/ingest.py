@@ -119,10 +119,12 @@ class IngestQueueFullError(Exception):
         self.retry_after = retry_after
 
 
-def build_monitor(config: StreamConfig, calibration: Calibration) -> StreamMonitor:
-    """A fresh monitor; raises ``ValueError`` or ``LookupError`` if the configuration and
-    calibration cannot be monitored together."""
-    return StreamMonitor(config, calibration)
+def build_monitor(
+    config: StreamConfig, calibration: Calibration, config_version: int = 1
+) -> StreamMonitor:
+    """A fresh monitor of a configuration version; raises ``ValueError`` or ``LookupError`` if the
+    configuration and calibration cannot be monitored together."""
+    return StreamMonitor(config, calibration, config_version)
 
 
 @dataclass
@@ -332,7 +334,9 @@ class Ingestor:
             {name: getattr(e, name) for name in CALIBRATION_FIELDS if getattr(e, name) is not None}
             for e in events
         ]
-        monitor = build_monitor(config, Calibration.from_rows(rows))
+        # The stored version: a state written under an older one is carried over by
+        # StreamMonitor.load_state (the detectors restart from this version's calibration).
+        monitor = build_monitor(config, Calibration.from_rows(rows), row.version)
         return _Cached(row.updated_at, monitor, encode_state(monitor.state_dict()))
 
 

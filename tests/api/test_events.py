@@ -271,3 +271,22 @@ def test_alarms_from_http_ingest_reach_the_webhooks(
     assert sorted((r.alarm_id, r.status_code, r.receiver) for r in rows) == sorted(
         (a["id"], 204, "webhook-1") for a in alarms
     )
+
+
+def test_a_new_configuration_version_is_in_force_for_http_ingest(
+    client: TestClient, session: Session
+) -> None:
+    """PUT /streams/{name} stores version 2: the next POST /events runs it (its alarms carry
+    version 2) from the current event index on, as the worker does, instead of going on under
+    version 1."""
+    create(client)
+    post(client, events(60, seed=1))
+    changed = stream_config("bikes", calibration=calibration_rows(200),
+                            alarm={"rule": "ville", "alpha": 0.02})
+    assert client.put("/streams/bikes", json=changed, headers=WRITE).json()["version"] == 2
+    alarms = post(client, events(100, seed=6, shift=4.0, start=60))["alarms"]
+    assert alarms and {a["evidence"]["config_version"] for a in alarms} == {2}
+    session.expire_all()
+    checkpoint = session.get(CheckpointRow, "bikes")
+    assert checkpoint is not None and checkpoint.event_index == 160  # the counters went on
+    assert min(a["event_index"] for a in alarms) >= 60

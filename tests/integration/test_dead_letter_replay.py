@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import select
 
 from connectors import FileSource
 from monitor.cli import main
 from monitor.datasets import build_example
 from monitor.db.engine import make_engine, session_factory
-from monitor.db.models import DeadLetterRow
+from monitor.db.models import AlarmRow, DeadLetterRow
 from monitor.db.store import CheckpointMovedError, persist_batch, persist_replay
 from monitor.pipeline import Pipeline
 from monitor.records import DeadLetter
@@ -296,7 +297,7 @@ def interrupted_reference(files: Files, folder: Path, lines: list[bytes]) -> Any
 def test_alarms_raised_by_a_replay_are_queued_for_the_alert_receivers(
     db: str, files: Files, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from monitor.db.models import AlarmRow, AlertOutboxRow
+    from monitor.db.models import AlertOutboxRow
 
     assert cli(capsys, db, "streams", "create", str(files.early))[0] == 0
     assert cli(capsys, db, "run", "--source", f"file:{files.events}", "--json")[0] == 0
@@ -316,3 +317,26 @@ def test_alarms_raised_by_a_replay_are_queued_for_the_alert_receivers(
     assert late and sorted(queued) == sorted(
         (f"{a}:{r}", "webhook-1", "pending") for a, n in late.items() for r in range(1, n + 1)
     )
+
+
+def test_a_replay_runs_the_streams_stored_configuration_version(
+    db: str, files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream updated to version 2 before its dead letters are replayed: the replay runs
+    version 2 (its alarms say so), as the worker and HTTP ingest would."""
+    assert cli(capsys, db, "streams", "create", str(files.early))[0] == 0
+    assert cli(capsys, db, "run", "--source", f"file:{files.events}", "--json")[0] == 0
+    assert cli(capsys, db, "streams", "create", str(files.late))[0] == 0
+    data = yaml.safe_load(files.late.read_text())
+    data["alarm"] = {"rule": "shiryaev_roberts", "threshold": 150}
+    changed = files.late.with_name("late-v2.yaml")
+    changed.write_text(yaml.safe_dump(data))
+    assert cli(capsys, db, "streams", "update", str(changed))[0] == 0
+    done = replay(capsys, db, "--stream", "late")
+    assert done["replayed"] == files.n_late
+    engine = make_engine(db)
+    with session_factory(engine)() as session:
+        alarms = session.scalars(select(AlarmRow).where(AlarmRow.stream == "late")).all()
+        assert alarms and {a.evidence["config_version"] for a in alarms} == {2}
+        assert {a.threshold for a in alarms if a.rule == "shiryaev_roberts"} == {150.0}
+    engine.dispose()
