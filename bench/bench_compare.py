@@ -2,6 +2,7 @@
 against river's drift detectors, all fed the same conditional score streams.
 
     python bench/bench_compare.py [--json] [--quick] [--seeds N] [--workers N]
+        [--task regression|classification] [--scenarios a,b] [--n-after N] [--variants]
 
 Data: the Shuttle regression task bundled with river (:mod:`monitor.datasets`: a gradient
 boosting model predicts ``f9``; calibration rows and stream rows are drawn from the held-out
@@ -62,7 +63,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -604,7 +605,8 @@ def matched_settings(result: dict[str, Any], level: float = MATCHED_LEVEL) -> di
                 continue
             delays = [summary[sc][det][setting]["delay_mean_censored"] for sc in HARMFUL_SCENARIOS
                       if sc in summary]
-            cost = math.inf if any(d is None for d in delays) else float(np.mean(delays))
+            cost = (math.inf if not delays or any(d is None for d in delays)
+                    else float(np.mean(delays)))
             key = (cost, stats["alarm_rate"], setting)
             best = key if best is None or key < best else best
         out[det] = None if best is None else {"setting": best[2], "alarm_rate": best[1],
@@ -823,11 +825,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--task", choices=list(TASKS), default="regression",
                         help="Shuttle regression (default) or Banana classification")
     parser.add_argument("--scenarios", help="comma-separated subset of the task's scenarios")
+    parser.add_argument("--n-after", type=int,
+                        help="events after the change (default 1 000; 1 500 makes the benign "
+                             "stream bench_statistical's, seed for seed)")
     parser.add_argument("--variants", action="store_true",
                         help="also the WCTM with plug-in power bettors of single forgetting rates")
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",") if args.scenarios else None
-    result = run(QUICK if args.quick else FULL, workers=args.workers, seeds=args.seeds,
+    sizes = QUICK if args.quick else FULL
+    if args.n_after is not None:
+        sizes = replace(sizes, n_after=args.n_after)
+    result = run(sizes, workers=args.workers, seeds=args.seeds,
                  task=args.task, scenarios=scenarios, variants=args.variants)
     if args.json:
         print(json.dumps(result))
