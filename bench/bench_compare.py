@@ -4,9 +4,13 @@ against river's drift detectors, all fed the same conditional score streams.
     python bench/bench_compare.py [--json] [--quick] [--seeds N] [--workers N]
         [--task regression|classification] [--scenarios a,b] [--n-after N] [--variants]
 
-Data: the Shuttle regression task bundled with river (:mod:`monitor.datasets`: a gradient
-boosting model predicts ``f9``; calibration rows and stream rows are drawn from the held-out
-pool, never reused). The score of every event is its absolute residual |y − ŷ|.
+Data (``--task``): ``regression`` (default), the Shuttle regression task bundled with river
+(:mod:`monitor.datasets`: a gradient boosting model predicts ``f9``; calibration rows and stream
+rows are drawn from the held-out pool, never reused), score |y − ŷ|; ``classification``, the
+Banana data bundled with river (a gradient boosting classifier fitted on 1 300 rows, the 4 000
+others the pool; :func:`classification_stream`), score 1 − p̂(y | x), the service's
+classification score ``one_minus_prob``, with the scenarios of :data:`TASKS` (no extreme shift:
+a label has no meaning outside the inputs' support).
 
 Scenarios (``FULL`` sizes; ``--quick`` shrinks them):
 
@@ -24,6 +28,12 @@ Scenarios (``FULL`` sizes; ``--quick`` shrinks them):
     alarm of a conditional detector here is a false alarm in spirit).
 ``extreme_covariate``
     500 stable events, then 1 000 inputs outside the calibration support (the model fails).
+
+``--scenarios`` runs a subset, ``--n-after`` changes the events after the change (1 500 makes
+the benign stream the one of ``bench_statistical.py``, seed for seed), ``--variants`` adds the
+WCTM with plug-in power bettors of single forgetting rates (:data:`VARIANTS`). The output's
+``benign_paired`` compares the WCTM's previous (Simple Mixture) and current (plug-in power)
+default bets on the same benign streams (:func:`paired_rates`).
 
 Detectors and their settings (one run per stream; the first alarm counts, as with
 ``rebaseline=0``):

@@ -31,6 +31,11 @@ Scripted shifts (WATCH-style, Prinster et al. 2025, Sec. 5; see ``docs/detectors
     fails.
 
 Kinds combine with ``+`` (``"benign_covariate+concept"``: tilted inputs with permuted labels).
+
+A classification task (:func:`load_banana_classification`) is built from the Banana data bundled
+with river (``river/datasets/banana.zip``: 5 300 rows, two features, two overlapping classes): a
+``HistGradientBoostingClassifier`` fitted on 1 300 rows, the other 4 000 the pool (accuracy
+≈ 0.89). ``bench/bench_compare.py --task classification`` scripts its shifts.
 """
 
 from __future__ import annotations
