@@ -368,10 +368,11 @@ def first_alarm(segments: Sequence[tuple[int, FloatArray]], rule: str, level: fl
 
 
 def martingale_first_alarms(given: BettingInput, betting: str,
-                            params: dict[str, Any] | None = None) -> Outcome:
+                            params: dict[str, Any] | None = None,
+                            extra: Sequence[tuple[str, float]] = ()) -> Outcome:
     segments = betting_segments(given.ps, betting, given.restart, params)
     return {label(rule, level): first_alarm(segments, rule, level)
-            for rule, level in martingale_settings()}
+            for rule, level in [*martingale_settings(), *extra]}
 
 
 # ------------------------------------------------------------------------------------ river
@@ -431,6 +432,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plug_in_power[0.02,0.1]": ("plug_in_power", {"forgets": (0.02, 0.1)}),
     "plug_in_power[0.01,0.05]": ("plug_in_power", {"forgets": (0.01, 0.05)}),
 }
+#: Shiryaev–Roberts thresholds beyond the grid, for the WCTMs with ``--variants``: the ARL at
+#: which a bet's stationary alarm rate within 2 000 events comes down to a given level.
+VARIANT_SETTINGS: tuple[tuple[str, float], ...] = tuple(
+    ("shiryaev_roberts", c) for c in (20_000.0, 50_000.0, 100_000.0))
 
 
 @dataclass(frozen=True)
@@ -463,12 +468,15 @@ def run_stream(scenario: str, seed: int, sizes: Sizes, task: str = "regression",
     adaptation = covariate_alarm(stream)
     inputs = {"ctm": betting_input(stream, False), "wctm": betting_input(stream, True, adaptation)}
     first: dict[str, Outcome] = {}
+    extra = VARIANT_SETTINGS if variants else ()
     for betting in BETTINGS:
         for family, given in inputs.items():
-            first[f"{family}/{betting}"] = martingale_first_alarms(given, betting)
+            first[f"{family}/{betting}"] = martingale_first_alarms(
+                given, betting, extra=extra if family == "wctm" else ())
     if variants:
         for name, (betting, params) in VARIANTS.items():
-            first[f"wctm/{name}"] = martingale_first_alarms(inputs["wctm"], betting, params)
+            first[f"wctm/{name}"] = martingale_first_alarms(inputs["wctm"], betting, params,
+                                                            extra)
     first |= river_first_alarms(stream)
     return {"scenario": scenario, "seed": seed, "change": stream.change,
             "length": int(stream.scores.size), "adaptation": adaptation,
@@ -694,6 +702,7 @@ def paired_rates(runs: Sequence[dict[str, Any]], scenario: str = "benign_covaria
     hits = np.array([[after(r, a), after(r, b)] for r in group], dtype=float)
     diff = hits[:, 1] - hits[:, 0]
     a_only, b_only = int((diff < 0).sum()), int((diff > 0).sum())
+    seeds = [r.get("seed") for r in group]
     k, m = min(a_only, b_only), a_only + b_only
     p_sign = min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2**m) if m else 1.0
     rates = {}
@@ -703,7 +712,9 @@ def paired_rates(runs: Sequence[dict[str, Any]], scenario: str = "benign_covaria
     return {"scenario": scenario, "setting": setting, "n": n, "a": rates[a] | {"detector": a},
             "b": rates[b] | {"detector": b}, "difference": _round(float(diff.mean())),
             "difference_se": _round(float(diff.std(ddof=1) / math.sqrt(n))) if n > 1 else None,
-            "a_only": a_only, "b_only": b_only, "sign_test_p": _round(p_sign)}
+            "a_only": a_only, "b_only": b_only, "sign_test_p": _round(p_sign),
+            "seeds_a": [sd for sd, h in zip(seeds, hits[:, 0], strict=True) if h],
+            "seeds_b": [sd for sd, h in zip(seeds, hits[:, 1], strict=True) if h]}
 
 
 # ------------------------------------------------------------------------------------ paths
