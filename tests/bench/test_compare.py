@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+from dataclasses import replace
 
 import bench_compare as bc
 import numpy as np
@@ -197,3 +198,42 @@ def test_classification_scenarios_feed_river_the_same_scores() -> None:
     assert out["first"]["ctm/plug_in_power"] == fast
     with pytest.raises(ValueError, match="extreme"):
         bc.make_scenario_stream("classification", "extreme_covariate", 0, bc.QUICK)
+
+
+def test_n_after_1500_benign_stream_is_bench_statistical_s() -> None:
+    import bench_statistical as bs
+
+    sizes = replace(bc.FULL, n_after=1500)
+    stream = bc.scenario_stream(load_shuttle_regression(), "benign_covariate", 3, sizes)
+    data, cal_scores, scores = bs._stream(3, bs.SCENARIOS["benign_covariate"])
+    np.testing.assert_array_equal(stream.scores, scores)
+    np.testing.assert_array_equal(stream.cal_scores, cal_scores)
+    np.testing.assert_array_equal(stream.X, data.X)
+    assert stream.change == data.change_points[0]
+
+
+def test_variants_bet_with_their_parameters() -> None:
+    stream = _stream("concept_abrupt", seed=1)
+    given = bc.betting_input(stream, True)
+    default = bc.martingale_first_alarms(given, "plug_in_power")
+    assert bc.martingale_first_alarms(given, "plug_in_power", {"forgets": (0.02, 0.1, 0.3)}) \
+        == default
+    single = bc.martingale_first_alarms(given, "plug_in_power", {"forgets": (0.3,)},
+                                        extra=bc.VARIANT_SETTINGS)
+    assert single != default and set(single) - set(default) == {
+        bc.label(rule, level) for rule, level in bc.VARIANT_SETTINGS}
+    run = bc.run_stream("concept_abrupt", 1, bc.QUICK, variants=True)
+    assert run["first"]["wctm/plug_in_power[0.3]"] == single
+    assert set(run["first"]["ctm/plug_in_power"]) == set(default)  # extra SR only for WCTMs
+
+
+def test_paired_rates_count_discordant_streams_and_sign_test() -> None:
+    runs = [{"scenario": "b", "seed": i, "change": 10,
+             "first": {"m": {"x": 12 if i < 2 else None}, "p": {"x": 15 if i < 8 else None}}}
+            for i in range(20)]
+    out = bc.paired_rates(runs, "b", ("m", "p", "x"))
+    assert out is not None
+    assert (out["a"]["rate"], out["b"]["rate"], out["a_only"], out["b_only"]) == (0.1, 0.4, 0, 6)
+    assert out["sign_test_p"] == round(2 / 2**6, 4)  # two-sided exact sign test, 6 vs 0
+    assert out["seeds_b"] == list(range(8))
+    assert bc.paired_rates(runs, "absent") is None
