@@ -2,10 +2,15 @@
 against river's drift detectors, all fed the same conditional score streams.
 
     python bench/bench_compare.py [--json] [--quick] [--seeds N] [--workers N]
+        [--task regression|classification] [--scenarios a,b] [--n-after N] [--variants]
 
-Data: the Shuttle regression task bundled with river (:mod:`monitor.datasets`: a gradient
-boosting model predicts ``f9``; calibration rows and stream rows are drawn from the held-out
-pool, never reused). The score of every event is its absolute residual |y − ŷ|.
+Data (``--task``): ``regression`` (default), the Shuttle regression task bundled with river
+(:mod:`monitor.datasets`: a gradient boosting model predicts ``f9``; calibration rows and stream
+rows are drawn from the held-out pool, never reused), score |y − ŷ|; ``classification``, the
+Banana data bundled with river (a gradient boosting classifier fitted on 1 300 rows, the 4 000
+others the pool; :func:`classification_stream`), score 1 − p̂(y | x), the service's
+classification score ``one_minus_prob``, with the scenarios of :data:`TASKS` (no extreme shift:
+a label has no meaning outside the inputs' support).
 
 Scenarios (``FULL`` sizes; ``--quick`` shrinks them):
 
@@ -23,6 +28,12 @@ Scenarios (``FULL`` sizes; ``--quick`` shrinks them):
     alarm of a conditional detector here is a false alarm in spirit).
 ``extreme_covariate``
     500 stable events, then 1 000 inputs outside the calibration support (the model fails).
+
+``--scenarios`` runs a subset, ``--n-after`` changes the events after the change (1 500 makes
+the benign stream the one of ``bench_statistical.py``, seed for seed), ``--variants`` adds the
+WCTM with plug-in power bettors of single forgetting rates (:data:`VARIANTS`). The output's
+``benign_paired`` compares the WCTM's previous (Simple Mixture) and current (plug-in power)
+default bets on the same benign streams (:func:`paired_rates`).
 
 Detectors and their settings (one run per stream; the first alarm counts, as with
 ``rebaseline=0``):
@@ -62,7 +73,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +82,21 @@ from river import drift
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import RegressionTask, load_shuttle_regression, make_stream
+from monitor.datasets import (
+    ClassificationTask,
+    RegressionTask,
+    _weighted_sample,
+    load_banana_classification,
+    load_shuttle_regression,
+    make_stream,
+)
 from monitor.detectors import ConditionalMonitor, CovariateMonitor
 from monitor.martingales import (
     BETTING_FUNCTIONS,
     make_alarm_rule,
     make_betting,
 )
+from monitor.scores import one_minus_prob
 
 FloatArray = np.ndarray
 Outcome = dict[str, int | None]  # setting label -> first alarm (stream index) or None
@@ -86,6 +105,12 @@ SCENARIOS: tuple[str, ...] = (
     "stationary", "concept_abrupt", "concept_gradual", "benign_covariate", "extreme_covariate",
 )
 SHIFT_SCENARIOS: tuple[str, ...] = SCENARIOS[1:]
+#: The tasks and their scenarios (a classification label has no meaning outside the support of
+#: the inputs, so the classification task has no extreme covariate shift).
+TASKS: dict[str, tuple[str, ...]] = {
+    "regression": SCENARIOS,
+    "classification": ("stationary", "concept_abrupt", "concept_gradual", "benign_covariate"),
+}
 ALPHAS: tuple[float, ...] = (0.2, 0.1, 0.05, 0.01, 0.001)
 THRESHOLDS: tuple[float, ...] = (20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10_000.0)
 BETTINGS: tuple[str, ...] = tuple(BETTING_FUNCTIONS)
@@ -155,16 +180,23 @@ class Stream:
     change: int | None
 
 
-def scenario_stream(task: RegressionTask, scenario: str, seed: int, sizes: Sizes) -> Stream:
-    """The calibration set and the scored stream of ``scenario`` for ``seed``."""
+def scenario_phases(scenario: str, sizes: Sizes) -> list[tuple[str, int]]:
+    """The ``(kind, n_events)`` phases of ``scenario`` (the gradual ramp's rows are reordered
+    afterwards by :func:`gradual_rows`)."""
     n0, n1 = sizes.n_before, sizes.n_after
-    phases = {
+    return {
         "stationary": [("stable", sizes.n_stationary)],
         "concept_abrupt": [("stable", n0), ("concept", n1)],
         "concept_gradual": [("stable", n0 + sizes.ramp), ("concept", n1)],
         "benign_covariate": [("stable", n0), ("benign_covariate", n1)],
         "extreme_covariate": [("stable", n0), ("extreme_covariate", n1)],
     }[scenario]
+
+
+def scenario_stream(task: RegressionTask, scenario: str, seed: int, sizes: Sizes) -> Stream:
+    """The calibration set and the scored stream of ``scenario`` for ``seed``."""
+    n0, n1 = sizes.n_before, sizes.n_after
+    phases = scenario_phases(scenario, sizes)
     data = make_stream(task, phases, sizes.n_calibration, seed)
     X, residual = data.X, np.abs(data.y - data.pred)
     if scenario == "concept_gradual":
@@ -173,6 +205,72 @@ def scenario_stream(task: RegressionTask, scenario: str, seed: int, sizes: Sizes
     cal_scores = np.abs(data.y_calibration - data.pred_calibration)
     change = None if scenario == "stationary" else n0
     return Stream(scenario, seed, cal_scores, data.X_calibration, residual, X, change)
+
+
+#: Classification shifts (Banana, :func:`monitor.datasets.load_banana_classification`): the
+#: concept region is ``x1 >= median`` of the calibration rows; the benign tilt is
+#: exp(λ·g(x)), g = x2 standardised on the calibration rows (the model errs more where x2 is
+#: large, so the unweighted CTM sees worse scores), λ = :data:`CLASSIFICATION_TILT`.
+CLASSIFICATION_TILT = 1.0
+
+
+def classification_stream(task: ClassificationTask, scenario: str, seed: int,
+                          sizes: Sizes) -> Stream:
+    """The calibration set and the scored stream of ``scenario`` for ``seed`` on a
+    classification task; the score of an event is 1 − p̂(y | x) (``one_minus_prob``, the
+    service's classification score).
+
+    Calibration rows are drawn uniformly from the pool, stream rows from the rest, none used
+    twice. ``stable`` rows are drawn uniformly (exchangeable with the calibration rows);
+    ``concept`` rows too, but in the region ``x1 >= median`` each label is replaced by the label
+    of a random pool row of the region (p(x) unchanged, p(y | x) = p(y | region) there);
+    ``benign_covariate`` rows are a weighted sample without replacement ∝ exp(λ·g(x)) (real
+    rows: p(y | x) and the support are unchanged).
+
+    Examples
+    --------
+    >>> task = load_banana_classification()
+    >>> s = classification_stream(task, "concept_abrupt", 0, QUICK)
+    >>> s.scores.size, s.change, s.cal_scores.size, s.X.shape[1]
+    (350, 150, 300, 2)
+    """
+    phases = scenario_phases(scenario, sizes)
+    n_pool = task.y.size
+    total = sizes.n_calibration + sum(n for _, n in phases)
+    if "extreme_covariate" in dict(phases) or total > n_pool:
+        raise ValueError(f"classification scenario {scenario!r} needs {total} rows of {n_pool}"
+                         " (and no extreme shift)")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n_pool)
+    cal, free = order[:sizes.n_calibration], order[sizes.n_calibration:]
+    x1, x2 = task.X[:, task.column("x1")], task.X[:, task.column("x2")]
+    region = x1 >= np.median(x1[cal])
+    log_tilt = CLASSIFICATION_TILT * (x2 - x2[cal].mean()) / x2[cal].std()
+    used = np.zeros(n_pool, dtype=bool)
+    used[cal] = True
+    rows_parts, label_parts = [], []
+    for kind, n in phases:
+        candidates = free[~used[free]]
+        if kind == "benign_covariate":
+            rows = _weighted_sample(candidates, log_tilt[candidates], n, rng)
+        else:
+            rows = rng.choice(candidates, size=n, replace=False)
+        used[rows] = True
+        y = task.y[rows].copy()
+        if kind == "concept":
+            inside = region[rows]
+            y[inside] = task.y[rng.choice(np.flatnonzero(region), size=int(inside.sum()))]
+        rows_parts.append(rows)
+        label_parts.append(y)
+    rows, y = np.concatenate(rows_parts), np.concatenate(label_parts)
+    X, scores = task.X[rows], one_minus_prob(task.proba[rows], y)
+    n0 = sizes.n_before
+    if scenario == "concept_gradual":
+        order_rows = gradual_rows(n0, sizes.ramp, sizes.n_after, seed)
+        X, scores = X[order_rows], scores[order_rows]
+    cal_scores = one_minus_prob(task.proba[cal], task.y[cal])
+    change = None if scenario == "stationary" else n0
+    return Stream(scenario, seed, cal_scores, task.X[cal].copy(), scores, X.copy(), change)
 
 
 def gradual_rows(n_before: int, ramp: int, n_after: int, seed: int) -> np.ndarray:
@@ -250,12 +348,12 @@ def betting_input(stream: Stream, weighted: bool, adaptation: int | None = None)
 
 
 def betting_segments(
-    ps: FloatArray, betting: str, restart: int | None
+    ps: FloatArray, betting: str, restart: int | None, params: dict[str, Any] | None = None
 ) -> list[tuple[int, FloatArray]]:
     """(offset, log S path) of each segment: one, or two when the martingale restarts."""
     cuts = [0] if restart is None or restart == 0 else [0, restart]
     bounds = [*cuts, ps.size]
-    return [(lo, make_betting(betting).update_many(ps[lo:hi]))
+    return [(lo, make_betting(betting, **(params or {})).update_many(ps[lo:hi]))
             for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
 
@@ -269,10 +367,12 @@ def first_alarm(segments: Sequence[tuple[int, FloatArray]], rule: str, level: fl
     return None
 
 
-def martingale_first_alarms(given: BettingInput, betting: str) -> Outcome:
-    segments = betting_segments(given.ps, betting, given.restart)
+def martingale_first_alarms(given: BettingInput, betting: str,
+                            params: dict[str, Any] | None = None,
+                            extra: Sequence[tuple[str, float]] = ()) -> Outcome:
+    segments = betting_segments(given.ps, betting, given.restart, params)
     return {label(rule, level): first_alarm(segments, rule, level)
-            for rule, level in martingale_settings()}
+            for rule, level in [*martingale_settings(), *extra]}
 
 
 # ------------------------------------------------------------------------------------ river
@@ -322,27 +422,61 @@ def river_first_alarms(stream: Stream) -> dict[str, Outcome]:
 
 
 # ------------------------------------------------------------------------------------- runs
+#: Plug-in power bettors with one forgetting rate each (and the default mixture without its
+#: fastest one), run with ``--variants`` on the WCTM's p-values: which forgetting rate raises
+#: the benign shift's harmful alarms, and what dropping it costs on the concept shifts.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "plug_in_power[0.02]": ("plug_in_power", {"forgets": (0.02,)}),
+    "plug_in_power[0.1]": ("plug_in_power", {"forgets": (0.1,)}),
+    "plug_in_power[0.3]": ("plug_in_power", {"forgets": (0.3,)}),
+    "plug_in_power[0.02,0.1]": ("plug_in_power", {"forgets": (0.02, 0.1)}),
+    "plug_in_power[0.01,0.05]": ("plug_in_power", {"forgets": (0.01, 0.05)}),
+}
+#: Shiryaev–Roberts thresholds beyond the grid, for the WCTMs with ``--variants``: the ARL at
+#: which a bet's stationary alarm rate within 2 000 events comes down to a given level.
+VARIANT_SETTINGS: tuple[tuple[str, float], ...] = tuple(
+    ("shiryaev_roberts", c) for c in (20_000.0, 50_000.0, 100_000.0))
+
+
 @dataclass(frozen=True)
 class Job:
-    """One stream: scenario, seed and sizes (picklable for the process pool)."""
+    """One stream: scenario, seed, sizes and task (picklable for the process pool)."""
 
     scenario: str
     seed: int
     sizes: Sizes
+    task: str = "regression"
+    variants: bool = False
 
     def __call__(self) -> dict[str, Any]:
-        return run_stream(self.scenario, self.seed, self.sizes)
+        return run_stream(self.scenario, self.seed, self.sizes, self.task, self.variants)
 
 
-def run_stream(scenario: str, seed: int, sizes: Sizes) -> dict[str, Any]:
+def make_scenario_stream(task: str, scenario: str, seed: int, sizes: Sizes) -> Stream:
+    """The stream of ``scenario`` on the Shuttle regression or the Banana classification task."""
+    if task == "classification":
+        return classification_stream(load_banana_classification(), scenario, seed, sizes)
+    if task == "regression":
+        return scenario_stream(load_shuttle_regression(), scenario, seed, sizes)
+    raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")
+
+
+def run_stream(scenario: str, seed: int, sizes: Sizes, task: str = "regression",
+               variants: bool = False) -> dict[str, Any]:
     """First alarms of every detector and setting on one stream."""
-    stream = scenario_stream(load_shuttle_regression(), scenario, seed, sizes)
+    stream = make_scenario_stream(task, scenario, seed, sizes)
     adaptation = covariate_alarm(stream)
     inputs = {"ctm": betting_input(stream, False), "wctm": betting_input(stream, True, adaptation)}
     first: dict[str, Outcome] = {}
+    extra = VARIANT_SETTINGS if variants else ()
     for betting in BETTINGS:
         for family, given in inputs.items():
-            first[f"{family}/{betting}"] = martingale_first_alarms(given, betting)
+            first[f"{family}/{betting}"] = martingale_first_alarms(
+                given, betting, extra=extra if family == "wctm" else ())
+    if variants:
+        for name, (betting, params) in VARIANTS.items():
+            first[f"wctm/{name}"] = martingale_first_alarms(inputs["wctm"], betting, params,
+                                                            extra)
     first |= river_first_alarms(stream)
     return {"scenario": scenario, "seed": seed, "change": stream.change,
             "length": int(stream.scores.size), "adaptation": adaptation,
@@ -482,14 +616,15 @@ def matched_settings(result: dict[str, Any], level: float = MATCHED_LEVEL) -> di
     censored delay over :data:`HARMFUL_SCENARIOS` (None when no setting is that quiet)."""
     summary = result["summary"]
     out: dict[str, Any] = {}
-    for det, settings in summary["stationary"].items():
+    for det, settings in summary.get("stationary", {}).items():
         best: tuple[float, float, str] | None = None
         for setting, stats in settings.items():
             if stats["alarm_rate"] > level:
                 continue
             delays = [summary[sc][det][setting]["delay_mean_censored"] for sc in HARMFUL_SCENARIOS
                       if sc in summary]
-            cost = math.inf if any(d is None for d in delays) else float(np.mean(delays))
+            cost = (math.inf if not delays or any(d is None for d in delays)
+                    else float(np.mean(delays)))
             key = (cost, stats["alarm_rate"], setting)
             best = key if best is None or key < best else best
         out[det] = None if best is None else {"setting": best[2], "alarm_rate": best[1],
@@ -507,6 +642,8 @@ def adwin_matched(result: dict[str, Any]) -> dict[str, Any]:
     concept shifts among those whose stationary alarm rate is no higher than ADWIN's at its
     default on the same streams; with ADWIN's own figures as ``"adwin"``."""
     summary = result["summary"]
+    if "stationary" not in summary:
+        return {}
     limit = summary["stationary"][ADWIN_DEFAULT[0]][ADWIN_DEFAULT[1]]["alarm_rate"]
     out: dict[str, Any] = {"adwin": _matched_row(summary, *ADWIN_DEFAULT)}
     for det, settings in summary["stationary"].items():
@@ -530,6 +667,54 @@ def _matched_row(summary: dict[str, Any], det: str, setting: str) -> dict[str, A
     row["concept_delay"] = (None if not medians or any(m is None for m in medians)
                             else float(np.mean(medians)))
     return row
+
+
+#: The paired comparison of the benign shift: the previous and the current default bet of the
+#: WCTM at the stream default (Shiryaev–Roberts 10 000) on the same streams.
+PAIRED = ("wctm/mixture", "wctm/plug_in_power", DEFAULT_SETTING["wctm"])
+
+
+def paired_rates(runs: Sequence[dict[str, Any]], scenario: str = "benign_covariate",
+                 pair: tuple[str, str, str] = PAIRED) -> dict[str, Any] | None:
+    """Share of ``scenario`` streams with an alarm after the change for detectors ``a`` and
+    ``b`` of ``pair`` at its setting, on the same streams: each rate ± its binomial SE, the
+    difference b − a ± its paired SE (SD of the per-stream differences / √n), the discordant
+    counts and the exact two-sided sign-test (McNemar) p-value on them.
+
+    Examples
+    --------
+    >>> runs = [{"scenario": "s", "change": 5, "first": {"a": {"x": f}, "b": {"x": g}}}
+    ...         for f, g in [(None, 7), (6, 8), (None, None), (2, None)]]
+    >>> r = paired_rates(runs, "s", ("a", "b", "x"))
+    >>> r["a"]["rate"], r["b"]["rate"], r["b_only"], r["a_only"], r["difference"]
+    (0.25, 0.5, 1, 0, 0.25)
+    """
+    group = [r for r in runs if r["scenario"] == scenario]
+    if not group:
+        return None
+    a, b, setting = pair
+    n, change = len(group), group[0]["change"]
+
+    def after(r: dict[str, Any], det: str) -> bool:
+        first = r["first"][det][setting]
+        return first is not None and first >= change
+
+    hits = np.array([[after(r, a), after(r, b)] for r in group], dtype=float)
+    diff = hits[:, 1] - hits[:, 0]
+    a_only, b_only = int((diff < 0).sum()), int((diff > 0).sum())
+    seeds = [r.get("seed") for r in group]
+    k, m = min(a_only, b_only), a_only + b_only
+    p_sign = min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2**m) if m else 1.0
+    rates = {}
+    for name, col in ((a, 0), (b, 1)):
+        rate = float(hits[:, col].mean())
+        rates[name] = {"rate": _round(rate), "se": _round(math.sqrt(rate * (1 - rate) / n))}
+    return {"scenario": scenario, "setting": setting, "n": n, "a": rates[a] | {"detector": a},
+            "b": rates[b] | {"detector": b}, "difference": _round(float(diff.mean())),
+            "difference_se": _round(float(diff.std(ddof=1) / math.sqrt(n))) if n > 1 else None,
+            "a_only": a_only, "b_only": b_only, "sign_test_p": _round(p_sign),
+            "seeds_a": [sd for sd, h in zip(seeds, hits[:, 0], strict=True) if h],
+            "seeds_b": [sd for sd, h in zip(seeds, hits[:, 1], strict=True) if h]}
 
 
 # ------------------------------------------------------------------------------------ paths
@@ -561,17 +746,32 @@ def martingale_paths(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------- main
-def run(sizes: Sizes, workers: int = 2, seeds: int | None = None) -> dict[str, Any]:
-    """The whole comparison: every scenario × seed, summaries, Ville validity, paths."""
+DATASETS: dict[str, str] = {
+    "regression": "river Shuttle regression task (monitor.datasets), score |y - prediction|",
+    "classification": "river Banana classification task (monitor.datasets), score "
+                      "1 - p(y | x) (one_minus_prob)",
+}
+
+
+def run(sizes: Sizes, workers: int = 2, seeds: int | None = None, task: str = "regression",
+        scenarios: Sequence[str] | None = None, variants: bool = False) -> dict[str, Any]:
+    """The whole comparison: every scenario × seed, summaries, Ville validity, paths (the
+    regression task only)."""
     started = time.perf_counter()
     n_seeds = sizes.seeds if seeds is None else seeds
-    jobs = [Job(scenario, seed, sizes) for seed in range(n_seeds) for scenario in SCENARIOS]
+    chosen = TASKS[task] if scenarios is None else tuple(scenarios)
+    unknown = set(chosen) - set(TASKS[task])
+    if unknown:
+        raise ValueError(f"task {task!r} has no scenario {sorted(unknown)}")
+    jobs = [Job(scenario, seed, sizes, task, variants)
+            for seed in range(n_seeds) for scenario in chosen]
     runs = run_jobs(jobs, workers)
     summary = summarize(runs)
     result = {
         "config": {
+            "task": task, "scenarios": list(chosen), "variants": variants,
             "sizes": asdict(sizes) | {"seeds": n_seeds},
-            "dataset": "river Shuttle regression task (monitor.datasets), score |y - prediction|",
+            "dataset": DATASETS[task],
             "alphas": list(ALPHAS), "thresholds": list(THRESHOLDS),
             "river_grid": {k: {"parameter": p, "values": list(v)}
                            for k, (p, v) in RIVER_GRID.items()},
@@ -581,7 +781,9 @@ def run(sizes: Sizes, workers: int = 2, seeds: int | None = None) -> dict[str, A
         "summary": summary,
         "adaptation": adaptation_summary(runs),
         "ville_validity": ville_validity(summary),
-        "paths": martingale_paths(scale=1.0 if sizes == FULL else 0.2),
+        "paths": martingale_paths(scale=1.0 if sizes == FULL else 0.2)
+        if task == "regression" and scenarios is None else None,
+        "benign_paired": paired_rates(runs),
     }
     result["matched"] = matched_settings(result)
     result["adwin_matched"] = adwin_matched(result)
@@ -602,8 +804,8 @@ def default_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def print_human(result: dict[str, Any]) -> None:
     sizes = result["config"]["sizes"]
-    print(f"detection side by side ({sizes['seeds']} seeds per scenario, "
-          f"{result['seconds']} s; defaults: martingales SR 10 000, river defaults)")
+    print(f"detection side by side, {result['config']['task']} task ({sizes['seeds']} seeds per "
+          f"scenario, {result['seconds']} s; defaults: martingales SR 10 000, river defaults)")
     for row in default_rows(result):
         if row["scenario"] == "stationary":
             text = (f"alarm rate {row['alarm_rate']:.3f}  run length (censored) "
@@ -624,6 +826,15 @@ def print_human(result: dict[str, Any]) -> None:
     for row in result["ville_validity"]:
         if not row["ok"]:
             print(f"  Ville bound exceeded: {row}")
+    paired = result.get("benign_paired")
+    if paired:
+        a, b = paired["a"], paired["b"]
+        print(f"{paired['scenario']}, alarm after the change at {paired['setting']} on the same "
+              f"{paired['n']} streams: {a['detector']} {a['rate']:.3f} ± {a['se']:.3f}, "
+              f"{b['detector']} {b['rate']:.3f} ± {b['se']:.3f}; difference "
+              f"{paired['difference']:+.3f} ± {paired['difference_se']} (paired SE), "
+              f"only {a['detector']} {paired['a_only']}, only {b['detector']} {paired['b_only']}"
+              f", sign test p = {paired['sign_test_p']}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -632,8 +843,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="CI sizes (seconds)")
     parser.add_argument("--seeds", type=int, help="seeds per scenario (default 100; quick 2)")
     parser.add_argument("--workers", type=int, default=2, help="processes")
+    parser.add_argument("--task", choices=list(TASKS), default="regression",
+                        help="Shuttle regression (default) or Banana classification")
+    parser.add_argument("--scenarios", help="comma-separated subset of the task's scenarios")
+    parser.add_argument("--n-after", type=int,
+                        help="events after the change (default 1 000; 1 500 makes the benign "
+                             "stream bench_statistical's, seed for seed)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also the WCTM with plug-in power bettors of single forgetting rates")
     args = parser.parse_args(argv)
-    result = run(QUICK if args.quick else FULL, workers=args.workers, seeds=args.seeds)
+    scenarios = args.scenarios.split(",") if args.scenarios else None
+    sizes = QUICK if args.quick else FULL
+    if args.n_after is not None:
+        sizes = replace(sizes, n_after=args.n_after)
+    result = run(sizes, workers=args.workers, seeds=args.seeds,
+                 task=args.task, scenarios=scenarios, variants=args.variants)
     if args.json:
         print(json.dumps(result))
     else:

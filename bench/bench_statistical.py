@@ -163,16 +163,24 @@ class ShiftRun:
 
 
 def shift_run(scenario: str, seed: int, **overrides: Any) -> ShiftRun:
-    """Run the default detectors (and a plain CTM beside them) over one scripted stream."""
+    """Run the default detectors (and a plain CTM beside them) over one scripted stream.
+
+    ``overrides``: ``rule``, ``threshold`` and ``betting`` for every monitor; ``batch_size`` and
+    ``penalty_alpha`` for the WCTM; ``conditional_betting`` for the WCTM and the plain CTM
+    (their ``betting``, the covariate monitor's unchanged).
+    """
     data, cal_scores, scores = _stream(seed, SCENARIOS[scenario])
     params: dict[str, Any] = {"rule": "shiryaev_roberts", "threshold": 10_000.0, "seed": seed}
     params |= {k: v for k, v in overrides.items() if k in ("rule", "threshold", "betting")}
     cond_extra = {k: v for k, v in overrides.items() if k in ("batch_size", "penalty_alpha")}
+    ctm_params = dict(params)
+    if "conditional_betting" in overrides:
+        cond_extra["betting"] = ctm_params["betting"] = overrides["conditional_betting"]
     detectors = StreamDetectors(
         CovariateMonitor("knn", data.X_calibration, **params),
-        ConditionalMonitor(cal_scores, data.X_calibration, **params, **cond_extra),
+        ConditionalMonitor(cal_scores, data.X_calibration, **(params | cond_extra)),
     )
-    ctm = ConditionalMonitor(cal_scores, None, weighted=False, **params)
+    ctm = ConditionalMonitor(cal_scores, None, weighted=False, **ctm_params)
     run = ShiftRun(scenario, seed, data.change_points[0])
     for t, (x, s) in enumerate(zip(data.X, scores, strict=True)):
         detectors.update(x, s, event_index=t)
@@ -273,9 +281,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the CI-sized run")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sections", default="validity,run_length,power")
+    parser.add_argument("--power-seeds", type=int, help="seeds of the power section "
+                        "(default 100; quick 30)")
+    parser.add_argument("--scenarios", help="comma-separated subset of the power scenarios")
+    parser.add_argument("--conditional-betting", help="betting of the conditional monitors "
+                        "(default: the service's, plug_in_power)")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     n_valid, n_rl, n_power = (100, 100, 30) if args.quick else (500, 300, 100)
+    n_power = args.power_seeds or n_power
+    scenarios = tuple(args.scenarios.split(",")) if args.scenarios else tuple(SCENARIOS)
+    overrides = ({"conditional_betting": args.conditional_betting}
+                 if args.conditional_betting else {})
     results: dict[str, Any] = {}
     started = time.perf_counter()
     if "validity" in sections:
@@ -286,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for rule in ("cusum", "shiryaev_roberts")
         ]
     if "power" in sections:
-        results["power"] = power(n_power, workers=args.workers)
+        results["power"] = power(n_power, scenarios, workers=args.workers, **overrides)
     results["seconds"] = time.perf_counter() - started
     print(json.dumps(results, indent=None if args.json else 2, default=float))
     return 0

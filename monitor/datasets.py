@@ -31,6 +31,11 @@ Scripted shifts (WATCH-style, Prinster et al. 2025, Sec. 5; see ``docs/detectors
     fails.
 
 Kinds combine with ``+`` (``"benign_covariate+concept"``: tilted inputs with permuted labels).
+
+A classification task (:func:`load_banana_classification`) is built from the Banana data bundled
+with river (``river/datasets/banana.zip``: 5 300 rows, two features, two overlapping classes): a
+``HistGradientBoostingClassifier`` fitted on 1 300 rows, the other 4 000 the pool (accuracy
+≈ 0.89). ``bench/bench_compare.py --task classification`` scripts its shifts.
 """
 
 from __future__ import annotations
@@ -144,6 +149,100 @@ def load_shuttle_regression(seed: int = 0) -> RegressionTask:
     for arr in (X, y, pred):
         arr.setflags(write=False)
     return RegressionTask("shuttle", SHUTTLE_FEATURES, SHUTTLE_TARGET, X, y, pred, model, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification: the Banana data bundled with river
+
+BANANA_FEATURES: tuple[str, ...] = ("x1", "x2")
+_N_TRAIN_BANANA = 1300
+
+
+def banana_path() -> Path:
+    """Path of the Banana archive bundled with river (``banana.zip``, libsvm format)."""
+    import river.datasets
+
+    return Path(river.datasets.__file__).parent / "banana.zip"
+
+
+@functools.lru_cache(maxsize=1)
+def load_banana() -> FloatArray:
+    """All 5 300 Banana rows: columns ``x1``, ``x2`` then the class (0 or 1); read-only.
+
+    The Banana data (OpenML 1460, bundled with river as ``banana.zip``): two features, two
+    classes shaped like overlapping bananas (44.8 % of rows in class 1), so that even a good
+    model errs on about one row in nine.
+
+    Examples
+    --------
+    >>> data = load_banana()
+    >>> data.shape, sorted(set(data[:, 2].tolist()))
+    ((5300, 3), [0.0, 1.0])
+    """
+    import zipfile
+
+    with zipfile.ZipFile(banana_path()) as archive:
+        text = archive.read("banana.all.txt").decode("ascii")
+    rows = []
+    for line in text.splitlines():
+        label, *pairs = line.split()
+        features = dict(pair.split(":") for pair in pairs)
+        rows.append([float(features["1"]), float(features["2"]), float(float(label) > 0)])
+    data = np.array(rows, dtype=np.float64)
+    data.setflags(write=False)
+    return data
+
+
+@dataclass(frozen=True, eq=False)
+class ClassificationTask:
+    """A fitted classifier and the held-out pool of rows it never saw.
+
+    Attributes
+    ----------
+    X, y
+        The pool: features (columns ``feature_names``) and class indices (int64).
+    proba
+        The model's class probabilities for the pool rows, ``(n, k)`` (computed once).
+    """
+
+    name: str
+    feature_names: tuple[str, ...]
+    X: FloatArray
+    y: NDArray[np.int64]
+    proba: FloatArray
+    model: Any
+    seed: int
+
+    def column(self, name: str) -> int:
+        """Position of feature ``name`` in ``X``."""
+        return self.feature_names.index(name)
+
+
+@functools.lru_cache(maxsize=4)
+def load_banana_classification(seed: int = 0) -> ClassificationTask:
+    """The Banana classification task: a ``HistGradientBoostingClassifier`` (100 iterations)
+    fitted on 1 300 rows chosen by ``seed``; the other 4 000 rows are the pool (accuracy ≈ 0.89
+    on them for seed 0). Cached like :func:`load_shuttle_regression`.
+
+    Examples
+    --------
+    >>> task = load_banana_classification()
+    >>> task.X.shape, task.proba.shape, round(float((task.proba.argmax(1) == task.y).mean()), 2)
+    ((4000, 2), (4000, 2), 0.89)
+    """
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    data = load_banana()
+    order = np.random.default_rng(seed).permutation(data.shape[0])
+    train, pool = order[:_N_TRAIN_BANANA], order[_N_TRAIN_BANANA:]
+    X, y = data[pool, :2].copy(), data[pool, 2].astype(np.int64)
+    model = HistGradientBoostingClassifier(max_iter=100, random_state=seed)
+    with threadpool_limits(1):
+        model.fit(data[train, :2], data[train, 2].astype(np.int64))
+        proba = np.asarray(model.predict_proba(X), dtype=np.float64)
+    for arr in (X, y, proba):
+        arr.setflags(write=False)
+    return ClassificationTask("banana", BANANA_FEATURES, X, y, proba, model, seed)
 
 
 @dataclass(frozen=True)
