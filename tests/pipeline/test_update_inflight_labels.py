@@ -135,6 +135,7 @@ def _run(config: StreamConfig, values: list[bytes], drop_feature: bool, batch: i
     monitor = pipeline.streams[config.name]
     got["state"] = canonical(monitor.state_dict())
     got["labeled"] = monitor.labeled
+    got["join"] = monitor.join.state_dict()
     got["waiting"] = sorted(monitor.join._predictions)
     return got
 
@@ -254,3 +255,60 @@ def test_the_mark_survives_the_label_store_state() -> None:
     before.load_state(old)
     assert [before.made_under(i) for i in "abc"] == [None, None, None]
     assert before._predictions["b"].scale == 0.25
+
+
+def test_a_worker_stores_them_as_dead_letters(
+    example: tuple[StreamConfig, list[bytes]], empty_database_url: str
+) -> None:
+    """End to end: a worker picks up version 2 (other features) right after version 1's last
+    prediction; the labels in flight are stored as dead letters with their reason (before: an
+    ``internal error`` each) and the stream goes on under version 2, as through the pipeline
+    alone."""
+    from sqlalchemy import create_engine, select
+
+    from connectors import MemorySource
+    from monitor.db.models import DeadLetterRow
+    from monitor.pipeline import BatchOutput
+    from monitor.runner import DatabaseSink
+    from monitor.worker import Worker
+
+    config, values = example
+    cut = _cut(values)
+    expected = _run(config, values, drop_feature=True, batch=cut, per_event=False)
+    sink = DatabaseSink(empty_database_url)
+    source = MemorySource(values[:cut] + _after(values[cut:], drop_feature=True))
+    monitors = build_monitors([config])
+    sink.register(config, monitors[config.name].calibration)
+    changed, calibration = _version2(config, drop_feature=True)
+    batches = 0
+
+    def on_batch(out: BatchOutput) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 1:
+            assert sink.update(changed, calibration)[0] == 2
+
+    worker = Worker(source, Pipeline(monitors, source.name), sink, "memory", batch_size=cut,
+                    on_batch=on_batch, streams_refresh_s=0.0)
+    try:
+        worker.run()
+    finally:
+        source.close()
+        sink.close()
+    monitor = worker.pipeline.streams[config.name]
+    assert monitor.config_version == 2
+    # the same label store and counts as the pipeline without the worker (which also flushed
+    # the last OOD window at the end of its finite source)
+    assert monitor.join.state_dict() == expected["join"]
+    assert monitor.labeled == expected["labeled"]
+    engine = create_engine(empty_database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            stored = connection.execute(
+                select(DeadLetterRow.reason, DeadLetterRow.stream).order_by(DeadLetterRow.offset)
+            ).all()
+    finally:
+        engine.dispose()
+    assert [row.reason for row in stored] == expected["reasons"]
+    assert sorted(row.reason for row in stored) == sorted(_reason(i) for i in expected["in_flight"])
+    assert {row.stream for row in stored} == {config.name}
