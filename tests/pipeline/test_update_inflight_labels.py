@@ -312,3 +312,34 @@ def test_a_worker_stores_them_as_dead_letters(
     assert [row.reason for row in stored] == expected["reasons"]
     assert sorted(row.reason for row in stored) == sorted(_reason(i) for i in expected["in_flight"])
     assert {row.stream for row in stored} == {config.name}
+
+
+@pytest.mark.parametrize("drop_feature", [True, False])
+def test_a_state_without_feature_names_compares_their_number(
+    example: tuple[StreamConfig, list[bytes]], drop_feature: bool
+) -> None:
+    """A checkpoint written before the state named its features (no ``attribution``): the
+    labels are refused when the number of features changed, and join when it did not."""
+    config, values = example
+    cut = _cut(values)
+    pipeline = Pipeline(build_monitors([config]), "file:events")
+    got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
+                           "reasons": [], "events": 0}
+    _process(pipeline, _records(values[:cut], 0), 50, got)
+    first = pipeline.streams[config.name]
+    in_flight = sorted(first.join._predictions)
+    state = first.state_dict()
+    del state["attribution"], state["performance"], state["attributed"]
+    changed, calibration = _version2(config, drop_feature)
+    second = StreamMonitor(changed, calibration, config_version=2)
+    second.load_state(decode_state(*encode_state(state)))
+    pipeline.streams[config.name] = second
+    labeled = second.labeled
+    _process(pipeline, _records(_after(values[cut:], drop_feature), cut), 50, got)
+    refused = [] if not drop_feature else [
+        f"label of prediction {i!r} made under configuration version 1, whose features (5 "
+        "values) the version 2 detectors (x0, x1, x2, x3) cannot use" for i in in_flight
+    ]
+    assert sorted(got["reasons"]) == refused
+    n_labels = sum(json.loads(v)["kind"] == "label" for v in values[cut:])
+    assert second.labeled == labeled + n_labels - len(refused)
