@@ -196,11 +196,13 @@ def test_with_the_same_features_their_labels_join_as_before(
     assert got["labeled"] == n_labels  # version 1's in-flight labels included
 
 
+@pytest.mark.parametrize("back", [False, True])
 def test_a_second_update_keeps_the_version_they_were_made_under(
-    example: tuple[StreamConfig, list[bytes]]
+    example: tuple[StreamConfig, list[bytes]], back: bool
 ) -> None:
-    """v1 → v2 (other features) → v3 (v2's features): a label of a v1 prediction still names
-    version 1; a label of a v2 prediction in flight at the second update joins."""
+    """v1 → v2 (other features) → v3 with v2's features: a label of a v1 prediction still names
+    version 1, a label of a v2 prediction in flight at the second update joins; ``back``: v3
+    with v1's features, the other way round."""
     config, values = example
     cut = _cut(values)
     pipeline = Pipeline(build_monitors([config]), "file:events")
@@ -209,13 +211,13 @@ def test_a_second_update_keeps_the_version_they_were_made_under(
     _process(pipeline, _records(values[:cut], 0), 50, got)
     v1 = sorted(pipeline.streams[config.name].join._predictions)
     _update(pipeline, config, drop_feature=True, checkpoint=False)
-    # Version 2's first three predictions, no label: then version 3 (v2's features).
+    # Version 2's first three predictions, no label: then version 3.
     rest = _after(values[cut:], drop_feature=True)
     head = [v for v in rest if json.loads(v)["kind"] == "prediction"][:3]
     _process(pipeline, _records(head, cut), 50, got)
     v2 = [json.loads(v)["id"] for v in head]
     state = decode_state(*encode_state(pipeline.streams[config.name].state_dict()))
-    changed, calibration = _version2(config, drop_feature=True)
+    changed, calibration = _version2(config, drop_feature=not back)
     third = StreamMonitor(changed, calibration, config_version=3)
     third.load_state(state)
     pipeline.streams[config.name] = third
@@ -223,11 +225,15 @@ def test_a_second_update_keeps_the_version_they_were_made_under(
     labels = [json.dumps({"kind": "label", "stream": config.name, "id": i, "label": 0}).encode()
               for i in v1 + v2]
     _process(pipeline, _records(labels, 10_000), 50, got)
+    five, four = "x0, x1, x2, x3, x4", "x0, x1, x2, x3"
     assert got["reasons"] == [
-        f"label of prediction {i!r} made under configuration version 1, whose features (x0, "
-        "x1, x2, x3, x4) the version 3 detectors (x0, x1, x2, x3) cannot use" for i in v1
+        f"label of prediction {i!r} made under configuration version 2, whose features "
+        f"({four}) the version 3 detectors ({five}) cannot use" for i in v2
+    ] if back else [
+        f"label of prediction {i!r} made under configuration version 1, whose features "
+        f"({five}) the version 3 detectors ({four}) cannot use" for i in v1
     ]
-    assert third.labeled == labeled + len(v2)
+    assert third.labeled == labeled + len(v1 if back else v2)
 
 
 def test_the_mark_survives_the_label_store_state() -> None:
