@@ -129,6 +129,11 @@ class LabelJoin:
             self._made_under[version] = feature_names
         return marked
 
+    @property
+    def marked(self) -> bool:
+        """Whether a configuration update marked predictions (some may still wait)."""
+        return bool(self._made_under)
+
     def made_under(self, event_id: str) -> tuple[int, tuple[str, ...] | None] | None:
         """The version (and its feature names) a waiting prediction was made under, when a
         configuration update marked it; else None."""

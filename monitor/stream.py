@@ -171,9 +171,10 @@ class StreamMonitor:
 
     def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
         self._check_label(event.label)
-        pending = self.join.waiting(event.id)
-        if pending is not None and pending.version is not None:
-            self._check_made_under(pending)
+        if self.join.marked:
+            pending = self.join.waiting(event.id)
+            if pending is not None and pending.version is not None:
+                self._check_made_under(pending)
         self.join.add_label(event.id, event.label, ts.timestamp())
 
     def _check_made_under(self, pending: Pending) -> None:
@@ -238,6 +239,7 @@ class StreamMonitor:
         ood_kinds = () if self.ood is None else self.ood.input_kinds
         join, config = self.join, self.config
         waiting = join._predictions  # read only: a duplicate id is refused before any change
+        marked = join.marked  # predictions made under an earlier version may wait
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
         needs_scale = config.conditional_score in SCALED_RESIDUALS
@@ -281,9 +283,10 @@ class StreamMonitor:
                         join.add_label(event.id, label, seconds)
                 else:
                     self._check_label(event.label)
-                    pending = waiting.get(event.id)
-                    if pending is not None and pending.version is not None:
-                        self._check_made_under(pending)
+                    if marked:
+                        pending = waiting.get(event.id)
+                        if pending is not None and pending.version is not None:
+                            self._check_made_under(pending)
                     join.add_label(event.id, event.label, ts.timestamp())
             except InvalidEvent as exc:
                 rejected.append((k, str(exc)))
