@@ -948,7 +948,13 @@ class _Retired:
 
 
 def _listed(names: Sequence[str], most: int = 12) -> str:
-    """Feature names for a message, the middle left out when there are many."""
+    """Feature names for a message, the middle left out when there are many.
+
+    >>> _listed(("a", "b"))
+    'a, b'
+    >>> _listed([f"x{j}" for j in range(30)], most=4)
+    'x0, x1, …, x29 (30 features)'
+    """
     if len(names) <= most:
         return ", ".join(names)
     return f"{', '.join(names[: most - 2])}, …, {names[-1]} ({len(names)} features)"
