@@ -4,6 +4,11 @@ Both waiting rooms are bounded by count and by event time. An entry pushed out b
 *expired*: it is counted (``expired_predictions`` / ``expired_labels``), never silently dropped.
 The whole store is part of the stream's checkpointed state.
 
+A configuration update marks the predictions still waiting with the version they were made
+under and that version's features (:meth:`LabelJoin.mark_made_under`): when the new version
+monitors other features, the stream refuses their labels with a reason instead of feeding old
+features to the new detectors (``monitor.stream``).
+
 The join's clock is event time, made robust to a single wrong timestamp: it is the median of
 the last :data:`CLOCK_WINDOW` events' times (the lower median while fewer have been seen), and it
 never goes back. One event stamped far in the future (a producer's clock bug) therefore cannot
@@ -33,6 +38,9 @@ class Pending(NamedTuple):
     prediction: float | tuple[float, ...]
     #: The model's predicted scale of its error, when the event carried one.
     scale: float | None = None
+    #: The configuration version the prediction was made under, when a later version is in
+    #: force (set by :meth:`LabelJoin.mark_made_under`); None: the version in force.
+    version: int | None = None
 
 
 class Joined(NamedTuple):
@@ -76,6 +84,9 @@ class LabelJoin:
         self._predictions: OrderedDict[str, Pending] = OrderedDict()
         self._labels: OrderedDict[str, tuple[Label, float]] = OrderedDict()
         self._ready: list[Joined] = []
+        #: The feature names of the versions marked predictions were made under (None: not
+        #: known, a state written before the names were kept).
+        self._made_under: dict[int, tuple[str, ...] | None] = {}
         self._recent: deque[float] = deque(maxlen=CLOCK_WINDOW)
         self._clock = float("-inf")
         self.expired_predictions = 0
@@ -92,6 +103,44 @@ class LabelJoin:
 
     def has_prediction(self, event_id: str) -> bool:
         return event_id in self._predictions
+
+    def waiting(self, event_id: str) -> Pending | None:
+        """The prediction ``event_id`` waiting for its label, if any."""
+        return self._predictions.get(event_id)
+
+    def mark_made_under(self, version: int, feature_names: tuple[str, ...] | None) -> int:
+        """At a configuration update: mark the waiting predictions not marked yet as made under
+        ``version``, whose features are ``feature_names``; returns how many were marked.
+
+        >>> join = LabelJoin()
+        >>> join.add_prediction(Pending("a", 0, 0.0, (1.0, 2.0), 0.5))
+        >>> join.mark_made_under(1, ("x0", "x1")), join.mark_made_under(2, ("x0",))
+        (1, 0)
+        >>> join.made_under("a"), join.made_under("b")
+        ((1, ('x0', 'x1')), None)
+        """
+        predictions = self._predictions
+        marked = 0
+        for key, pending in predictions.items():
+            if pending.version is None:
+                predictions[key] = pending._replace(version=version)
+                marked += 1
+        if marked:
+            self._made_under[version] = feature_names
+        return marked
+
+    @property
+    def marked(self) -> bool:
+        """Whether a configuration update marked predictions (some may still wait)."""
+        return bool(self._made_under)
+
+    def made_under(self, event_id: str) -> tuple[int, tuple[str, ...] | None] | None:
+        """The version (and its feature names) a waiting prediction was made under, when a
+        configuration update marked it; else None."""
+        pending = self._predictions.get(event_id)
+        if pending is None or pending.version is None:
+            return None
+        return pending.version, self._made_under.get(pending.version)
 
     def add_prediction(self, pending: Pending) -> None:
         """Hold a prediction, or join it at once with an early label."""
@@ -140,28 +189,42 @@ class LabelJoin:
             self.expired_labels += _evict(labels, cap, horizon, _lts)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        predictions = self._predictions.values()
+        state: dict[str, Any] = {
             "version": 2,
-            # a sixth item, the scale, only when there is one: older readers see the same rows
+            # a sixth item, the scale, only when there is one, and a seventh, the version a
+            # prediction was made under, only when marked: older readers see the same rows
             "predictions": [
                 [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
-                + ([] if p.scale is None else [p.scale])
-                for p in self._predictions.values()
+                + ([] if p.scale is None and p.version is None else [p.scale])
+                + ([] if p.version is None else [p.version])
+                for p in predictions
             ],
             "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
             "counts": [self.expired_predictions, self.expired_labels, self.joined],
             "recent": list(self._recent),
             "clock": self._clock if self._clock != float("-inf") else None,
         }
+        if self._made_under:
+            used = {p.version for p in predictions if p.version is not None}
+            state["made_under"] = [
+                [version, None if names is None else list(names)]
+                for version, names in sorted(self._made_under.items()) if version in used
+            ]
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state.get("version") not in (1, 2):
             raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
         self._predictions = OrderedDict(
             (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4]),
-                             row[5] if len(row) > 5 else None))
+                             row[5] if len(row) > 5 else None, row[6] if len(row) > 6 else None))
             for row in state["predictions"]
         )
+        self._made_under = {
+            int(version): None if names is None else tuple(names)
+            for version, names in state.get("made_under", ())
+        }
         self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
         self.expired_predictions, self.expired_labels, self.joined = state["counts"]
         # version 1 kept no clock: start it afresh (it only delays expiry by a few events)

@@ -171,7 +171,34 @@ class StreamMonitor:
 
     def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
         self._check_label(event.label)
+        if self.join.marked:
+            pending = self.join.waiting(event.id)
+            if pending is not None and pending.version is not None:
+                self._check_made_under(pending)
         self.join.add_label(event.id, event.label, ts.timestamp())
+
+    def _check_made_under(self, pending: Pending) -> None:
+        """Refuse the label of a prediction made under an earlier configuration version whose
+        features this version's detectors cannot use (other names, or, where the state did not
+        keep the names, another number): :class:`InvalidEvent`, so the label is a dead letter
+        with this reason and changes nothing — the prediction waits on until the join expires
+        it. Labels of predictions made under a version with the same features join as usual."""
+        version, names = self.join.made_under(pending.event_id) or (None, None)
+        if version is None:
+            return
+        if names is None:
+            if len(pending.features) == self.calibration.n_features:
+                return
+            before = f"{len(pending.features)} values"
+        elif names == self.feature_names:
+            return
+        else:
+            before = _listed(names)
+        raise InvalidEvent(
+            f"label of prediction {pending.event_id!r} made under configuration version "
+            f"{version}, whose features ({before}) the version {self.config_version} "
+            f"detectors ({_listed(self.feature_names)}) cannot use"
+        )
 
     def _observe_joined(self, joined: Joined, ts: datetime) -> None:
         # One time base: the conditional trace and its alarms carry the prediction's event time
@@ -212,6 +239,7 @@ class StreamMonitor:
         ood_kinds = () if self.ood is None else self.ood.input_kinds
         join, config = self.join, self.config
         waiting = join._predictions  # read only: a duplicate id is refused before any change
+        marked = join.marked  # predictions made under an earlier version may wait
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
         needs_scale = config.conditional_score in SCALED_RESIDUALS
@@ -255,6 +283,10 @@ class StreamMonitor:
                         join.add_label(event.id, label, seconds)
                 else:
                     self._check_label(event.label)
+                    if marked:
+                        pending = waiting.get(event.id)
+                        if pending is not None and pending.version is not None:
+                            self._check_made_under(pending)
                     join.add_label(event.id, event.label, ts.timestamp())
             except InvalidEvent as exc:
                 rejected.append((k, str(exc)))
@@ -743,6 +775,11 @@ class StreamMonitor:
         unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
         attribution = state.get("attribution")
         version = int(state.get("config_version", 1))
+        # The predictions still waiting for their label were made under that version: their
+        # labels join only if this version reads the same features (_check_made_under).
+        self.join.mark_made_under(
+            version, None if attribution is None else tuple(attribution["feature_names"])
+        )
         same = attribution is not None and \
             tuple(attribution["feature_names"]) == self.feature_names
         retired = [_Retired.load(r) for r in state.get("retired", [])]
@@ -908,6 +945,19 @@ class _Retired:
         return cls(int(state["config_version"]), StreamDetectors.from_state(state["detectors"]),
                    None if reference is None else np.asarray(reference, np.float64),
                    int(state["window"]))
+
+
+def _listed(names: Sequence[str], most: int = 12) -> str:
+    """Feature names for a message, the middle left out when there are many.
+
+    >>> _listed(("a", "b"))
+    'a, b'
+    >>> _listed([f"x{j}" for j in range(30)], most=4)
+    'x0, x1, …, x29 (30 features)'
+    """
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{', '.join(names[: most - 2])}, …, {names[-1]} ({len(names)} features)"
 
 
 def _evidence_of(data: dict[str, Any]) -> AlarmEvidence:

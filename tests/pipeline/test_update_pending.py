@@ -183,8 +183,9 @@ def test_per_event_batches_and_checkpoints_agree(
 def _other_features(values: list[bytes], cut: int) -> list[bytes]:
     """The events after ``cut`` as version 2 without the last feature reads them: predictions
     without it, and without the labels of the predictions before the cut. Those are still in
-    the label store with five features, and the new detectors cannot score them (a known
-    limit of a feature change, not of this fix: their join raises)."""
+    the label store with five features, which the new detectors cannot use: each such label is
+    refused (a dead letter naming why; tests/pipeline/test_update_inflight_labels.py), and
+    ``_feed`` observes events directly, without the pipeline that turns it into one."""
     before = {json.loads(v)["id"] for v in values[:cut]}
     out = []
     for value in values[cut:]:
