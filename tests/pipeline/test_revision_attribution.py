@@ -13,32 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sqlalchemy import create_engine, select
 
-from monitor.datasets import build_example
 from monitor.db.models import AlarmRevisionRow, AlarmRow
 from monitor.runner import run_source
 from monitor.settings import Settings
+from tests.pipeline.revision_example import WINDOW, revision_example
 from tests.pipeline.test_batch_path import assert_same, run
-
-MIN_EVENTS = 15
-WINDOW = 30
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
-    """Frequent Ville alarms (alpha 0.5) and a short re-baseline (20 events), labels 7 events
-    late: the conditional alarm right after the extreme shift starts (event 150) has fewer
-    than MIN_EVENTS labelled events of evidence and is revised once they arrive."""
-    folder = tmp_path_factory.mktemp("revision_attribution")
-    paths = build_example(folder, seed=4, phases=(("stable", 150), ("extreme_covariate", 250)),
-                          n_calibration=300, label_delay=7, alarm={"rule": "ville", "alpha": 0.5})
-    config = yaml.safe_load(paths["config"].read_text())
-    config |= {"rebaseline": 20, "diagnosis": {"min_events": MIN_EVENTS},
-               "attribution": {"window": WINDOW}}
-    paths["config"].write_text(yaml.safe_dump(config))
-    return paths["config"], paths["events"].read_bytes().splitlines()
+    """The conditional alarm right after the extreme shift starts (event 150) has fewer than
+    MIN_EVENTS labelled events of evidence and is revised once they arrive."""
+    return revision_example(tmp_path_factory.mktemp("revision_attribution"))
 
 
 def _revised_conditional(alarms: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,35 +18,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from monitor.calibration import Calibration
 from monitor.config import StreamConfig
-from monitor.datasets import build_example
 from monitor.events import decode_event
 from monitor.runner import build_monitors, read_configs
 from monitor.state import decode_state, encode_state
 from monitor.stream import StreamMonitor
 from tests.integration.streams import canonical
+from tests.pipeline.revision_example import WINDOW, revision_example
 
-MIN_EVENTS = 15
-WINDOW = 30
 TS = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[StreamConfig, list[bytes]]:
-    """Frequent Ville alarms (alpha 0.5) and a short re-baseline (20 events), labels 7 events
-    late: when the extreme shift starts (event 150) a conditional alarm and then a covariate
+    """When the extreme shift starts (event 150) a conditional alarm and then a covariate
     alarm are raised with fewer than MIN_EVENTS events of evidence, and revised later."""
-    folder = tmp_path_factory.mktemp("update_pending")
-    paths = build_example(folder, seed=4, phases=(("stable", 150), ("extreme_covariate", 250)),
-                          n_calibration=300, label_delay=7, alarm={"rule": "ville", "alpha": 0.5})
-    config = yaml.safe_load(paths["config"].read_text())
-    config |= {"rebaseline": 20, "diagnosis": {"min_events": MIN_EVENTS},
-               "attribution": {"window": WINDOW}}
-    paths["config"].write_text(yaml.safe_dump(config))
-    return read_configs([str(paths["config"])])[0], paths["events"].read_bytes().splitlines()
+    config, lines = revision_example(tmp_path_factory.mktemp("update_pending"))
+    return read_configs([str(config)])[0], lines
 
 
 def _monitor(config: StreamConfig) -> StreamMonitor:
