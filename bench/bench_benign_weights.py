@@ -20,8 +20,9 @@ stream the weighted conformal p-values are computed several ways (:data:`VARIANT
     stable events) and b − 1 earlier tilted ones. Tibshirani et al. (NeurIPS 2019, Lemma 3)
     give the exact weight of point j as r_j·e_{b−1}(r_{−j}) (e the elementary symmetric
     polynomial); by the saddle point of Π(1 + z·r_i) at z = b/a this is ∝ r_j / (a + b·r_j) =
-    q(x_j)/m(x_j), m = (a·p + b·q)/(a + b) the reference's mixture density, up to O(1/n).
-    Before the change every weight is 1 (plain conformal p-values).
+    q(x_j)/m(x_j), m = (a·p + b·q)/(a + b) the reference's mixture density, up to O(1/n),
+    with r normalised to E_p[r] = 1 (its mean over the whole pool). Before the change every
+    weight is 1 (plain conformal p-values).
 ``oracle_r``
     r(x) alone for every point (Tibshirani et al. 2019, eq. (7), as if the whole reference
     came from p): over-corrects once tilted points have joined the reference.
@@ -72,6 +73,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "lr=0.1": {"ratio_learning_rate": 0.1},
     "lr=0.2": {"ratio_learning_rate": 0.2},
     "batch=8": {"batch_size": 8},
+    "batch=4": {"batch_size": 4},
+    "lr=0.1,batch=8": {"ratio_learning_rate": 0.1, "batch_size": 8},
     "oracle": None,
     "oracle_r": None,
     "ctm": None,
@@ -79,7 +82,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 BETS: tuple[str, ...] = ("plug_in_power", "mixture")
 SETTINGS: tuple[tuple[str, float], ...] = (
     ("shiryaev_roberts", 10_000.0), ("shiryaev_roberts", 100_000.0), ("cusum", 1000.0))
-WINDOW = 100
+WINDOW = 50
 TILT = 1.0  # monitor.datasets.make_stream's default λ
 
 
@@ -91,6 +94,14 @@ def log_tilt(stream: Stream, task: Any) -> FloatArray:
     f1_cal = stream.cal_X[:, f3] - stream.cal_X[:, f7]
     f1 = stream.X[:, f3] - stream.X[:, f7]
     return np.asarray(-TILT * (f1 - f1_cal.mean()) / f1_cal.std(), np.float64)
+
+
+def log_mean_tilt(stream: Stream, task: Any) -> float:
+    """log E_p[r] over the pool the rows are drawn from (r as in :func:`log_tilt`)."""
+    f3, f7 = task.column("f3"), task.column("f7")
+    f1_cal = stream.cal_X[:, f3] - stream.cal_X[:, f7]
+    f1 = task.X[:, f3] - task.X[:, f7]
+    return float(np.log(np.mean(np.exp(-TILT * (f1 - f1_cal.mean()) / f1_cal.std()))))
 
 
 def log_tilt_cal(stream: Stream, task: Any) -> FloatArray:
@@ -120,7 +131,8 @@ def weighted_p_values(cal_scores: FloatArray, scores: FloatArray, weights_of: An
         w = weights_of(t)
         u = rng.random()
         if w is None:
-            above, tied, w_t, total = float(np.sum(ref > s)), float(np.sum(ref == s)), 1.0, m + t + 1.0
+            above, tied = float(np.sum(ref > s)), float(np.sum(ref == s))
+            w_t, total = 1.0, m + t + 1.0
         else:
             w_ref, w_t = w[:-1], float(w[-1])
             above, tied = float(w_ref[ref > s].sum()), float(w_ref[ref == s].sum())
@@ -132,7 +144,8 @@ def weighted_p_values(cal_scores: FloatArray, scores: FloatArray, weights_of: An
 def oracle_weights(log_r_all: FloatArray, m: int, change: int | None,
                    mixture: bool) -> Any:
     """weights_of(t) for the oracle: 1 before the change; after it r_j/(a + b·r_j) (mixture)
-    or r_j (not), over the m calibration points, the t earlier events and the test point."""
+    or r_j (not), over the m calibration points, the t earlier events and the test point;
+    ``log_r_all`` must be normalised to E_p[r] = 1 for the mixture weights."""
     r_all = np.exp(log_r_all)
 
     def weights_of(t: int) -> FloatArray | None:
@@ -185,6 +198,7 @@ def run_stream(scenario: str, seed: int) -> dict[str, Any]:
     stream = scenario_stream(task, scenario, seed, SIZES)
     m = stream.cal_scores.size
     log_r = np.concatenate([log_tilt_cal(stream, task), log_tilt(stream, task)])
+    log_r -= log_mean_tilt(stream, task)
     ps: dict[str, FloatArray] = {}
     slopes: dict[str, list[float]] = {}
     for name, params in VARIANTS.items():
@@ -241,8 +255,11 @@ def window_table(runs: Sequence[dict[str, Any]], scenario: str) -> dict[str, lis
 
 def slope_table(runs: Sequence[dict[str, Any]], scenario: str) -> dict[str, list[float]]:
     group = [r for r in runs if r["scenario"] == scenario]
-    return {name: np.round(np.mean([r["slopes"][name] for r in group], axis=0), 3).tolist()
-            for name in group[0]["slopes"]}
+    out: dict[str, list[float]] = {}
+    for name in group[0]["slopes"]:
+        mean = np.mean([r["slopes"][name] for r in group], axis=0)
+        out[name] = [round(float(v), 3) for v in mean]
+    return out
 
 
 def alarm_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
