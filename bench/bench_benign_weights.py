@@ -283,6 +283,10 @@ def alarm_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     row["benign_before"] = int(sum(before))
                     row["benign_n"] = len(g)
                     row["benign_seeds"] = [r["seed"] for r, a in zip(g, after, strict=True) if a]
+                    # events from the change to each harmful alarm (when the alarms come)
+                    row["benign_alarm_after"] = sorted(
+                        r["first"][name][bet][key] - r["change"]
+                        for r, a in zip(g, after, strict=True) if a)
                 if by["concept_abrupt"]:
                     g = by["concept_abrupt"]
                     delays = [f - r["change"] for r in g
