@@ -298,15 +298,16 @@ def alarm_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(seeds: int, workers: int, scenarios: Sequence[str]) -> dict[str, Any]:
-    jobs = [Job(s, seed) for s in scenarios for seed in range(seeds)]
+def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0) -> dict[str, Any]:
+    jobs = [Job(s, seed) for s in scenarios for seed in range(first_seed, first_seed + seeds)]
     start = time.perf_counter()
     if workers <= 1:
         runs = [job() for job in jobs]
     else:
         with ProcessPoolExecutor(workers) as pool:
             runs = list(pool.map(_call, jobs, chunksize=max(1, len(jobs) // (8 * workers))))
-    result: dict[str, Any] = {"seeds": seeds, "scenarios": list(scenarios),
+    result: dict[str, Any] = {"seeds": seeds, "first_seed": first_seed,
+                              "scenarios": list(scenarios),
                               "alarms": alarm_table(runs)}
     if "benign_covariate" in scenarios:
         result["windows_benign"] = window_table(runs, "benign_covariate")
@@ -343,13 +344,16 @@ def print_human(result: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=300)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first_seed … first_seed + seeds − 1 (a fresh range confirms "
+                             "a variant chosen on another)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON result to this file")
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
-    result = run(args.seeds, args.workers, scenarios)
+    result = run(args.seeds, args.workers, scenarios, args.first_seed)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     if args.json:
