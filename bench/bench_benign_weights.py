@@ -298,6 +298,32 @@ def alarm_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def sign_test(a_only: int, b_only: int) -> float:
+    """Exact two-sided sign test (McNemar) on the discordant counts.
+
+    >>> sign_test(6, 0)
+    0.03125
+    """
+    k, m = min(a_only, b_only), a_only + b_only
+    return min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2**m) if m else 1.0
+
+
+def paired_table(alarms: Sequence[dict[str, Any]], base: str = "estimated") -> list[dict[str, Any]]:
+    """Every variant against ``base`` on the same benign streams: harmful alarms of each, the
+    discordant seeds and the sign-test p-value, per bet and setting."""
+    rows = {(r["variant"], r["bet"], r["setting"]): r for r in alarms}
+    out = []
+    for (variant, bet, setting), row in rows.items():
+        if variant == base or "benign_seeds" not in row:
+            continue
+        a = set(rows[(base, bet, setting)]["benign_seeds"])
+        b = set(row["benign_seeds"])
+        out.append({"variant": variant, "bet": bet, "setting": setting, base: len(a),
+                    "other": len(b), f"{base}_only": len(a - b), "other_only": len(b - a),
+                    "sign_test_p": round(sign_test(len(a - b), len(b - a)), 4)})
+    return out
+
+
 def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0) -> dict[str, Any]:
     jobs = [Job(s, seed) for s in scenarios for seed in range(first_seed, first_seed + seeds)]
     start = time.perf_counter()
@@ -310,6 +336,7 @@ def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0)
                               "scenarios": list(scenarios),
                               "alarms": alarm_table(runs)}
     if "benign_covariate" in scenarios:
+        result["paired_benign"] = paired_table(result["alarms"])
         result["windows_benign"] = window_table(runs, "benign_covariate")
         result["slopes_benign"] = slope_table(runs, "benign_covariate")
     if "stationary" in scenarios:
@@ -338,6 +365,10 @@ def print_human(result: dict[str, Any]) -> None:
         print(f"  {r['variant']:10s} {r['bet']:14s} {r['setting']:22s} {r.get('stationary')!s:8s}"
               f" {r.get('benign_after')}/{r.get('benign_before')}"
               f"  {r.get('concept_detected')} {r.get('concept_median_delay')}")
+    for r in result.get("paired_benign", []):
+        print(f"  paired {r['variant']:15s} {r['bet']:14s} {r['setting']:24s} estimated "
+              f"{r['estimated']:3d} vs {r['other']:3d} (only {r['estimated_only']} / "
+              f"{r['other_only']}, sign test p = {r['sign_test_p']})")
     print(f"\n{result['seconds']} s")
 
 
