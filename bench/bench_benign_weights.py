@@ -35,7 +35,8 @@ of −log p (1 under uniform p-values), the share of p ≤ 0.05 and the Kolmogor
 distance of the pooled p-values to U(0, 1); for the estimated weights the least-squares slope
 of log ŵ on log r over the calibration inputs (0 before the estimate has learnt anything, ≈ 1
 when ŵ tracks r); and per variant the first alarms of the plug-in power and the Simple Mixture
-bets at Shiryaev–Roberts 10 000 and 100 000 and CUSUM 1 000.
+bets at Shiryaev–Roberts 10 000 and 100 000, CUSUM 1 000 and Ville's rule at α = 0.05 and 0.01
+(on stationary streams: the share alarming must stay within α + 3 SE).
 
 Run ``python bench/bench_benign_weights.py --seeds 300 --workers 2 --json``.
 """
@@ -81,7 +82,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 }
 BETS: tuple[str, ...] = ("plug_in_power", "mixture")
 SETTINGS: tuple[tuple[str, float], ...] = (
-    ("shiryaev_roberts", 10_000.0), ("shiryaev_roberts", 100_000.0), ("cusum", 1000.0))
+    ("shiryaev_roberts", 10_000.0), ("shiryaev_roberts", 100_000.0), ("cusum", 1000.0),
+    ("ville", 0.05), ("ville", 0.01))
 WINDOW = 50
 TILT = 1.0  # monitor.datasets.make_stream's default λ
 
