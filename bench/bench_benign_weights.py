@@ -322,7 +322,7 @@ def paired_table(alarms: Sequence[dict[str, Any]], base: str = "estimated") -> l
         b = set(row["benign_seeds"])
         out.append({"variant": variant, "bet": bet, "setting": setting, base: len(a),
                     "other": len(b), f"{base}_only": len(a - b), "other_only": len(b - a),
-                    "sign_test_p": round(sign_test(len(a - b), len(b - a)), 4)})
+                    "sign_test_p": float(f"{sign_test(len(a - b), len(b - a)):.3g}")})
     return out
 
 
