@@ -374,6 +374,28 @@ def print_human(result: dict[str, Any]) -> None:
     print(f"\n{result['seconds']} s")
 
 
+def markdown(result: dict[str, Any], bet: str = "plug_in_power",
+             variants: Sequence[str] = ("estimated", "oracle", "lr=0.1", "batch=8",
+                                        "lr=0.1,batch=8")) -> str:
+    """The docs table: per variant and setting, stationary alarm rate, benign harmful alarms
+    (count / n, and how many within 200 events of the change) and the abrupt concept delay."""
+    rows = {(r["variant"], r["bet"], r["setting"]): r for r in result["alarms"]}
+    lines = ["| weights | setting | stationary alarm rate | benign: harmful alarm after change "
+             "(within 200 events) | abrupt concept: median delay (detected) |",
+             "|---|---|---|---|---|"]
+    for rule, level in SETTINGS:
+        if rule == "ville":
+            continue
+        key = f"{rule}@{level:g}"
+        for v in variants:
+            r = rows[(v, bet, key)]
+            early = sum(d < 200 for d in r.get("benign_alarm_after", []))
+            lines.append(f"| {v} | {key} | {r['stationary']:.3f} | {r['benign_after']} / "
+                         f"{r['benign_n']} ({early}) | {r['concept_median_delay']:g} "
+                         f"({r['concept_detected']:.2f}) |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=300)
@@ -384,7 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON result to this file")
+    parser.add_argument("--markdown", metavar="JSON",
+                        help="print the docs table of a saved --out result and exit")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     scenarios = [s for s in args.scenarios.split(",") if s]
     result = run(args.seeds, args.workers, scenarios, args.first_seed)
     if args.out:
