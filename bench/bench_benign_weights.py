@@ -38,7 +38,11 @@ when ŵ tracks r); and per variant the first alarms of the plug-in power and the
 bets at Shiryaev–Roberts 10 000 and 100 000, CUSUM 1 000 and Ville's rule at α = 0.05 and 0.01
 (on stationary streams: the share alarming must stay within α + 3 SE).
 
-Run ``python bench/bench_benign_weights.py --seeds 300 --workers 2 --json``.
+``--task classification`` runs the same on ``bench_compare``'s Banana streams (1 − p̂(y | x)
+scores; the tilt exp(λ·x2), x2 standardised on the calibration rows).
+
+Run ``python bench/bench_benign_weights.py --seeds 300 --workers 2 --out FILE``; ``--markdown
+FILE`` prints the docs table of a saved result.
 """
 
 from __future__ import annotations
@@ -59,9 +63,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_compare import Sizes, Stream, betting_segments, first_alarm, scenario_stream
+from bench_compare import (
+    CLASSIFICATION_TILT,
+    Sizes,
+    Stream,
+    betting_segments,
+    classification_stream,
+    first_alarm,
+    scenario_stream,
+)
 
-from monitor.datasets import load_shuttle_regression
+from monitor.datasets import (
+    ClassificationTask,
+    load_banana_classification,
+    load_shuttle_regression,
+)
 from monitor.detectors import ConditionalMonitor
 
 FloatArray = np.ndarray
@@ -88,28 +104,34 @@ WINDOW = 50
 TILT = 1.0  # monitor.datasets.make_stream's default λ
 
 
+def _log_r(task: Any, cal_X: FloatArray, X: FloatArray) -> FloatArray:
+    """log r(x) = λ·g(x) for the rows ``X``, g standardised on the calibration rows ``cal_X``
+    as the generators do: Shuttle (``monitor.datasets._Shifts``) minus f3 − f7, Banana
+    (``bench_compare.classification_stream``) x2."""
+    if isinstance(task, ClassificationTask):
+        x2 = task.column("x2")
+        g_cal, g = cal_X[:, x2], X[:, x2]
+        sign, lam = 1.0, CLASSIFICATION_TILT
+    else:
+        f3, f7 = task.column("f3"), task.column("f7")
+        g_cal, g = cal_X[:, f3] - cal_X[:, f7], X[:, f3] - X[:, f7]
+        sign, lam = -1.0, TILT
+    return np.asarray(sign * lam * (g - g_cal.mean()) / g_cal.std(), np.float64)
+
+
 def log_tilt(stream: Stream, task: Any) -> FloatArray:
-    """log r(x) = λ·g(x) of every stream row, g as in ``monitor.datasets._Shifts``: minus the
-    standardised f3 − f7, standardised on the calibration rows (up to a constant, which cancels
-    in normalised weights)."""
-    f3, f7 = task.column("f3"), task.column("f7")
-    f1_cal = stream.cal_X[:, f3] - stream.cal_X[:, f7]
-    f1 = stream.X[:, f3] - stream.X[:, f7]
-    return np.asarray(-TILT * (f1 - f1_cal.mean()) / f1_cal.std(), np.float64)
+    """log r(x) of every stream row (up to a constant, see :func:`log_mean_tilt`)."""
+    return _log_r(task, stream.cal_X, stream.X)
 
 
 def log_mean_tilt(stream: Stream, task: Any) -> float:
     """log E_p[r] over the pool the rows are drawn from (r as in :func:`log_tilt`)."""
-    f3, f7 = task.column("f3"), task.column("f7")
-    f1_cal = stream.cal_X[:, f3] - stream.cal_X[:, f7]
-    f1 = task.X[:, f3] - task.X[:, f7]
-    return float(np.log(np.mean(np.exp(-TILT * (f1 - f1_cal.mean()) / f1_cal.std()))))
+    return float(np.log(np.mean(np.exp(_log_r(task, stream.cal_X, task.X)))))
 
 
 def log_tilt_cal(stream: Stream, task: Any) -> FloatArray:
-    f3, f7 = task.column("f3"), task.column("f7")
-    f1_cal = stream.cal_X[:, f3] - stream.cal_X[:, f7]
-    return np.asarray(-TILT * (f1_cal - f1_cal.mean()) / f1_cal.std(), np.float64)
+    """log r(x) of the calibration rows."""
+    return _log_r(task, stream.cal_X, stream.cal_X)
 
 
 def weighted_p_values(cal_scores: FloatArray, scores: FloatArray, weights_of: Any,
@@ -190,14 +212,20 @@ def estimated_run(stream: Stream, params: dict[str, Any], log_r_cal: FloatArray,
 class Job:
     scenario: str
     seed: int
+    task: str = "regression"
 
     def __call__(self) -> dict[str, Any]:
-        return run_stream(self.scenario, self.seed)
+        return run_stream(self.scenario, self.seed, self.task)
 
 
-def run_stream(scenario: str, seed: int) -> dict[str, Any]:
-    task = load_shuttle_regression()
-    stream = scenario_stream(task, scenario, seed, SIZES)
+def run_stream(scenario: str, seed: int, task_name: str = "regression") -> dict[str, Any]:
+    task: Any
+    if task_name == "classification":
+        task = load_banana_classification()
+        stream = classification_stream(task, scenario, seed, SIZES)
+    else:
+        task = load_shuttle_regression()
+        stream = scenario_stream(task, scenario, seed, SIZES)
     m = stream.cal_scores.size
     log_r = np.concatenate([log_tilt_cal(stream, task), log_tilt(stream, task)])
     log_r -= log_mean_tilt(stream, task)
@@ -326,15 +354,17 @@ def paired_table(alarms: Sequence[dict[str, Any]], base: str = "estimated") -> l
     return out
 
 
-def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0) -> dict[str, Any]:
-    jobs = [Job(s, seed) for s in scenarios for seed in range(first_seed, first_seed + seeds)]
+def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0,
+        task: str = "regression") -> dict[str, Any]:
+    jobs = [Job(s, seed, task) for s in scenarios
+            for seed in range(first_seed, first_seed + seeds)]
     start = time.perf_counter()
     if workers <= 1:
         runs = [job() for job in jobs]
     else:
         with ProcessPoolExecutor(workers) as pool:
             runs = list(pool.map(_call, jobs, chunksize=max(1, len(jobs) // (8 * workers))))
-    result: dict[str, Any] = {"seeds": seeds, "first_seed": first_seed,
+    result: dict[str, Any] = {"task": task, "seeds": seeds, "first_seed": first_seed,
                               "scenarios": list(scenarios),
                               "alarms": alarm_table(runs)}
     if "benign_covariate" in scenarios:
@@ -403,6 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seeds first_seed … first_seed + seeds − 1 (a fresh range confirms "
                              "a variant chosen on another)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--task", choices=("regression", "classification"),
+                        default="regression",
+                        help="Shuttle |y − ŷ| (default) or Banana 1 − p̂(y | x) streams")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON result to this file")
@@ -413,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
     scenarios = [s for s in args.scenarios.split(",") if s]
-    result = run(args.seeds, args.workers, scenarios, args.first_seed)
+    result = run(args.seeds, args.workers, scenarios, args.first_seed, args.task)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     if args.json:
