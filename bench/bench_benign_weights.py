@@ -301,8 +301,10 @@ def alarm_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 key = f"{rule}@{level:g}"
                 row: dict[str, Any] = {"variant": name, "bet": bet, "setting": key}
                 if by["stationary"]:
-                    row["stationary"] = round(float(np.mean(
-                        [r["first"][name][bet][key] is not None for r in by["stationary"]])), 4)
+                    hit = [r["first"][name][bet][key] is not None for r in by["stationary"]]
+                    row["stationary"] = round(float(np.mean(hit)), 4)
+                    row["stationary_seeds"] = [r["seed"] for r, h in
+                                               zip(by["stationary"], hit, strict=True) if h]
                 if by["benign_covariate"]:
                     g = by["benign_covariate"]
                     after = [(f := r["first"][name][bet][key]) is not None and f >= r["change"]
@@ -339,18 +341,21 @@ def sign_test(a_only: int, b_only: int) -> float:
 
 
 def paired_table(alarms: Sequence[dict[str, Any]], base: str = "estimated") -> list[dict[str, Any]]:
-    """Every variant against ``base`` on the same benign streams: harmful alarms of each, the
-    discordant seeds and the sign-test p-value, per bet and setting."""
+    """Every variant against ``base`` on the same streams (benign: harmful alarms after the
+    change; stationary: any alarm): the count of each, the discordant seeds and the sign-test
+    p-value, per bet and setting."""
     rows = {(r["variant"], r["bet"], r["setting"]): r for r in alarms}
     out = []
     for (variant, bet, setting), row in rows.items():
-        if variant == base or "benign_seeds" not in row:
-            continue
-        a = set(rows[(base, bet, setting)]["benign_seeds"])
-        b = set(row["benign_seeds"])
-        out.append({"variant": variant, "bet": bet, "setting": setting, base: len(a),
-                    "other": len(b), f"{base}_only": len(a - b), "other_only": len(b - a),
-                    "sign_test_p": float(f"{sign_test(len(a - b), len(b - a)):.3g}")})
+        for scenario in ("benign", "stationary"):
+            if variant == base or f"{scenario}_seeds" not in row:
+                continue
+            a = set(rows[(base, bet, setting)][f"{scenario}_seeds"])
+            b = set(row[f"{scenario}_seeds"])
+            out.append({"scenario": scenario, "variant": variant, "bet": bet,
+                        "setting": setting, base: len(a), "other": len(b),
+                        f"{base}_only": len(a - b), "other_only": len(b - a),
+                        "sign_test_p": float(f"{sign_test(len(a - b), len(b - a)):.3g}")})
     return out
 
 
@@ -367,8 +372,8 @@ def run(seeds: int, workers: int, scenarios: Sequence[str], first_seed: int = 0,
     result: dict[str, Any] = {"task": task, "seeds": seeds, "first_seed": first_seed,
                               "scenarios": list(scenarios),
                               "alarms": alarm_table(runs)}
+    result["paired"] = paired_table(result["alarms"])
     if "benign_covariate" in scenarios:
-        result["paired_benign"] = paired_table(result["alarms"])
         result["windows_benign"] = window_table(runs, "benign_covariate")
         result["slopes_benign"] = slope_table(runs, "benign_covariate")
     if "stationary" in scenarios:
@@ -397,8 +402,9 @@ def print_human(result: dict[str, Any]) -> None:
         print(f"  {r['variant']:10s} {r['bet']:14s} {r['setting']:22s} {r.get('stationary')!s:8s}"
               f" {r.get('benign_after')}/{r.get('benign_before')}"
               f"  {r.get('concept_detected')} {r.get('concept_median_delay')}")
-    for r in result.get("paired_benign", []):
-        print(f"  paired {r['variant']:15s} {r['bet']:14s} {r['setting']:24s} estimated "
+    for r in result.get("paired", []):
+        print(f"  paired {r['scenario']:10s} {r['variant']:15s} {r['bet']:14s} "
+              f"{r['setting']:24s} estimated "
               f"{r['estimated']:3d} vs {r['other']:3d} (only {r['estimated_only']} / "
               f"{r['other_only']}, sign test p = {r['sign_test_p']})")
     print(f"\n{result['seconds']} s")
