@@ -96,6 +96,17 @@ def _process(pipeline: Pipeline, records: list[RawRecord], batch: int, got: dict
         got["events"] += out.events
 
 
+def _version1(config: StreamConfig, values: list[bytes], batch: int, per_event: bool = False
+              ) -> tuple[int, Pipeline, dict[str, Any]]:
+    """Version 1's pipeline after the records up to the cut: ``(cut, pipeline, results)``."""
+    cut = _cut(values)
+    pipeline = Pipeline(build_monitors([config]), "file:events", per_event=per_event)
+    got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
+                           "reasons": [], "events": 0}
+    _process(pipeline, _records(values[:cut], 0), batch, got)
+    return cut, pipeline, got
+
+
 def _update(pipeline: Pipeline, config: StreamConfig, drop_feature: bool,
             checkpoint: bool) -> StreamMonitor:
     """What the worker's refresh does: version 2 takes over from version 1's state
@@ -115,11 +126,7 @@ def _run(config: StreamConfig, values: list[bytes], drop_feature: bool, batch: i
          ) -> dict[str, Any]:
     """Version 1 up to the cut, version 2 after it; ``restart_at``: a restart from a
     checkpoint that many records after the cut."""
-    cut = _cut(values)
-    pipeline = Pipeline(build_monitors([config]), "file:events", per_event=per_event)
-    got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
-                           "reasons": [], "events": 0}
-    _process(pipeline, _records(values[:cut], 0), batch, got)
+    cut, pipeline, got = _version1(config, values, batch, per_event)
     got["in_flight"] = sorted(pipeline.streams[config.name].join._predictions)
     _update(pipeline, config, drop_feature, checkpoint)
     rest = _records(_after(values[cut:], drop_feature), cut)
@@ -204,11 +211,7 @@ def test_a_second_update_keeps_the_version_they_were_made_under(
     version 1, a label of a v2 prediction in flight at the second update joins; ``back``: v3
     with v1's features, the other way round."""
     config, values = example
-    cut = _cut(values)
-    pipeline = Pipeline(build_monitors([config]), "file:events")
-    got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
-                           "reasons": [], "events": 0}
-    _process(pipeline, _records(values[:cut], 0), 50, got)
+    cut, pipeline, got = _version1(config, values, batch=50)
     v1 = sorted(pipeline.streams[config.name].join._predictions)
     _update(pipeline, config, drop_feature=True, checkpoint=False)
     # Version 2's first three predictions, no label: then version 3.
@@ -327,11 +330,7 @@ def test_a_state_without_feature_names_compares_their_number(
     """A checkpoint written before the state named its features (no ``attribution``): the
     labels are refused when the number of features changed, and join when it did not."""
     config, values = example
-    cut = _cut(values)
-    pipeline = Pipeline(build_monitors([config]), "file:events")
-    got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
-                           "reasons": [], "events": 0}
-    _process(pipeline, _records(values[:cut], 0), 50, got)
+    cut, pipeline, got = _version1(config, values, batch=50)
     first = pipeline.streams[config.name]
     in_flight = sorted(first.join._predictions)
     state = first.state_dict()
