@@ -25,7 +25,8 @@ from matplotlib.patches import Patch
 
 ROOT = Path(__file__).resolve().parents[1]
 BETTING_COLORS = {"simple_jumper": "tab:blue", "composite_jumper": "tab:orange",
-                  "power": "tab:green", "mixture": "tab:red"}
+                  "power": "tab:green", "mixture": "tab:red", "agrapa": "tab:olive",
+                  "plug_in_power": "tab:cyan"}
 RIVER_COLORS = {"adwin": "tab:purple", "kswin": "tab:brown", "page_hinkley": "tab:gray"}
 SHIFTS = ("concept_abrupt", "concept_gradual", "extreme_covariate", "benign_covariate")
 
