@@ -9,6 +9,7 @@ from typing import Any
 import figures
 import harness
 import pytest
+from bench_compare import BETTINGS, RIVER_GRID
 
 DOCS = harness.load_results(harness.RESULTS)
 TEXT = harness.DOC.read_text()
@@ -43,7 +44,7 @@ def test_ville_table_cells_are_the_alarm_rates() -> None:
     stationary = data("statistical")["summary"]["stationary"]
     alphas = data("statistical")["config"]["alphas"]
     body = [r for r in rows("statistical.ville") if not r[0].startswith("bound")]
-    assert len(body) == 8
+    assert len(body) == 2 * len(BETTINGS)  # every betting function, CTM and WCTM
     for det, *cells in body:
         for alpha, cell in zip(alphas, cells, strict=True):
             rate = stationary[det][f"ville@{alpha:g}"]["alarm_rate"]
@@ -53,7 +54,8 @@ def test_ville_table_cells_are_the_alarm_rates() -> None:
 def test_delay_table_cells_are_the_delay_quantiles() -> None:
     summary = data("statistical")["summary"]
     body = rows("statistical.delays")
-    assert len(body) == 4 * 11
+    # four shifts × (every betting function, CTM and WCTM, and river's detectors)
+    assert len(body) == 4 * (2 * len(BETTINGS) + len(RIVER_GRID))
     for scenario, det, setting, detected, _, p10, _, median, *_ in body:
         stats = summary[scenario][det][setting]
         assert number(detected) == pytest.approx(stats["detected"], abs=5.01e-3)
