@@ -183,7 +183,7 @@ def monte_carlo(
             rejected = rule(P).rejected
             fdp[name][r] = (rejected & ~truth).sum() / max(rejected.sum(), 1)
             tpr[name][r] = (rejected & truth).sum() / n_ood
-    return {name: _summary(fdp[name], tpr[name]) for name in rules}
+    return {name: fdr_summary(fdp[name], tpr[name]) for name in rules}
 
 
 def splits_monte_carlo(
@@ -228,10 +228,11 @@ def splits_monte_carlo(
             rejected = decision.rejected
             fdp[name][r] = (rejected & ~t).sum() / max(rejected.sum(), 1)
             tpr[name][r] = (rejected & t).sum() / n_ood
-    return {name: _summary(fdp[name], tpr[name]) for name in names}
+    return {name: fdr_summary(fdp[name], tpr[name]) for name in names}
 
 
-def _summary(fdp: FloatArray, tpr: FloatArray) -> dict[str, float]:
+def fdr_summary(fdp: FloatArray, tpr: FloatArray) -> dict[str, float]:
+    """Mean false-discovery proportion and TPR over Monte Carlo repetitions, with their SEs."""
     n = fdp.size
     return {
         "fdr": float(fdp.mean()),

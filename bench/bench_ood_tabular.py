@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ood import digits_inputs
+from bench_ood import digits_inputs, fdr_summary
 
 from monitor.datasets import load_shuttle
 from monitor.decisions import (
@@ -189,17 +189,7 @@ def power_monte_carlo(
             flags = method(cal, test, r)
             fdp[name][r] = (flags & ~truth).sum() / max(int(flags.sum()), 1)
             tpr[name][r] = (flags & truth).sum() / truth.sum()
-    return {name: _summary(fdp[name], tpr[name]) for name in chosen}
-
-
-def _summary(fdp: FloatArray, tpr: FloatArray) -> dict[str, float]:
-    n = fdp.size
-    return {
-        "fdr": float(fdp.mean()),
-        "fdr_se": float(fdp.std(ddof=1) / np.sqrt(n)),
-        "tpr": float(tpr.mean()),
-        "tpr_se": float(tpr.std(ddof=1) / np.sqrt(n)),
-    }
+    return {name: fdr_summary(fdp[name], tpr[name]) for name in chosen}
 
 
 # --------------------------------------------------------------------------- diagnosis
