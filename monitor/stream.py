@@ -172,20 +172,20 @@ class StreamMonitor:
     def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
         self._check_label(event.label)
         if self.join.marked:
-            pending = self.join.waiting(event.id)
-            if pending is not None and pending.version is not None:
-                self._check_made_under(pending)
+            self._check_made_under(self.join.waiting(event.id))
         self.join.add_label(event.id, event.label, ts.timestamp())
 
-    def _check_made_under(self, pending: Pending) -> None:
-        """Refuse the label of a prediction made under an earlier configuration version whose
-        features this version's detectors cannot use (other names, or, where the state did not
-        keep the names, another number): :class:`InvalidEvent`, so the label is a dead letter
-        with this reason and changes nothing — the prediction waits on until the join expires
-        it. Labels of predictions made under a version with the same features join as usual."""
-        version, names = self.join.made_under(pending.event_id) or (None, None)
-        if version is None:
+    def _check_made_under(self, pending: Pending | None) -> None:
+        """Refuse the label of a waiting prediction (``pending``; None: none waits) made under
+        an earlier configuration version whose features this version's detectors cannot use
+        (other names, or, where the state did not keep the names, another number):
+        :class:`InvalidEvent`, so the label is a dead letter with this reason and changes
+        nothing — the prediction waits on until the join expires it. Labels of predictions made
+        under a version with the same features join as usual."""
+        made = None if pending is None else self.join.made_under(pending.event_id)
+        if pending is None or made is None:
             return
+        version, names = made
         if names is None:
             if len(pending.features) == self.calibration.n_features:
                 return
@@ -284,9 +284,7 @@ class StreamMonitor:
                 else:
                     self._check_label(event.label)
                     if marked:
-                        pending = waiting.get(event.id)
-                        if pending is not None and pending.version is not None:
-                            self._check_made_under(pending)
+                        self._check_made_under(waiting.get(event.id))
                     join.add_label(event.id, event.label, ts.timestamp())
             except InvalidEvent as exc:
                 rejected.append((k, str(exc)))
@@ -791,7 +789,7 @@ class StreamMonitor:
                 None if reference is None else np.asarray(reference, np.float64),
                 int(attribution["window"]),
             ))
-        self._retired = [r for r in retired if same] if unrevised else []
+        self._retired = retired if same and unrevised else []
         waiting = {alarm_id(self.name, a.detector, a.event_index)
                    for r in self._retired for a in r.detectors.pending}
         self._unrevised = {k: a for k, a in unrevised.items() if k in waiting}
