@@ -227,13 +227,11 @@ class AlarmAttribution:
         windows are returned as :meth:`close` returns them (their caller closes them)."""
         if tuple(state["feature_names"]) != self.feature_names:
             width = max(1, len(state["feature_names"]))
-            closed = []
-            for w in state["open"]:
-                n = np.asarray(w["rows"]).size // width
-                closed.append({"alarm_id": str(w["alarm_id"]), "window": {
-                    "start_index": w["start_index"], "n": n,
-                    "end_index": int(w["end_index"]) if n else None}})
-            return closed
+            return [
+                _collected(str(w["alarm_id"]), w["start_index"],
+                           np.asarray(w["rows"]).size // width, int(w["end_index"]))
+                for w in state["open"]
+            ]
         shared = state.get("reference")
         for w in self._windows(state):
             if w.reference is None and shared is not None:
@@ -271,9 +269,8 @@ class AlarmAttribution:
         """Close every open window without attributing it; what each had collected, as
         ``{"alarm_id", "window": {"start_index", "end_index", "n"}}`` (start_index None when
         empty)."""
-        closed = [{"alarm_id": w.alarm_id, "window": {
-            "start_index": w.start_index, "n": len(w.rows),
-            "end_index": w.end_index if w.rows else None}} for w in self._open]
+        closed = [_collected(w.alarm_id, w.start_index, len(w.rows), w.end_index)
+                  for w in self._open]
         self._open = []
         return closed
 
@@ -323,6 +320,12 @@ class AlarmAttribution:
                 None if w.get("size") is None else int(w["size"]),
             ))
         return out
+
+
+def _collected(alarm_id: str, start_index: int | None, n: int, end_index: int) -> dict[str, Any]:
+    """What a window closed unattributed had collected (:meth:`AlarmAttribution.close`)."""
+    return {"alarm_id": alarm_id, "window": {
+        "start_index": start_index, "n": n, "end_index": end_index if n else None}}
 
 
 def _matrix(X: ArrayLike, name: str, min_rows: int = 1) -> FloatArray:
