@@ -2,9 +2,10 @@
 
 Run ``python bench/bench_budget.py`` (``--seeds N``, ``--json``). A budget of T seconds at a
 stream rate of r events/s gives each of the stream's two detectors the Shiryaev–Roberts
-threshold A = 2·T·r (after warm-up; docs/detectors.md, "Alarm budgets"). The SR statistic's
-path does not depend on its threshold until the first alarm, so one run per seed with an
-unreachable threshold gives the first crossing of every A at once: the stream's detection delay
+threshold A = max(min_threshold, 2·T·r) (after warm-up; docs/detectors.md, "Alarm budgets");
+``--min-threshold`` sets the floor (default the configuration's, 100 000; 2 for none). The SR
+statistic's path does not depend on its threshold until the first alarm, so one run per seed with
+an unreachable threshold gives the first crossing of every A at once: the stream's detection delay
 is the first update after the change where either detector's log statistic reaches log A.
 
 Scenarios (``monitor.datasets``, WATCH-style, as bench/bench_statistical.py): 500 stable events,
@@ -15,6 +16,8 @@ The table gives the median delay in events over the seeds and that delay as time
 ``--false-alarms`` also runs exchangeable streams (4 000 stable events at 1 000 events/s, the
 stream's configuration with only name, task and calibration) and counts their false alarms under
 the default budget and under the previous default (threshold 10 000 per detector).
+``--slow-false-alarms`` does the same at 0.01 events/s (36 an hour), where the floor sets the
+threshold, against the budget alone (``min_threshold: 2``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ N_BEFORE = 500
 N_AFTER = 4000
 BUDGETS = {"1 hour": 3600.0, "1 day": 86_400.0, "1 week": 604_800.0,
            "1 month": 2_592_000.0, "1 year": 31_536_000.0}
-RATES = (10.0, 1_000.0, 100_000.0)
+RATES = (0.01, 1.0, 1_000.0, 100_000.0)
+#: The threshold of every detector before budgets (and before the floor).
+PREVIOUS_DEFAULT = 10_000.0
 UNREACHABLE = 1e200
 
 
@@ -71,18 +76,19 @@ def delay(stats: tuple[np.ndarray, np.ndarray], threshold: float) -> int:
     return min([int(f[0]) + 1 for f in firsts if f.size] + [N_AFTER])
 
 
-def measure(scenario: str, seeds: int) -> dict[str, Any]:
+def measure(scenario: str, seeds: int, floor: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
     runs = [log_statistics(scenario, seed) for seed in range(seeds)]
 
     def median_delay(threshold: float) -> float:
         return float(np.median([delay(r, threshold) for r in runs]))
 
     table = {
-        name: {str(int(rate)): median_delay(BUDGET_SHARE * seconds * rate) for rate in RATES}
+        name: {f"{rate:g}": median_delay(max(floor, BUDGET_SHARE * seconds * rate))
+               for rate in RATES}
         for name, seconds in BUDGETS.items()
     }
-    return {"scenario": scenario, "seeds": seeds, "today": median_delay(DEFAULT_THRESHOLD),
-            "table": table}
+    return {"scenario": scenario, "seeds": seeds, "min_threshold": floor,
+            "today": median_delay(PREVIOUS_DEFAULT), "table": table}
 
 
 def false_alarms(seed: int, alarm: dict[str, Any], rate: float = 1_000.0) -> int:
@@ -106,8 +112,8 @@ def _time(seconds: float) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    rates = [str(int(r)) for r in RATES]
-    head = " | ".join(f"{int(r):,} events/s" for r in RATES)
+    rates = [f"{r:g}" for r in RATES]
+    head = " | ".join(f"{r:,g} events/s" for r in RATES)
     lines = [f"| budget | {head} |", "| --- |" + " --- |" * len(RATES)]
     for name, row in result["table"].items():
         cells = []
@@ -124,19 +130,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--false-alarms", type=int, default=0, metavar="STREAMS")
+    parser.add_argument("--slow-false-alarms", type=int, default=0, metavar="STREAMS")
+    parser.add_argument("--min-threshold", type=float, default=DEFAULT_THRESHOLD)
     args = parser.parse_args(argv)
-    if args.false_alarms:
-        for name, alarm in (("default (7d budget)", {}), ("threshold 10 000", {"threshold": 1e4})):
-            counts = [false_alarms(seed, alarm) for seed in range(args.false_alarms)]
+    Alarms = tuple[tuple[str, dict[str, Any]], ...]
+    fast: Alarms = (("default (7d budget)", {}),
+                    ("threshold 10 000", {"threshold": PREVIOUS_DEFAULT}))
+    slow: Alarms = (("default (7d budget, floor 100 000)", {}),
+                    ("7d budget, min_threshold 2", {"false_alarm_every": "7d", "min_threshold": 2}))
+    runs = [(args.false_alarms, 1_000.0, fast), (args.slow_false_alarms, 0.01, slow)]
+    for streams, rate, alarms in runs:
+        for name, alarm in alarms if streams else ():
+            counts = [false_alarms(seed, alarm, rate) for seed in range(streams)]
             print(f"{name}: {sum(c > 0 for c in counts)} of {len(counts)} exchangeable streams "
-                  f"with a false alarm ({sum(counts)} alarms, 4 000 events at 1 000/s each)")
-    results = [measure(s, args.seeds) for s in ("concept", "extreme_covariate")]
+                  f"with a false alarm ({sum(counts)} alarms, 4 000 events at {rate:g}/s each)")
+    results = [measure(s, args.seeds, args.min_threshold) for s in ("concept", "extreme_covariate")]
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     for result in results:
-        print(f"\n{result['scenario']} ({result['seeds']} seeds; threshold 10 000, the previous "
-              f"default: median {result['today']:.0f} events)\n")
+        print(f"\n{result['scenario']} ({result['seeds']} seeds; min_threshold "
+              f"{result['min_threshold']:g}; threshold 10 000, the previous default: median "
+              f"{result['today']:.0f} events)\n")
         print(markdown(result))
     return 0
 

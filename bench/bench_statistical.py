@@ -286,13 +286,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", help="comma-separated subset of the power scenarios")
     parser.add_argument("--conditional-betting", help="betting of the conditional monitors "
                         "(default: the service's, plug_in_power)")
+    parser.add_argument("--threshold", type=float, help="Shiryaev–Roberts threshold of every "
+                        "monitor in the power section (default 10 000)")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     n_valid, n_rl, n_power = (100, 100, 30) if args.quick else (500, 300, 100)
     n_power = args.power_seeds or n_power
     scenarios = tuple(args.scenarios.split(",")) if args.scenarios else tuple(SCENARIOS)
-    overrides = ({"conditional_betting": args.conditional_betting}
-                 if args.conditional_betting else {})
+    overrides: dict[str, Any] = ({"conditional_betting": args.conditional_betting}
+                                 if args.conditional_betting else {})
+    if args.threshold:
+        overrides["threshold"] = args.threshold
     results: dict[str, Any] = {}
     started = time.perf_counter()
     if "validity" in sections:

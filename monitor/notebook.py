@@ -74,7 +74,7 @@ def watch(
     **options
         Stream configuration fields (README "Stream configuration"), e.g.
         ``alarm={"rule": "ville", "alpha": 0.01}``. ``trace_every`` defaults to 1 here, and
-        ``alarm`` to ``{"threshold": 10000}``: a notebook's events are stamped "now" unless
+        ``alarm`` to ``{"threshold": 100000}``: a notebook's events are stamped "now" unless
         given ``ts``, so a time budget (the service's default ``false_alarm_every: 7d``) would
         find no rate to follow and stay at its warm-up threshold (docs/detectors.md).
 

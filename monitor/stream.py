@@ -558,20 +558,27 @@ class StreamMonitor:
 
     def _budget_evidence(self, raised: DetectorAlarm) -> dict[str, Any]:
         """The budget an alarm was raised under: ``budget`` as configured, the detector's
-        ``budget_share`` and, for a time budget, the ``event_rate`` (updates/s) its threshold
-        followed (threshold / (share × budget seconds))."""
+        ``budget_share`` and, for a time budget, its ``min_threshold`` and either the
+        ``event_rate`` (updates/s) its threshold followed (threshold / (share × budget seconds))
+        or ``at_min_threshold`` when the floor set the threshold."""
         alarm = self._alarm_config(raised.detector)
         if alarm.events is not None:
             return {"budget": f"{alarm.events} events", "budget_share": BUDGET_SHARE}
-        seconds = alarm.budget_seconds
-        if seconds is None:
+        seconds, floor = alarm.budget_seconds, alarm.min_threshold
+        if seconds is None or floor is None:
             return {}
-        return {
+        evidence: dict[str, Any] = {
             "budget": format_duration(seconds),
             "budget_seconds": seconds,
             "budget_share": BUDGET_SHARE,
-            "event_rate": self._threshold(raised) / (BUDGET_SHARE * seconds),
+            "min_threshold": floor,
         }
+        threshold = self._threshold(raised)
+        if threshold > floor:
+            evidence["event_rate"] = threshold / (BUDGET_SHARE * seconds)
+        else:  # the rate was at most floor / (share · T): the floor set the threshold
+            evidence["at_min_threshold"] = True
+        return evidence
 
     def _trace(self, detector: str, index: int, ts: datetime) -> None:
         count = self.event_index if detector == "covariate" else self.labeled

@@ -884,7 +884,8 @@ def _segment_thresholds(
 
 def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:
     assert alarm.budget_seconds is not None
-    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE)
+    assert alarm.min_threshold is not None  # filled in with the budget
+    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE, floor=alarm.min_threshold)
 
 
 def _first_threshold(alarm: AlarmConfig) -> float:

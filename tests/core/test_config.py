@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from monitor.config import ConfigError, StreamConfig, load_stream_config
@@ -99,6 +100,33 @@ def test_budgets_round_trip_and_state_their_threshold() -> None:
     ville = StreamConfig(name="s", task="regression", calibration="c",
                          alarm={"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
     assert ville.alarm.fixed_threshold is None
+
+
+def test_a_time_budget_has_a_threshold_floor() -> None:
+    """``min_threshold`` (docs/detectors.md, "The threshold floor"): filled in as 100 000 for a
+    time budget, kept when given, refused without one (a threshold or an events budget states
+    its level), and carried into the detectors' rate-following threshold."""
+    base = {"name": "s", "task": "regression", "calibration": "c"}
+    default = StreamConfig(**base)
+    assert default.alarm.min_threshold == 100_000.0
+    assert default.model_dump(mode="json")["alarm"]["min_threshold"] == 100_000.0  # stored
+    assert StreamConfig(**base, alarm={"false_alarm_every": "1d", "min_threshold": 2}
+                        ).alarm.min_threshold == 2.0
+    assert StreamConfig(**base, alarm={"threshold": 500}).alarm.min_threshold is None
+    for alarm in ({"threshold": 500, "min_threshold": 1000}, {"events": 10, "min_threshold": 1000},
+                  {"rule": "ville", "alpha": 0.01, "min_threshold": 1000}):
+        with pytest.raises(ValueError, match="min_threshold is the floor of a false_alarm_every"):
+            StreamConfig(**base, alarm=alarm)
+    for bad in (1.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="min_threshold"):
+            StreamConfig(**base, alarm={"false_alarm_every": "1d", "min_threshold": bad})
+    from monitor.detectors.pair import _time_budget
+
+    assert default.alarm.budget_seconds is not None
+    budget = _time_budget(default.alarm)
+    assert budget.floor == 100_000.0
+    # 7 days at 0.01 events/s would be 12 096; the floor sets 100 000 once the rate is known.
+    assert budget.thresholds(np.arange(512) * 100.0)[-1] == 100_000.0
 
 
 def test_the_attribution_window_exceeds_the_diagnosis_minimum() -> None:

@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Column, Integer, MetaData, inspect
+from sqlalchemy import Column, Integer, MetaData, Table, insert, inspect, select
 
 from monitor.db.engine import make_engine
 from monitor.db.migrate import alembic_config, current_revision, downgrade, upgrade
@@ -132,3 +133,35 @@ def test_checkpoint_arrays_are_stored_uncompressed_on_postgresql(
     finally:
         engine.dispose()
     assert storage == "e"  # EXTERNAL: out of line, not compressed
+
+
+def test_stored_time_budgets_keep_the_floor_they_had(empty_database_url: str) -> None:
+    """Migration 0016 ("Changed defaults", docs/operations.md): a time budget stored before
+    ``min_threshold`` existed keeps the floor it had (2), so its thresholds do not change; a
+    fixed threshold is left alone; the downgrade removes the field the older release rejects."""
+    upgrade(empty_database_url, "0015")
+    budget = {"rule": "shiryaev_roberts", "threshold": None, "false_alarm_every": 604800.0}
+    fixed = {"rule": "cusum", "threshold": 500.0, "false_alarm_every": None}
+    engine = make_engine(empty_database_url)
+    streams = Table("streams", MetaData(), autoload_with=engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(streams), [
+                {"name": "budgeted", "task": "regression",
+                 "config": {"name": "budgeted", "alarm": budget, "covariate_alarm": None}},
+                {"name": "fixed", "task": "regression",
+                 "config": {"name": "fixed", "alarm": fixed, "covariate_alarm": budget}},
+            ])
+
+        def alarms() -> dict[str, tuple[Any, Any]]:
+            with engine.connect() as conn:
+                rows = conn.execute(select(streams.c.name, streams.c.config)).all()
+            return {name: (c["alarm"], c["covariate_alarm"]) for name, c in rows}
+
+        upgrade(empty_database_url)
+        assert alarms() == {"budgeted": ({**budget, "min_threshold": 2.0}, None),
+                            "fixed": (fixed, {**budget, "min_threshold": 2.0})}
+        downgrade(empty_database_url, "0015")
+        assert alarms() == {"budgeted": (budget, None), "fixed": (fixed, budget)}
+    finally:
+        engine.dispose()

@@ -45,6 +45,27 @@ def test_state_round_trips_bit_for_bit_mid_block() -> None:
     assert np.array_equal(restored.thresholds(ts[517:]), budget.thresholds(ts[517:]))
 
 
+def test_the_floor_is_the_lowest_threshold_and_part_of_the_state() -> None:
+    ts = np.arange(64) / 4.0  # 4 events/s: the budget alone gives 2 · 100 · 4 = 800
+    floored = EventRateThreshold(seconds=100.0, share=2, block=8, floor=5_000.0)
+    thresholds = floored.thresholds(ts[:20])
+    assert thresholds[:8].tolist() == [2 * 100.0 * MAX_RATE] * 8  # warm-up: above the floor
+    assert thresholds[8:].tolist() == [5_000.0] * 12
+    assert floored.rate == 4.0  # the rate is still measured
+    restored = EventRateThreshold.from_state(floored.state_dict())
+    assert restored.floor == 5_000.0
+    assert np.array_equal(restored.thresholds(ts[20:]), floored.thresholds(ts[20:]))
+    # A state written before the floor existed restores with the floor it had, 2.
+    old = EventRateThreshold(seconds=100.0, share=2, block=8)
+    old.thresholds(ts[:20])
+    state = old.state_dict()
+    del state["params"]["floor"]
+    assert EventRateThreshold.from_state(state).thresholds(ts[20:]).tolist() == [800.0] * 44
+    for bad in (1.0, math.inf, math.nan, "5"):
+        with pytest.raises(ValueError, match="floor must be a finite number >= 2"):
+            EventRateThreshold(seconds=100.0, floor=bad)  # type: ignore[arg-type]
+
+
 def test_rate_rises_within_a_block_and_falls_only_after_the_horizon() -> None:
     budget = EventRateThreshold(seconds=10.0, block=10, horizon=100.0, buckets=4)
     fast = np.arange(100) / 100.0  # 100 events/s for 1 s
@@ -149,6 +170,29 @@ def test_time_budget_holds_through_a_thirtyfold_rate_increase() -> None:
     bound = t / T
     assert budgeted / runs <= bound + 3 * math.sqrt(bound * (1 - bound) / runs)
     assert blind / runs > 0.5
+
+
+def test_at_the_floor_a_slow_stream_has_the_floors_bound() -> None:
+    """A slow stream whose budget alone would give a low threshold (T = 50 s at 1 update/s:
+    2·T·r = 100) is held to the floor F = 400: P(a false alarm within m updates) ≤ m / F
+    (docs/algorithms.md §3b, "The floor"). m = 100, 400 null streams of the plug-in power bet
+    (the conditional default), bound 0.25 + 3 SE; the budget alone alarms on more than that."""
+    from monitor.martingales import PlugInPower
+
+    m, floor, runs = 100, 400.0, 400
+    rng = np.random.default_rng(14)
+    floored = alone = 0
+    for _ in range(runs):
+        ts = np.arange(m, dtype=float)  # 1 update/s
+        log_s = PlugInPower().update_many(rng.uniform(size=m))
+        log_r = log_s + np.logaddexp.accumulate(-np.concatenate([[0.0], log_s[:-1]]))
+        budget = EventRateThreshold(50.0, share=2, block=16, floor=floor)
+        floored += first_false_alarm(ts, log_r, budget) < math.inf
+        budget = EventRateThreshold(50.0, share=2, block=16)
+        alone += first_false_alarm(ts, log_r, budget) < math.inf
+    bound = m / floor
+    assert floored / runs <= bound + 3 * math.sqrt(bound * (1 - bound) / runs)
+    assert alone > floored
 
 
 # --------------------------------------------------------------------------- Ville spending

@@ -14,7 +14,7 @@ import pytest
 
 import monitor
 from monitor.calibration import Calibration
-from monitor.config import StreamConfig
+from monitor.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.datasets import SHUTTLE_FEATURES
 from monitor.events import Event, LabelEvent, PredictionEvent
 from monitor.notebook import NotebookMonitor, Trace
@@ -104,7 +104,7 @@ def test_same_results_as_the_stream_monitor(by_arrays: NotebookMonitor) -> None:
     and every trace point."""
     data = scripted_stream()
     config = StreamConfig(name="notebook", task="regression", calibration="x",
-                          alarm={"threshold": 10_000},  # watch's default (no event times)
+                          alarm={"threshold": DEFAULT_THRESHOLD},  # watch's (no event times)
                           covariate_alarm=COVARIATE_ALARM, trace_every=1)
     stream = StreamMonitor(config, Calibration(*_calibration()))
     events: list[Event] = [
@@ -156,7 +156,7 @@ def test_labels_later_by_id() -> None:
     data = scripted_stream()
     m = monitor.watch(_calibration(), covariate_alarm=COVARIATE_ALARM)
     config = StreamConfig(name="notebook", task="regression", calibration="x",
-                          alarm={"threshold": 10_000},  # watch's default (no event times)
+                          alarm={"threshold": DEFAULT_THRESHOLD},  # watch's (no event times)
                           covariate_alarm=COVARIATE_ALARM, trace_every=1)
     stream = StreamMonitor(config, Calibration(*_calibration()))
     delay, n = 25, 700

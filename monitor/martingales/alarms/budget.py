@@ -13,6 +13,8 @@ e-detector in the sense of Shin, Ramdas & Rinaldo 2023):
   union bound the stream keeps P(a false alarm within t) ≤ t / T.
 
 CUSUM's statistic is at most SR's on every path, so every statement holds for CUSUM too.
+A ``floor`` (the threshold is max(floor, share·T·r̂)) only raises the threshold, so every
+statement holds with it: the stream is then held to fewer false alarms than the budget allows.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class EventRateThreshold:
         The budget T: on a stream without change, P(a false alarm within t) ≤ t / T.
     share
         How many detectors share the budget (each gets share·T·r̂).
+    floor
+        The lowest threshold it sets (default 2: a threshold must exceed 1): the threshold is
+        max(floor, share·T·r̂). The stream configuration's ``min_threshold``.
     max_rate, block, horizon, buckets
         The rate cap (events/s), the block size (updates), the trailing horizon (s) and its
         number of sub-windows.
@@ -65,6 +70,9 @@ class EventRateThreshold:
     >>> budget.thresholds(ts).tolist()  # warm-up at 100 000/s, then 2 · 3600 s · 8/s
     [720000000.0, 720000000.0, 720000000.0, 720000000.0, 57600.0, 57600.0, 57600.0, 57600.0, \
 57600.0, 57600.0, 57600.0, 57600.0]
+    >>> floored = EventRateThreshold(seconds=3600.0, share=2, block=4, floor=100_000.0)
+    >>> floored.thresholds(ts).tolist()[3:6]  # max(100 000, 57 600)
+    [720000000.0, 100000.0, 100000.0]
     """
 
     def __init__(
@@ -75,6 +83,7 @@ class EventRateThreshold:
         block: int = 256,
         horizon: float = 86_400.0,
         buckets: int = 8,
+        floor: float = 2.0,
     ) -> None:
         for name, value in (("seconds", seconds), ("max_rate", max_rate), ("horizon", horizon)):
             if not (isinstance(value, int | float) and 0 < value < math.inf):
@@ -82,6 +91,9 @@ class EventRateThreshold:
         for name, value, low in (("share", share, 1), ("block", block, 2), ("buckets", buckets, 1)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not (isinstance(floor, int | float) and 2.0 <= floor < math.inf):
+            raise ValueError(f"floor must be a finite number >= 2, got {floor!r}")
+        self.floor = float(floor)
         self.seconds = seconds
         self.share = share
         self.max_rate = max_rate
@@ -150,7 +162,7 @@ class EventRateThreshold:
 
     def _from_rate(self, rate: float) -> float:
         # A threshold must exceed 1; below 2 a budget promises less than one update anyway.
-        return max(2.0, self.share * self.seconds * rate)
+        return max(self.floor, self.share * self.seconds * rate)
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -160,6 +172,7 @@ class EventRateThreshold:
             params={
                 "seconds": self.seconds, "share": self.share, "max_rate": self.max_rate,
                 "block": self.block, "horizon": self.horizon, "buckets": self.buckets,
+                "floor": self.floor,
             },
             count=self._count,
             lo=None if self._count == 0 else self._lo,
