@@ -162,7 +162,7 @@ def delays_figure(stat: dict[str, Any]) -> Figure:
         ax.set_xlabel("delay (events), p10–p25–median–p75–p90")
         ax.grid(alpha=0.3, axis="x")
     axes[0].set_ylabel("detector at its default setting")
-    fig.suptitle("Detection delay distribution of the detected streams, default settings")
+    fig.suptitle("Detection delay distribution of the detected streams, benchmark settings")
     fig.tight_layout()
     return fig
 

@@ -455,7 +455,7 @@ def delays_table(data: dict[str, Any]) -> Table:
                      *(num(row[f"delay_p{q}"]) for q in (10, 25, 50, 75, 90)),
                      num(row["delay_mean_censored"])))
     n_after = data["config"]["sizes"]["n_after"]
-    return Table("statistical.delays", "Detection delay at the default settings (events after "
+    return Table("statistical.delays", "Detection delay at the benchmark settings (events after "
                  "the change)", ("scenario", "detector", "setting", "detected",
                                  "false alarm before", "p10", "p25", "median", "p75", "p90",
                                  "mean*"), rows,
