@@ -180,3 +180,28 @@ def test_put_needs_the_name_of_the_path(client: TestClient, session: Session) ->
     assert response.status_code == 422
     assert client.put("/streams/bikes", json=stream_config("bikes"), headers=READ
                       ).status_code == 403
+
+
+def test_a_budget_registered_before_the_floor_keeps_its_thresholds_until_updated(
+    db: str, configs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Migration 0016 stores ``min_threshold: 2`` in budgets registered before the field
+    existed (tests/db/test_db_migrations.py); such a stream then runs as before, and the YAML
+    that relies on the new default (100 000) is refused until `streams update` stores it."""
+    data = yaml.safe_load(configs["config"].read_text())
+    del data["alarm"], data["covariate_alarm"]  # the default: a weekly budget with its floor
+    plain = configs["config"].with_name("plain.yaml")
+    plain.write_text(yaml.safe_dump(data))
+    assert main(["--db", db, "streams", "create", str(plain)]) == 0
+    assert stored(capsys, db)["config"]["alarm"]["min_threshold"] == 100_000.0
+    engine = make_engine(db)
+    with session_factory(engine)() as session, session.begin():  # as migration 0016 leaves it
+        row = session.get(StreamRow, data["name"])
+        assert row is not None
+        row.config = {**row.config, "alarm": {**row.config["alarm"], "min_threshold": 2.0}}
+    engine.dispose()
+    assert main(["--db", db, "streams", "create", str(plain)]) == 2
+    assert "monitor streams update" in capsys.readouterr().err
+    assert main(["--db", db, "streams", "update", str(plain)]) == 0
+    now = stored(capsys, db)
+    assert (now["version"], now["config"]["alarm"]["min_threshold"]) == (2, 100_000.0)
