@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## stable → benign covariate → concept → extreme covariate shift, on real data, SQLite
 	$(BIN)/monitor demo
 
-test: $(STAMP)  ## the CI suite (statistical tests in their fast form)
-	$(BIN)/pytest -q -p no:cacheprovider
+test: $(STAMP)  ## the CI suite (statistical tests in their fast form), on two processes
+	$(BIN)/pytest -q -p no:cacheprovider -n 2
 
 test-full: $(STAMP)  ## everything, including the slow full-size statistical and reliability runs
 	$(BIN)/pytest -q -p no:cacheprovider -m ""
