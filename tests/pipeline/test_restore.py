@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from connectors import FileSource
 from monitor.datasets import build_example
+from monitor.db.engine import make_engine
 from monitor.pipeline import Pipeline
 from monitor.runner import DatabaseSink, build_monitors, read_configs
 from monitor.worker import Worker
@@ -56,7 +57,7 @@ def run(example: dict[str, Path], url: str, max_batches: int | None = None) -> N
 
 
 def snapshot(url: str) -> dict[str, list[Any]]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = make_engine(url)
     with engine.connect() as conn:
         out = {
             name: [tuple(row) for row in conn.execute(text(sql))] for name, sql in TABLES.items()

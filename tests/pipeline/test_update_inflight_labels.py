@@ -28,6 +28,7 @@ from monitor.runner import build_monitors, read_configs
 from monitor.state import decode_state, encode_state
 from monitor.stream import StreamMonitor
 from tests.integration.streams import canonical
+from tests.pipeline.revision_example import run_worker_with_update
 
 DELAY = 10  # labels arrive DELAY predictions after theirs: DELAY of them in flight at the cut
 CUT = 120  # predictions made under version 1
@@ -273,44 +274,24 @@ def test_a_worker_stores_them_as_dead_letters(
     prediction; the labels in flight are stored as dead letters with their reason (before: an
     ``internal error`` each) and the stream goes on under version 2, as through the pipeline
     alone."""
-    from sqlalchemy import create_engine, select
+    from sqlalchemy import select
 
-    from connectors import MemorySource
+    from monitor.db.engine import make_engine
     from monitor.db.models import DeadLetterRow
-    from monitor.pipeline import BatchOutput
-    from monitor.runner import DatabaseSink
-    from monitor.worker import Worker
 
     config, values = example
     cut = _cut(values)
     expected = _run(config, values, drop_feature=True, batch=cut, per_event=False)
-    sink = DatabaseSink(empty_database_url)
-    source = MemorySource(values[:cut] + _after(values[cut:], drop_feature=True))
-    monitors = build_monitors([config])
-    sink.register(config, monitors[config.name].calibration)
-    changed, calibration = _version2(config, drop_feature=True)
-    batches = 0
-
-    def on_batch(out: BatchOutput) -> None:
-        nonlocal batches
-        batches += 1
-        if batches == 1:
-            assert sink.update(changed, calibration)[0] == 2
-
-    worker = Worker(source, Pipeline(monitors, source.name), sink, "memory", batch_size=cut,
-                    on_batch=on_batch, streams_refresh_s=0.0)
-    try:
-        worker.run()
-    finally:
-        source.close()
-        sink.close()
-    monitor = worker.pipeline.streams[config.name]
+    monitor = run_worker_with_update(
+        config, values[:cut] + _after(values[cut:], drop_feature=True), empty_database_url,
+        batch_size=cut, update_after=1, version2=_version2(config, drop_feature=True),
+    )
     assert monitor.config_version == 2
     # the same label store and counts as the pipeline without the worker (which also flushed
     # the last OOD window at the end of its finite source)
     assert monitor.join.state_dict() == expected["join"]
     assert monitor.labeled == expected["labeled"]
-    engine = create_engine(empty_database_url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = make_engine(empty_database_url)
     try:
         with engine.connect() as connection:
             stored = connection.execute(

@@ -26,7 +26,7 @@ from monitor.runner import build_monitors, read_configs
 from monitor.state import decode_state, encode_state
 from monitor.stream import StreamMonitor
 from tests.integration.streams import canonical
-from tests.pipeline.revision_example import WINDOW, revision_example
+from tests.pipeline.revision_example import WINDOW, revision_example, run_worker_with_update
 
 TS = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -244,45 +244,29 @@ def test_a_worker_refreshing_the_stream_stores_their_revisions(
     """End to end: a worker picks up version 2 between two batches while two alarms wait for
     their revision and one for its attribution; the stored alarms end revised and attributed
     (each version in ``alarm_revisions``) as without the update."""
-    from sqlalchemy import create_engine, select
+    from sqlalchemy import select
 
-    from connectors import MemorySource
+    from monitor.db.engine import make_engine
     from monitor.db.models import AlarmRevisionRow
-    from monitor.pipeline import BatchOutput, Pipeline
-    from monitor.runner import DatabaseSink
-    from monitor.worker import Worker
 
     config, values = example
     cut, _ = _cut(config, values)
     batch = 25
-    update_after = cut // batch + 1  # the first batch boundary after the covariate alarm
     reference = _feed(_monitor(config), values, 500)
-    sink = DatabaseSink(empty_database_url)
-    source = MemorySource(values)
-    monitors = build_monitors([config])
-    sink.register(config, monitors[config.name].calibration)
-    changed, calibration = _changed(config)
     waiting: dict[str, Any] = {}
-    batches = 0
 
-    def on_batch(out: BatchOutput) -> None:
-        nonlocal batches
-        batches += 1
-        if batches == update_after:
-            waiting.update(monitors[config.name]._unrevised)
-            assert monitors[config.name].attribution.pending
-            assert sink.update(changed, calibration)[0] == 2
+    def before_update(monitor: StreamMonitor) -> None:
+        waiting.update(monitor._unrevised)
+        assert monitor.attribution.pending
 
-    worker = Worker(source, Pipeline(monitors, source.name), sink, "memory", batch_size=batch,
-                    on_batch=on_batch, streams_refresh_s=0.0)
-    try:
-        worker.run()
-    finally:
-        source.close()
-        sink.close()
-    assert worker.pipeline.streams[config.name].config_version == 2
+    monitor = run_worker_with_update(
+        config, values, empty_database_url, batch_size=batch,
+        update_after=cut // batch + 1,  # the first batch boundary after the covariate alarm
+        version2=_changed(config), before_update=before_update,
+    )
+    assert monitor.config_version == 2
     assert len(waiting) == 2
-    engine = create_engine(empty_database_url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = make_engine(empty_database_url)
     try:
         with engine.connect() as connection:
             stored = connection.execute(
