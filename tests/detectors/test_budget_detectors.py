@@ -18,6 +18,14 @@ def detectors(alarm: dict[str, object]) -> StreamDetectors:
                                        np.abs(rng.normal(size=200)))
 
 
+def at_two_per_second(pair: StreamDetectors) -> StreamDetectors:
+    """300 updates at 2 events per second (event time)."""
+    rng = np.random.default_rng(1)
+    for t in range(300):
+        pair.update(rng.normal(size=2), float(abs(rng.normal())), ts=1e9 + t / 2)
+    return pair
+
+
 def test_an_events_budget_gives_each_detector_twice_the_budget() -> None:
     pair = detectors({"rule": "cusum", "events": 3000})
     assert pair.covariate.threshold == pair.conditional.threshold == 6000.0
@@ -27,9 +35,7 @@ def test_an_events_budget_gives_each_detector_twice_the_budget() -> None:
 def test_a_time_budget_warms_up_at_the_maximum_rate_and_follows_event_times() -> None:
     pair = detectors({"false_alarm_every": "1h", "min_threshold": 2})  # the budget alone
     assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0
-    rng = np.random.default_rng(1)
-    for t in range(300):  # 2 events per second
-        pair.update(rng.normal(size=2), float(abs(rng.normal())), ts=1e9 + t / 2)
+    at_two_per_second(pair)
     assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 2.0
     restored = StreamDetectors.from_state(pair.state_dict())
     assert restored.budgets["covariate"].state_dict() == pair.budgets["covariate"].state_dict()
@@ -38,10 +44,7 @@ def test_a_time_budget_warms_up_at_the_maximum_rate_and_follows_event_times() ->
 def test_a_time_budget_holds_a_slow_stream_at_its_floor() -> None:
     """At 2 events/s a 1-hour budget alone gives 14 400; the default floor raises it to
     100 000 once the rate is measured (docs/detectors.md, "The threshold floor")."""
-    pair = detectors({"false_alarm_every": "1h"})
-    rng = np.random.default_rng(1)
-    for t in range(300):
-        pair.update(rng.normal(size=2), float(abs(rng.normal())), ts=1e9 + t / 2)
+    pair = at_two_per_second(detectors({"false_alarm_every": "1h"}))
     assert pair.covariate.threshold == pair.conditional.threshold == 100_000.0
     assert pair.budgets["conditional"].rate == 2.0
 

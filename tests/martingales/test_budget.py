@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.martingales import CompositeJumper, Ville
+from monitor.martingales import BettingFunction, CompositeJumper, Ville
 from monitor.martingales.alarms import MAX_RATE, EventRateThreshold
 
 # ----------------------------------------------------------------------------- the estimator
@@ -109,10 +109,12 @@ def test_non_finite_event_times_are_refused_without_a_state_change() -> None:
 # ------------------------------------------------------------------------------ Monte Carlo
 
 
-def shiryaev_roberts_path(n: int, rng: np.random.Generator) -> np.ndarray:
-    """log R_1..R_n of SR over the Composite Jumper on uniform p-values (the null):
+def shiryaev_roberts_path(
+    n: int, rng: np.random.Generator, betting: type[BettingFunction] = CompositeJumper
+) -> np.ndarray:
+    """log R_1..R_n of SR over ``betting`` on uniform p-values (the null):
     log R_n = log S_n + log Σ_{i<n} 1/S_i (Vovk et al. 2021, eq. (6)), S_0 = 1."""
-    log_s = CompositeJumper().update_many(rng.uniform(size=n))
+    log_s = betting().update_many(rng.uniform(size=n))
     return log_s + np.logaddexp.accumulate(-np.concatenate([[0.0], log_s[:-1]]))
 
 
@@ -184,8 +186,7 @@ def test_at_the_floor_a_slow_stream_has_the_floors_bound() -> None:
     floored = alone = 0
     for _ in range(runs):
         ts = np.arange(m, dtype=float)  # 1 update/s
-        log_s = PlugInPower().update_many(rng.uniform(size=m))
-        log_r = log_s + np.logaddexp.accumulate(-np.concatenate([[0.0], log_s[:-1]]))
+        log_r = shiryaev_roberts_path(m, rng, PlugInPower)
         budget = EventRateThreshold(50.0, share=2, block=16, floor=floor)
         floored += first_false_alarm(ts, log_r, budget) < math.inf
         budget = EventRateThreshold(50.0, share=2, block=16)
