@@ -55,7 +55,13 @@ class Calibration:
         return out
 
     @classmethod
-    def from_events(cls, events: Sequence[PredictionEvent]) -> Calibration:
+    def from_events(
+        cls, events: Sequence[PredictionEvent], feature_names: Sequence[str] | None = None
+    ) -> Calibration:
+        """From prediction events. Object features are ordered by ``feature_names`` where given
+        (a stored stream's order: a JSON object read back from PostgreSQL's JSONB has its keys
+        in JSONB's own order, not the order they were written in), else by the first event's
+        keys as they were written (a file's or a Python dict's order)."""
         if len(events) < 20:
             raise CalibrationError(
                 f"calibration needs at least 20 labeled events, got {len(events)}"
@@ -65,8 +71,7 @@ class Calibration:
             raise CalibrationError(
                 f"calibration events must carry a label; {unlabeled[0]!r} has none"
             )
-        first = events[0].features
-        names = tuple(first) if isinstance(first, dict) else None
+        names = _feature_order(events[0].features, feature_names)
         try:
             features = np.stack([e.feature_vector(names) for e in events])
             predictions = np.asarray([e.prediction for e in events], dtype=float)
@@ -84,8 +89,13 @@ class Calibration:
         )
 
     @classmethod
-    def from_rows(cls, rows: Iterable[dict[str, Any] | bytes | str]) -> Calibration:
-        """From wire-format events (``kind`` defaults to ``prediction``)."""
+    def from_rows(
+        cls,
+        rows: Iterable[dict[str, Any] | bytes | str],
+        feature_names: Sequence[str] | None = None,
+    ) -> Calibration:
+        """From wire-format events (``kind`` defaults to ``prediction``); ``feature_names`` as
+        in :meth:`from_events`."""
         events = []
         for i, row in enumerate(rows):
             if isinstance(row, dict):
@@ -97,7 +107,7 @@ class Calibration:
             if not isinstance(event, PredictionEvent):
                 raise CalibrationError(f"calibration row {i} is not a prediction event")
             events.append(event)
-        return cls.from_events(events)
+        return cls.from_events(events, feature_names)
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> Calibration:
@@ -125,6 +135,29 @@ class Calibration:
                 row["scale"] = float(self.scales[i])
             rows.append(row)
         return rows
+
+
+def _feature_order(
+    first: list[float] | dict[str, float], given: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """The features' names in the stream's order: ``given``, checked against the first row's
+    keys, else the first row's keys in the order they were written; ``None`` for list
+    features."""
+    if not isinstance(first, dict):
+        if given is not None:
+            raise CalibrationError(
+                "calibration features are lists, but a feature order was given"
+            )
+        return None
+    if given is None:
+        return tuple(first)
+    names = tuple(str(name) for name in given)
+    if len(set(names)) != len(names) or set(names) != set(first):
+        raise CalibrationError(
+            f"the stored feature order {list(names)} does not name the calibration's "
+            f"features {sorted(first)}"
+        )
+    return names
 
 
 def _optional(events: Sequence[PredictionEvent], name: str) -> np.ndarray | None:

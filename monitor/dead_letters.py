@@ -199,13 +199,13 @@ def replay_dead_letters(
         A stream's checkpoint changed under the replay (a worker processes it); the batches
         committed before stay stored, the failing one is not.
     """
-    registered = sink.registered()
-    if not registered:
+    registered, stopped = sink.registered()
+    if not registered and not stopped:
         raise RunError(
             "no stream is registered: nothing can be replayed (register the stream first with "
             "`monitor streams create CONFIG`)"
         )
-    names = {config.name for config, _ in registered}
+    names = {config.name for config, _ in registered} | set(stopped)
     if where.stream is not None and where.stream not in names:
         raise RunError(
             f"stream {where.stream!r} is not registered: its dead letters would fail again "
@@ -213,6 +213,8 @@ def replay_dead_letters(
         )
     monitors = registered_monitors(sink, registered)
     pipeline = Pipeline(monitors, source="", max_event_bytes=max_event_bytes)
+    for name, (version, reason) in stopped.items():  # their letters stay, saying why
+        pipeline.stop(name, version, reason)
     report = ReplayReport(dry_run=dry_run)
     with _http_ingest_paused(sink, not dry_run):
         marks = _restore(sink, pipeline, set(names))
@@ -289,17 +291,15 @@ def _restore(
 
     marks: dict[str, tuple[int, int] | None] = {}
     with sink.sessions() as session:
-        for name in sorted(names):
+        for name in sorted(names & set(pipeline.streams)):
             checkpoint = load_state(session, name)
             monitor = pipeline.streams[name]
             if checkpoint is None:
-                pipeline.streams[name] = StreamMonitor(
-                    monitor.config, monitor.calibration, monitor.config_version
-                )
+                monitor = StreamMonitor(monitor.config, monitor.calibration, monitor.config_version)
                 marks[name] = None
             else:
-                monitor.load_state(checkpoint.state)
                 marks[name] = (checkpoint.version, checkpoint.event_index)
+            pipeline.resume(name, monitor, None if checkpoint is None else checkpoint.state)
     return marks
 
 

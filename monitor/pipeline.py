@@ -23,7 +23,7 @@ from monitor.records import (
     PerformanceWindow,
     TracePoint,
 )
-from monitor.stream import StreamMonitor
+from monitor.stream import FeatureOrderError, StreamMonitor
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +107,41 @@ class Pipeline:
         per_event: bool = False,
     ) -> None:
         self.streams = dict(streams)
+        #: Streams that cannot be run as stored (:class:`~monitor.stream.FeatureOrderError`):
+        #: name → (configuration version, why). Their events go to the dead letters saying why.
+        self.stopped: dict[str, tuple[int, str]] = {}
         self.source = source
         self.max_event_bytes = max_event_bytes
         self.per_event = per_event
+
+    def stop(self, name: str, version: int, reason: str) -> None:
+        """Stop monitoring ``name`` (its events become dead letters with ``reason``; logged
+        once, as one line); the other streams go on."""
+        self.streams.pop(name, None)
+        if self.stopped.get(name) != (version, reason):
+            log.error("%s", reason)
+        self.stopped[name] = (version, reason)
+
+    def resume(self, name: str, monitor: StreamMonitor, state: dict[str, Any] | None) -> bool:
+        """Monitor ``name`` with ``monitor``, resumed from ``state`` (none: from its
+        calibration); a state it cannot resume stops the stream instead (:meth:`stop`).
+        Whether it runs."""
+        try:
+            if state is not None:
+                monitor.load_state(state)
+        except FeatureOrderError as exc:
+            self.stop(name, monitor.config_version, str(exc))
+            return False
+        self.stopped.pop(name, None)
+        self.streams[name] = monitor
+        return True
+
+    def _not_monitored(self, stream: str) -> str | None:
+        """Why events of ``stream`` are not monitored here (``None``: they are)."""
+        if stream in self.streams:
+            return None
+        stopped = self.stopped.get(stream)
+        return f"unknown stream {stream!r}" if stopped is None else stopped[1]
 
     def process(self, records: Sequence[Any]) -> BatchOutput:
         """Process records in order; bad records become dead letters, never exceptions.
@@ -127,8 +159,8 @@ class Pipeline:
         for k, (record, event) in enumerate(zip(records, decoded, strict=True)):
             if isinstance(event, InvalidEvent):
                 reason = str(event)
-            elif event.stream not in self.streams:
-                reason = f"unknown stream {event.stream!r}"
+            elif (why := self._not_monitored(event.stream)) is not None:
+                reason = why
             else:
                 positions, events = routed.setdefault(event.stream, ([], []))
                 positions.append(k)
@@ -215,9 +247,10 @@ class Pipeline:
         try:
             if isinstance(event, Exception):
                 raise event
-            monitor = self.streams.get(event.stream)
-            if monitor is None:
-                raise InvalidEvent(f"unknown stream {event.stream!r}")
+            why = self._not_monitored(event.stream)
+            if why is not None:
+                raise InvalidEvent(why)
+            monitor = self.streams[event.stream]
             stream = event.stream
             # The record's time is only the fallback of an event without ``ts``.
             monitor.observe(event, _record_time(record) if event.ts is None else event.ts)

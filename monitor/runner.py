@@ -13,7 +13,7 @@ from monitor.config import ConfigError, StreamConfig, load_stream_config
 from monitor.pipeline import BatchOutput, Pipeline
 from monitor.records import Alarm, SourceOffset
 from monitor.settings import Settings
-from monitor.stream import StreamMonitor
+from monitor.stream import FeatureOrderError, StreamMonitor
 from monitor.worker import (
     NullSink,
     RetryPolicy,
@@ -26,6 +26,7 @@ from monitor.worker import (
 
 if TYPE_CHECKING:
     from monitor.alerts import AlertRouting
+    from monitor.db.store import StoredStream
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,22 @@ def load_calibration(config: StreamConfig) -> Calibration:
         return Calibration.from_rows(config.calibration)
     except CalibrationError as exc:
         raise RunError(f"stream {config.name!r}: {exc}") from None
+
+
+def stored_calibration(stored: StoredStream) -> Calibration:
+    """A registered stream's calibration, its features in the stored order.
+
+    Raises :class:`FeatureOrderError` for object features whose order is not stored (an upgrade
+    could not recover it: migration 0017)."""
+    calibration = Calibration.from_rows(stored.calibration, stored.feature_names)
+    if calibration.feature_names is not None and stored.feature_names is None:
+        name = stored.config.get("name")
+        raise FeatureOrderError(
+            f"stream {name!r}: the order of its features was not recovered by the database "
+            "upgrade (its checkpoint does not name them); the stream is stopped. Fix: `monitor "
+            "streams update CONFIG.yaml` stores the order, then replay its dead letters"
+        )
+    return calibration
 
 
 def build_monitors(
@@ -170,12 +187,23 @@ class DatabaseSink:
             row, changed = new_stream_version(session, config, calibration.to_rows())
             return row.version, changed
 
-    def registered(self) -> list[tuple[StreamConfig, Calibration]]:
+    def registered(
+        self,
+    ) -> tuple[list[tuple[StreamConfig, Calibration]], dict[str, tuple[int, str]]]:
+        """The registered streams a worker can run, with their calibrations, and those it
+        cannot (name → configuration version, why: :func:`stored_calibration`)."""
         from monitor.db.store import load_streams
 
         with self.sessions() as session:
-            rows = load_streams(session)
-        return [(StreamConfig.model_validate(cfg), Calibration.from_rows(cal)) for cfg, cal in rows]
+            stored = load_streams(session)
+        runnable, stopped = [], {}
+        for s in stored:
+            config = StreamConfig.model_validate(s.config)
+            try:
+                runnable.append((config, stored_calibration(s)))
+            except FeatureOrderError as exc:
+                stopped[config.name] = (s.version, str(exc))
+        return runnable, stopped
 
     def stream_versions(self) -> dict[str, int]:
         """Every registered stream's configuration version, by name."""
@@ -192,8 +220,7 @@ class DatabaseSink:
             found = load_stream(session, name)
         if found is None:
             return None
-        config, events, version = found
-        return StreamConfig.model_validate(config), Calibration.from_rows(events), version
+        return StreamConfig.model_validate(found.config), stored_calibration(found), found.version
 
     def close(self) -> None:
         self.engine.dispose()
@@ -235,10 +262,12 @@ def run_source(
     from connectors import open_source
 
     sink = open_sink(settings, store)
-    monitors = _monitors_for_run(configs, sink)
+    monitors, stopped = _monitors_for_run(configs, sink)
     kind = source_url.split(":", 1)[0]
     source = open_source(source_url, group=group, **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
+    for name, (version, reason) in stopped.items():
+        pipeline.stop(name, version, reason)
     hooks = _alerts(settings, sink)
     watched = _watch(metrics_port, metrics_host, health_bound_s, store, pipeline, source, sink)
     worker = Worker(
@@ -372,26 +401,42 @@ def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], No
     return call
 
 
-def _monitors_for_run(configs: list[str], sink: Sink) -> dict[str, StreamMonitor]:
+def _monitors_for_run(
+    configs: list[str], sink: Sink
+) -> tuple[dict[str, StreamMonitor], dict[str, tuple[int, str]]]:
+    """The run's monitors, and the registered streams it cannot run (name → version, why)."""
     if configs:
         parsed = read_configs(configs)
         monitors = build_monitors(parsed)
         if isinstance(sink, DatabaseSink):
-            from monitor.db.errors import StreamChangedError
-
-            for config in parsed:
-                try:
-                    version, _ = sink.register(config, monitors[config.name].calibration)
-                except StreamChangedError as exc:
-                    raise RunError(str(exc)) from None
-                monitors[config.name].config_version = version
-        return monitors
+            _register_for_run(sink, parsed, monitors)
+        return monitors, {}
     if not isinstance(sink, DatabaseSink):
         raise RunError("--no-store needs --config: there is no registry to read streams from")
-    registered = sink.registered()
-    if not registered:
+    registered, stopped = sink.registered()
+    if not registered and not stopped:
         raise RunError("no stream is registered: use `monitor streams create CONFIG` or --config")
-    return registered_monitors(sink, registered)
+    return registered_monitors(sink, registered), stopped
+
+
+def _register_for_run(
+    sink: DatabaseSink, parsed: list[StreamConfig], monitors: dict[str, StreamMonitor]
+) -> None:
+    """Register the ``--config`` streams (or find them registered as they are) and run each at
+    its stored version, its features in the stored order (the file may list the same features
+    in another order: the checkpoint was taken with the stored one)."""
+    from monitor.db.errors import StreamChangedError
+
+    for config in parsed:
+        monitor = monitors[config.name]
+        try:
+            version, _ = sink.register(config, monitor.calibration)
+        except StreamChangedError as exc:
+            raise RunError(str(exc)) from None
+        monitor.config_version = version
+        stored = sink.registered_stream(config.name)
+        if stored is not None and stored[1].feature_names != monitor.feature_names:
+            monitors[config.name] = StreamMonitor(config, stored[1], version)
 
 
 def registered_monitors(
@@ -442,24 +487,25 @@ def register_stream_version(path: str, settings: Settings, update: bool = False)
 
 
 def list_streams(settings: Settings) -> list[dict[str, Any]]:
-    from monitor.db.repositories import list_streams as query_streams
+    from monitor.db.store import load_streams
 
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     try:
         with sink.sessions() as session:
-            versions = {row.name: row.version for row in query_streams(session)}
-        return [
-            {
-                "name": c.name,
-                "task": c.task,
-                "version": versions.get(c.name, 1),
-                "calibration_events": len(cal),
-                "config": c.model_dump(mode="json", exclude={"calibration"}),
-            }
-            for c, cal in sink.registered()
-        ]
+            stored = load_streams(session)
     finally:
         sink.close()
+    listed = []
+    for s in stored:
+        config = StreamConfig.model_validate(s.config)
+        listed.append({
+            "name": config.name,
+            "task": config.task,
+            "version": s.version,
+            "calibration_events": len(s.calibration),
+            "config": config.model_dump(mode="json", exclude={"calibration"}),
+        })
+    return listed
 
 
 def rebind_stream(

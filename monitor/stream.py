@@ -38,6 +38,12 @@ from monitor.wiring import build_detectors, build_ood, conditional_score
 STATE_VERSION = 1
 
 
+class FeatureOrderError(ValueError):
+    """A stream whose features cannot be read in the order its state or calibration needs (the
+    message says which stream, the two orders and the fix): the stream is stopped, never run
+    with its feature columns permuted."""
+
+
 class StreamMonitor:
     """Monitors of one stream, fed with validated events in arrival order.
 
@@ -746,6 +752,8 @@ class StreamMonitor:
         """
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported stream state version {state.get('version')!r}")
+        if int(state.get("config_version", 1)) == self.config_version:
+            self._check_feature_order(state)
         self.event_index = state["event_index"]
         self.labeled = state["labeled"]
         self.window_index = state["window_index"]
@@ -766,6 +774,22 @@ class StreamMonitor:
         self._retired = [_Retired.load(r) for r in state.get("retired", [])]
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+
+    def _check_feature_order(self, state: dict[str, Any]) -> None:
+        """Refuse (before anything is loaded) a state of this version taken with the features
+        in another order: its detectors would read the new events' columns permuted."""
+        attribution = state.get("attribution")
+        taken = None if attribution is None else tuple(attribution["feature_names"])
+        if taken is None or taken == self.feature_names:
+            return
+        raise FeatureOrderError(
+            f"stream {self.name!r}: its checkpoint was taken with the features in the order "
+            f"({', '.join(taken)}), its configuration version {self.config_version} reads "
+            f"({', '.join(self.feature_names)}); the stream is stopped rather than run with its "
+            "features permuted. Fix: `monitor db upgrade` recovers a stored order from the "
+            "checkpoint; for other features store a new version (`monitor streams update "
+            "CONFIG.yaml`), then replay the stream's dead letters"
+        )
 
     def _carry_over(self, state: dict[str, Any]) -> None:
         """After a configuration update (``state`` written under another version): the alarms

@@ -56,7 +56,7 @@ from threadpoolctl import threadpool_limits
 
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, record_time
 from monitor.records import Alarm, DeadLetter, SourceOffset
-from monitor.stream import StreamMonitor
+from monitor.stream import FeatureOrderError, StreamMonitor
 
 if TYPE_CHECKING:
     from monitor.calibration import Calibration
@@ -502,8 +502,15 @@ class Worker:
             current = self.pipeline.streams.get(name)
             if current is not None and current.config_version >= version:
                 continue
-            found = self._durably(partial(self.sink.registered_stream, name),
-                                  "loading a registered stream")
+            stopped = self.pipeline.stopped.get(name)
+            if stopped is not None and stopped[0] >= version:  # stopped until a new version
+                continue
+            try:
+                found = self._durably(partial(self.sink.registered_stream, name),
+                                      "loading a registered stream")
+            except FeatureOrderError as exc:
+                self.pipeline.stop(name, version, str(exc))
+                continue
             if found is None:
                 continue
             config, calibration, version = found
@@ -516,17 +523,15 @@ class Worker:
             if current is None:
                 state = self._durably(partial(self.sink.load_state, name),
                                       "loading detector state")
-                if state is not None:
-                    monitor.load_state(state)
-                log.info("stream %r (configuration version %d) registered while running: "
-                         "monitored from now on", name, version)
+                if self.pipeline.resume(name, monitor, state):
+                    log.info("stream %r (configuration version %d) registered while running: "
+                             "monitored from now on", name, version)
             else:
                 self._checkpoint()  # the old version's progress, stored under the old version
-                monitor.load_state(current.state_dict())
+                self.pipeline.resume(name, monitor, current.state_dict())
                 log.info("stream %r: configuration version %d in force from event index %d "
                          "(the detectors restart from its calibration)", name, version,
                          monitor.version_since)
-            self.pipeline.streams[name] = monitor
 
     # -- one batch ------------------------------------------------------------------------------
 
@@ -803,12 +808,9 @@ class Worker:
         )
         for name, state in states.items():
             monitor = self.pipeline.streams[name]
-            if state is not None:
-                monitor.load_state(state)
-            elif name in reset:
-                self.pipeline.streams[name] = StreamMonitor(
-                    monitor.config, monitor.calibration, monitor.config_version
-                )
+            if state is None and name in reset:
+                monitor = StreamMonitor(monitor.config, monitor.calibration, monitor.config_version)
+            self.pipeline.resume(name, monitor, state)
 
 
 @dataclass

@@ -39,14 +39,13 @@ from monitor.db.models import (
     source_key,
     utcnow,
 )
-from monitor.db.repositories import CALIBRATION_FIELDS, calibration_query
-from monitor.db.store import load_offsets
+from monitor.db.store import load_offsets, stored_stream
 from monitor.db.writers import Writer
 from monitor.pipeline import Pipeline, RawRecord
 from monitor.records import Alarm, SourceOffset
-from monitor.runner import DatabaseSink
+from monitor.runner import DatabaseSink, stored_calibration
 from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
+from monitor.stream import FeatureOrderError, StreamMonitor
 
 __all__ = [
     "HTTP_SOURCE",
@@ -234,13 +233,13 @@ class Ingestor:
         seen = self._already_ingested({k for k in keys if k is not None})
         fresh = [i for i, k in enumerate(keys) if k is None or k not in seen]
         duplicates = [i for i, k in enumerate(keys) if k is not None and k in seen]
-        monitors = self._restore(_stream_names([items[i] for i in fresh]))
+        pipeline = self._restore(_stream_names([items[i] for i in fresh]))
         base = self._next_offset()
         records = [
             RawRecord(HTTP_SOURCE, 0, base + n, payloads[i], now_ms) for n, i in enumerate(fresh)
         ]
-        out = Pipeline(monitors, source="", max_event_bytes=self.max_event_bytes).process(records)
-        states = {name: monitors[name].state_dict() for name in sorted(out.touched)}
+        out = pipeline.process(records)
+        states = {name: pipeline.streams[name].state_dict() for name in sorted(out.touched)}
         offsets = [SourceOffset(HTTP_SOURCE, 0, base + len(records))]
         dead = [(fresh[d.offset - base], d.reason) for d in out.dead_letters]
         dead_items = {i for i, _ in dead}
@@ -309,34 +308,37 @@ class Ingestor:
         with self.sink.sessions() as session:
             return load_offsets(session, HTTP_SOURCE).get(0, 0)
 
-    def _restore(self, names: set[str]) -> dict[str, StreamMonitor]:
-        """Monitors of the registered streams among ``names``, in their stored state."""
+    def _restore(self, names: set[str]) -> Pipeline:
+        """A pipeline of the registered streams among ``names``, in their stored state; those
+        that cannot run as stored (:class:`FeatureOrderError`) are stopped in it, so that their
+        events are dead letters saying why."""
+        pipeline = Pipeline({}, source="", max_event_bytes=self.max_event_bytes)
         with self.sink.sessions() as session:
             rows = list(session.scalars(select(StreamRow).where(StreamRow.name.in_(sorted(names)))))
             for row in rows:
                 cached = self._cache.get(row.name)
                 if cached is None or cached.updated_at != row.updated_at:
-                    self._cache[row.name] = self._build(session, row)
-        monitors = {}
+                    try:
+                        self._cache[row.name] = self._build(session, row)
+                    except FeatureOrderError as exc:
+                        self._cache.pop(row.name, None)
+                        pipeline.stop(row.name, row.version, str(exc))
         for row in rows:
-            cached = self._cache[row.name]
+            cached = self._cache.get(row.name)
+            if cached is None:
+                continue
             state = self.sink.load_state(row.name)
             if state is None:
                 state = decode_state(*cached.fresh_state)
-            cached.monitor.load_state(state)
-            monitors[row.name] = cached.monitor
-        return monitors
+            pipeline.resume(row.name, cached.monitor, state)
+        return pipeline
 
     def _build(self, session: Session, row: StreamRow) -> _Cached:
-        config = StreamConfig.model_validate(row.config)
-        events = session.scalars(calibration_query(row.name))
-        rows = [
-            {name: getattr(e, name) for name in CALIBRATION_FIELDS if getattr(e, name) is not None}
-            for e in events
-        ]
+        stored = stored_stream(session, row)
+        config = StreamConfig.model_validate(stored.config)
         # The stored version: a state written under an older one is carried over by
         # StreamMonitor.load_state (the detectors restart from this version's calibration).
-        monitor = build_monitor(config, Calibration.from_rows(rows), row.version)
+        monitor = build_monitor(config, stored_calibration(stored), row.version)
         return _Cached(row.updated_at, monitor, encode_state(monitor.state_dict()))
 
 

@@ -120,6 +120,10 @@ class StreamRow(Base):
     task: Mapped[str] = mapped_column(SHORT)
     config: Mapped[dict[str, Any]] = mapped_column(JSONType)
     version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: The features' names in the order the detectors read them (object features; NULL for
+    #: list features), set with the calibration events of each configuration version. Never
+    #: taken from a stored object's keys: JSONB keeps them in its own order.
+    feature_names: Mapped[list[str] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()

@@ -88,6 +88,7 @@ __all__ = [
     "decode_cursor",
     "delete_stream",
     "encode_cursor",
+    "feature_order",
     "fleets_query",
     "get_alarm",
     "get_stream",
@@ -567,7 +568,7 @@ def create_stream(
     except IntegrityError as exc:  # registered concurrently since the check above
         session.rollback()
         raise exists from exc
-    _store_calibration(session, config, calibration)
+    _store_calibration(session, row, config, calibration)
     session.commit()
     return row
 
@@ -652,7 +653,7 @@ def _replace(
     row.version = row.version + 1
     if calibration is not None:
         session.execute(delete(CalibrationEventRow).where(CalibrationEventRow.stream == row.name))
-        _store_calibration(session, config, calibration)
+        _store_calibration(session, row, config, calibration)
 
 
 def _same(
@@ -670,6 +671,8 @@ def _same(
         return False
     if calibration is None:
         return True
+    if row.feature_names is None and feature_order(calibration) is not None:
+        return False  # an order an upgrade could not recover: the next version stores it
     stored = [calibration_event(r) for r in session.scalars(calibration_query(row.name))]
     given = [
         {k: event.get(k) for k in ("id", *CALIBRATION_FIELDS) if event.get(k) is not None}
@@ -697,6 +700,13 @@ def calibration_query(stream: str | None = None) -> Select[CalibrationEventRow]:
     return query.order_by(CalibrationEventRow.stream, CalibrationEventRow.idx)
 
 
+def feature_order(events: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """The feature names of calibration events in wire format, in the order the first event's
+    object lists them (as given, before any database stored it); ``None`` for list features."""
+    features = events[0].get("features") if events else None
+    return [str(name) for name in features] if isinstance(features, Mapping) else None
+
+
 def calibration_event(row: CalibrationEventRow) -> dict[str, Any]:
     """A stored calibration event back in the wire format (absent optional fields omitted)."""
     event = {} if row.event_id is None else {"id": row.event_id}
@@ -705,10 +715,17 @@ def calibration_event(row: CalibrationEventRow) -> dict[str, Any]:
 
 
 def _store_calibration(
-    session: Session, config: StreamConfig, events: Sequence[Mapping[str, Any]] | None
+    session: Session,
+    stream: StreamRow,
+    config: StreamConfig,
+    events: Sequence[Mapping[str, Any]] | None,
 ) -> None:
+    """Store the calibration events and, for object features, their order as a list
+    (``streams.feature_names``): a JSON object read back from JSONB has its keys in JSONB's own
+    order, so the order is never taken from the stored rows."""
     if events is None:
         events = config.calibration if isinstance(config.calibration, list) else []
+    stream.feature_names = feature_order(events)
     rows = [
         {"stream": config.name, "idx": i, "event_id": event.get("id")}
         | {name: event.get(name) for name in CALIBRATION_FIELDS}

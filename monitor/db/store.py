@@ -73,12 +73,14 @@ from monitor.state import Checkpoint
 
 __all__ = [
     "CheckpointMovedError",
+    "StoredStream",
     "checkpoint_mark",
     "load_offsets",
     "load_state",
     "load_streams",
     "persist_batch",
     "persist_replay",
+    "stored_stream",
     "upsert_stream",
 ]
 
@@ -238,13 +240,33 @@ def upsert_stream(
         create_stream(session, config, calibration)
 
 
-def load_streams(session: Session) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Every registered stream's stored configuration and calibration events (wire format)."""
+@dataclass(frozen=True)
+class StoredStream:
+    """A registered stream as stored: its configuration, calibration events (wire format), the
+    configuration's version and its features' order (``None``: list features)."""
+
+    config: dict[str, Any]
+    calibration: list[dict[str, Any]]
+    version: int
+    feature_names: list[str] | None
+
+
+def stored_stream(session: Session, row: StreamRow) -> StoredStream:
+    """``row`` with its calibration events, read in the session's transaction."""
+    events = [calibration_event(r) for r in session.scalars(calibration_query(row.name))]
+    return StoredStream(row.config, events, int(row.version), row.feature_names)
+
+
+def load_streams(session: Session) -> list[StoredStream]:
+    """Every registered stream as stored, by name."""
     with _read(session):
         events: dict[str, list[dict[str, Any]]] = {}
         for row in session.scalars(calibration_query()):
             events.setdefault(row.stream, []).append(calibration_event(row))
-        return [(s.config, events.get(s.name, [])) for s in list_streams(session)]
+        return [
+            StoredStream(s.config, events.get(s.name, []), int(s.version), s.feature_names)
+            for s in list_streams(session)
+        ]
 
 
 def stream_versions(session: Session) -> dict[str, int]:
@@ -256,16 +278,11 @@ def stream_versions(session: Session) -> dict[str, int]:
         )}
 
 
-def load_stream(
-    session: Session, name: str
-) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
-    """One registered stream's configuration, calibration events and version, or None."""
+def load_stream(session: Session, name: str) -> StoredStream | None:
+    """One registered stream as stored, or None."""
     with _read(session):
         row = session.get(StreamRow, name)
-        if row is None:
-            return None
-        events = [calibration_event(r) for r in session.scalars(calibration_query(name))]
-        return row.config, events, int(row.version)
+        return None if row is None else stored_stream(session, row)
 
 
 @contextmanager
