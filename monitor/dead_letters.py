@@ -212,9 +212,8 @@ def replay_dead_letters(
             "(register it first with `monitor streams create CONFIG`)"
         )
     monitors = registered_monitors(sink, registered)
-    pipeline = Pipeline(monitors, source="", max_event_bytes=max_event_bytes)
-    for name, (version, reason) in stopped.items():  # their letters stay, saying why
-        pipeline.stop(name, version, reason)
+    # a stopped stream's letters stay, saying why
+    pipeline = Pipeline(monitors, source="", max_event_bytes=max_event_bytes, stopped=stopped)
     report = ReplayReport(dry_run=dry_run)
     with _http_ingest_paused(sink, not dry_run):
         marks = _restore(sink, pipeline, set(names))

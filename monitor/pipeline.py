@@ -97,6 +97,9 @@ class Pipeline:
         Name of the source, stored with dead letters (e.g. ``file:/data/events.jsonl``).
     max_event_bytes
         Larger records go to the dead letters unread.
+    stopped
+        Registered streams that cannot be run as stored: name → (configuration version, why);
+        their events go to the dead letters saying why (:meth:`stop`).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class Pipeline:
         source: str = "",
         max_event_bytes: int = 256 * 1024,
         per_event: bool = False,
+        stopped: Mapping[str, tuple[int, str]] | None = None,
     ) -> None:
         self.streams = dict(streams)
         #: Streams that cannot be run as stored (:class:`~monitor.stream.FeatureOrderError`):
@@ -113,6 +117,8 @@ class Pipeline:
         self.source = source
         self.max_event_bytes = max_event_bytes
         self.per_event = per_event
+        for name, (version, reason) in (stopped or {}).items():
+            self.stop(name, version, reason)
 
     def stop(self, name: str, version: int, reason: str) -> None:
         """Stop monitoring ``name`` (its events become dead letters with ``reason``; logged

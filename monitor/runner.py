@@ -55,8 +55,9 @@ def stored_calibration(stored: StoredStream) -> Calibration:
         name = stored.config.get("name")
         raise FeatureOrderError(
             f"stream {name!r}: the order of its features was not recovered by the database "
-            "upgrade (its checkpoint does not name them); the stream is stopped. Fix: `monitor "
-            "streams update CONFIG.yaml` stores the order, then replay its dead letters"
+            "upgrade (its checkpoint names other features, or none); the stream is stopped. "
+            "Fix: `monitor streams update CONFIG.yaml` stores the order, then replay its dead "
+            "letters (`monitor dead-letters replay --stream NAME`)"
         )
     return calibration
 
@@ -262,12 +263,11 @@ def run_source(
     from connectors import open_source
 
     sink = open_sink(settings, store)
-    monitors, stopped = _monitors_for_run(configs, sink)
+    monitors, stopped = monitors_for_run(configs, sink)
     kind = source_url.split(":", 1)[0]
     source = open_source(source_url, group=group, **(source_options or {}))
-    pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes)
-    for name, (version, reason) in stopped.items():
-        pipeline.stop(name, version, reason)
+    pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes,
+                        stopped=stopped)
     hooks = _alerts(settings, sink)
     watched = _watch(metrics_port, metrics_host, health_bound_s, store, pipeline, source, sink)
     worker = Worker(
@@ -401,10 +401,12 @@ def _fan_out(*callbacks: Callable[[Alarm], None] | None) -> Callable[[Alarm], No
     return call
 
 
-def _monitors_for_run(
+def monitors_for_run(
     configs: list[str], sink: Sink
 ) -> tuple[dict[str, StreamMonitor], dict[str, tuple[int, str]]]:
-    """The run's monitors, and the registered streams it cannot run (name → version, why)."""
+    """The monitors of ``monitor run``: the ``configs`` streams (registered, or found registered
+    as they are, on a database), else every registered stream as stored; and the registered
+    streams it cannot run (name → version, why: ``Pipeline(stopped=...)``)."""
     if configs:
         parsed = read_configs(configs)
         monitors = build_monitors(parsed)

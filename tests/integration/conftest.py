@@ -33,3 +33,16 @@ def reference(example: Example, postgres_admin: Engine) -> Snapshot:
     """What a single uninterrupted run over the events file stores in PostgreSQL."""
     with postgres_database(postgres_admin) as url:
         return reference_run(example, url)
+
+
+@pytest.fixture(scope="session")
+def named_example(tmp_path_factory: pytest.TempPathFactory) -> Example:
+    """The example streams with object features (``FEATURE_NAMES``: orders JSONB does not keep)."""
+    return build_examples(Path(tmp_path_factory.mktemp("named")), named=True)
+
+
+@pytest.fixture(scope="session")
+def named_reference(named_example: Example, postgres_admin: Engine) -> Snapshot:
+    """One uninterrupted run over the named example's events file, in PostgreSQL."""
+    with postgres_database(postgres_admin) as url:
+        return reference_run(named_example, url)

@@ -35,7 +35,7 @@ from monitor.db.models import (
 )
 from monitor.pipeline import Pipeline
 from monitor.records import Alarm
-from monitor.runner import DatabaseSink, build_monitors, read_configs
+from monitor.runner import DatabaseSink, build_monitors, monitors_for_run, read_configs
 from monitor.state import Checkpoint
 from monitor.worker import StopFlag, Worker
 
@@ -90,8 +90,19 @@ class Example:
         return [arg for path in self.configs for arg in ("--config", str(path))]
 
 
-def build_examples(folder: Path) -> Example:
-    """Write the three streams and the merged events file (round-robin, poison mixed in)."""
+#: Named features of the example streams (``build_examples(named=True)``), each in an order that
+#: PostgreSQL's JSONB does not keep (it orders an object's keys by length, then bytewise):
+#: alphabetical, reverse alphabetical, and mixed lengths.
+FEATURE_NAMES = {
+    "bikes": ("alpha", "beta", "delta", "gamma", "omega"),
+    "taxis": ("zeta", "theta", "mu", "kappa", "alpha"),
+    "loans": ("speed_kmh", "x", "altitude", "ab", "pressure_hpa"),
+}
+
+
+def build_examples(folder: Path, named: bool = False) -> Example:
+    """Write the three streams and the merged events file (round-robin, poison mixed in);
+    ``named``: features as objects (``FEATURE_NAMES``), in calibration and events alike."""
     from kafka.partitioner.default import DefaultPartitioner
 
     partitioner = DefaultPartitioner()
@@ -103,11 +114,23 @@ def build_examples(folder: Path) -> Example:
                               n_calibration=N_CALIBRATION, label_delay=spec.label_delay,
                               alarm=ALARM)
         configs.append(paths["config"])
+        if named:
+            for key in ("calibration", "events"):
+                _name_features(paths[key], FEATURE_NAMES[spec.name])
         lines.append(paths["events"].read_bytes().splitlines())
     values, keys = _merge(lines)
     events = folder / "all_events.jsonl"
     events.write_bytes(b"".join(v + b"\n" for v in values))
     return Example(folder, tuple(configs), events, tuple(values), tuple(keys))
+
+
+def _name_features(path: Path, names: Sequence[str]) -> None:
+    """Rewrite a JSONL file's list features as objects with ``names``, in that order."""
+    rows = [json.loads(line) for line in path.read_bytes().splitlines()]
+    for row in rows:
+        if "features" in row:
+            row["features"] = dict(zip(names, row["features"], strict=True))
+    path.write_text("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows))
 
 
 def _merge(lines: Sequence[Sequence[bytes]]) -> tuple[list[bytes], list[str]]:
@@ -149,6 +172,26 @@ def reference_run(example: Example, url: str, batch_size: int = 50, checkpoint_e
         source.close()
         sink.close()
     return snapshot(url)
+
+
+def run_file(events: Path, url: str, configs: Sequence[Path], upto: int,
+             batch_size: int = 50) -> None:
+    """A worker over ``events`` until its line ``upto`` is read (no end-of-file flush), with the
+    streams ``monitor run`` takes: ``configs`` registered (or found registered as they are), or,
+    without, every registered stream as stored (a restart)."""
+    sink = DatabaseSink(url)
+    source = FileSource(events)
+    monitors, stopped = monitors_for_run([str(p) for p in configs], sink)
+    stop = StopFlag()
+    worker = Worker(source, Pipeline(monitors, source.name, stopped=stopped), sink, "file",
+                    batch_size=batch_size,
+                    on_batch=lambda _: stop.set() if source.position >= upto else None)
+    try:
+        worker.run(stop)
+        assert source.position == upto
+    finally:
+        source.close()
+        sink.close()
 
 
 # -- what a database holds ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from bench.bench_normalized_residual import detection_summary, ville_rate
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import StreamConfig
 from monitor.events import InvalidEvent, decode_event
-from monitor.runner import DatabaseSink, _monitors_for_run, register_stream_version
+from monitor.runner import DatabaseSink, monitors_for_run, register_stream_version
 from monitor.settings import Settings
 from monitor.stream import StreamMonitor
 
@@ -118,7 +118,7 @@ def test_the_database_keeps_the_calibration_scales(tmp_path: Path) -> None:
         original = Calibration.from_jsonl(tmp_path / "cal.jsonl")
         assert stored.scales is not None and original.scales is not None
         assert np.array_equal(stored.scales, original.scales)
-        (monitor,) = _monitors_for_run([str(config)], sink).values()
+        (monitor,) = monitors_for_run([str(config)], sink)[0].values()
         assert monitor.calibration.scales is not None
     finally:
         sink.close()

@@ -106,8 +106,9 @@ def _checkpoint_order(bind: sa.Connection, name: str) -> tuple[list[str] | None,
     ).scalar()
     if text is None:
         return None, None
-    # monitor.state's format: {"format": 1, "state": {...}}; the names are a plain JSON list.
-    state: dict[str, Any] = json.loads(text).get("state") or {}
+    # monitor.state's format, {"format": 1, "state": <Checkpoint payload>}, whose payload is
+    # {"state": <the stream's state>, "arrays": ...}; the names are a plain JSON list in it.
+    state: dict[str, Any] = json.loads(text)["state"]["state"]
     attribution = state.get("attribution")
     names = attribution.get("feature_names") if isinstance(attribution, dict) else None
     version = int(state.get("config_version", 1))
