@@ -277,9 +277,10 @@ def test_registered_streams_restore_their_calibration_exactly(db_session: Sessio
     )
     upsert_stream(db_session, config, calibration.to_rows())
     upsert_stream(db_session, config.model_copy(update={"trace_every": 5}), calibration.to_rows())
-    [(stored_config, rows)] = load_streams(db_session)
-    assert StreamConfig.model_validate(stored_config).trace_every == 5
-    restored = Calibration.from_rows(rows)
+    [stored] = load_streams(db_session)
+    assert StreamConfig.model_validate(stored.config).trace_every == 5
+    assert (stored.version, stored.feature_names) == (2, None)
+    restored = Calibration.from_rows(stored.calibration, stored.feature_names)
     for name in ("features", "predictions", "labels", "logits"):
         assert getattr(restored, name).tobytes() == getattr(calibration, name).tobytes(), name
     assert restored.embedding is None
