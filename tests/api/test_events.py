@@ -290,3 +290,50 @@ def test_a_new_configuration_version_is_in_force_for_http_ingest(
     checkpoint = session.get(CheckpointRow, "bikes")
     assert checkpoint is not None and checkpoint.event_index == 160  # the counters went on
     assert min(a["event_index"] for a in alarms) >= 60
+
+
+NAMES = ("zeta", "alpha", "mid")  # an order PostgreSQL's JSONB does not keep
+
+
+def named(rows: list[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
+    """``rows`` with object features (``NAMES``, in that order) for ``stream``."""
+    return [r | {"stream": stream, "features": dict(zip(NAMES, r["features"], strict=True))}
+            for r in rows]
+
+
+def test_object_features_keep_their_order_across_replicas(
+    client: TestClient, session: Session, database_url: str
+) -> None:
+    """A stream with object features (in an order JSONB does not keep), fed through two
+    replicas taking turns (each restores the stream from the database), gives exactly what the
+    same stream with list features gives; a checkpoint taken with the features in another
+    order stops the stream: its events are dead letters saying so, never read permuted."""
+    lists = stream_config("lists", calibration=calibration_rows(200), alarm=VILLE)
+    objects = stream_config("objects", calibration=named(calibration_rows(200), "objects"),
+                            alarm=VILLE)
+    for body in (lists, objects):
+        assert client.post("/streams", json=body, headers=WRITE).status_code == 201
+    stream = events(120, seed=3) + events(120, seed=4, shift=4.0, start=120)
+    single = post(client, [e | {"stream": "lists"} for e in stream])["alarms"]
+    split = []
+    with TestClient(create_app(make_settings(database_url))) as replica:
+        for k, api in enumerate([client, replica, client, replica]):
+            split += post(api, named(stream[60 * k : 60 * (k + 1)], "objects"))["alarms"]
+        assert single
+
+        def strip(alarms: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+            return [(a["detector"], a["kind"], a["event_index"], a["statistic"]) for a in alarms]
+
+        assert strip(single) == strip(split)
+        checkpoint = session.get(CheckpointRow, "objects")
+        assert checkpoint is not None and '["zeta","alpha","mid"]' in checkpoint.state
+        checkpoint.state = checkpoint.state.replace('["zeta","alpha","mid"]',
+                                                    '["alpha","mid","zeta"]')
+        session.commit()
+        body = post(replica, named(events(2, seed=5, start=240), "objects"))
+    assert body["accepted"] == 0
+    reasons = {d["reason"] for d in body["dead_letters"]}
+    assert len(reasons) == 1 and reasons.pop().startswith(
+        "stream 'objects': its checkpoint was taken with the features in the order (alpha, mid, "
+        "zeta), its configuration version 1 reads (zeta, alpha, mid)"
+    )
