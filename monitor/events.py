@@ -154,11 +154,8 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
         features = self.features
         if not isinstance(features, dict):
             return features
-        if names is None:  # an object's key order is no column order: it differs by sender
-            raise InvalidEvent(
-                "field 'features': an object, but the stream's features are a list (read by "
-                "position): send a list, or register the stream with object features"
-            )
+        if names is None:
+            return list(features.values())
         if len(features) != len(names) or any(n not in features for n in names):
             raise InvalidEvent(
                 f"feature names {sorted(features)} differ from the stream's {list(names)}"

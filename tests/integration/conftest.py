@@ -14,6 +14,9 @@ from tests.conftest import postgres_database
 from tests.integration.streams import Example, Snapshot, build_examples, reference_run
 from tests.kafka_harness import kafka_broker, kafka_broker_module  # noqa: F401
 
+#: data/ holds fixtures and the script that made them with the previous release (not tests).
+collect_ignore_glob = ["data/*"]
+
 
 @pytest.fixture
 def pg_url(postgres_admin: Engine) -> Iterator[str]:
