@@ -50,6 +50,9 @@ class BatchOutput:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0
+    #: Records of streams bound to another writer, by stream, that the worker took out of the
+    #: dead letters (they are not stored: monitor.worker).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def add_records(
         self,
@@ -128,7 +131,7 @@ class Pipeline:
             if isinstance(event, InvalidEvent):
                 reason = str(event)
             elif event.stream not in self.streams:
-                reason = f"unknown stream {event.stream!r}"
+                reason = unknown_stream_reason(event.stream)
             else:
                 positions, events = routed.setdefault(event.stream, ([], []))
                 positions.append(k)
@@ -217,7 +220,7 @@ class Pipeline:
                 raise event
             monitor = self.streams.get(event.stream)
             if monitor is None:
-                raise InvalidEvent(f"unknown stream {event.stream!r}")
+                raise InvalidEvent(unknown_stream_reason(event.stream))
             stream = event.stream
             # The record's time is only the fallback of an event without ``ts``.
             monitor.observe(event, _record_time(record) if event.ts is None else event.ts)
@@ -240,6 +243,11 @@ class _Decoded(NamedTuple):
 
     record: Any
     event: Event | Exception
+
+
+def unknown_stream_reason(stream: str) -> str:
+    """The dead-letter reason of an event of a stream the pipeline does not monitor."""
+    return f"unknown stream {stream!r}"
 
 
 def _internal_error(exc: Exception) -> str:
