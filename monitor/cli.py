@@ -525,12 +525,17 @@ def _cmd_streams_rebind(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import rebind_stream
 
     try:
-        old, new = rebind_stream(settings, args.stream, group=args.group, source=args.source,
-                                 http=args.http, file=args.file)
+        done = rebind_stream(settings, args.stream, group=args.group, source=args.source,
+                             http=args.http, file=args.file)
     except (StreamNotFoundError, ValueError) as exc:
         raise UserError(str(exc)) from None
-    print(f"stream {args.stream!r} is bound to {new} (was: {old or 'unbound'}); its records "
-          "dead-lettered by other writers can be replayed there")
+    print(f"stream {args.stream!r} is bound to {done.new} (was: {done.old or 'unbound'}); it "
+          "goes on from its checkpoint with the records that writer reads next")
+    if done.ahead:
+        gaps = ", ".join(f"partition {p}: {a} → {b}" for p, (a, b) in done.ahead.items())
+        print(f"warning: the new group has already read past the old one's positions ({gaps}); "
+              "it resumes at its own, so the stream's records in between are processed by "
+              "neither (docs/operations.md, \"A refused writer and replays\")", file=sys.stderr)
     return 0
 
 

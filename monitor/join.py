@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any, NamedTuple
 
+import numpy as np
+
 Label = int | float | str
 
 #: Event times the join's clock is the median of (see the module docstring).
@@ -236,7 +238,11 @@ class LabelJoin:
             "clock": self._clock if self._clock != float("-inf") else None,
         }
         if self._joined_ids:  # no key without: the state of a stream without labels is as before
-            state["joined"] = [[k, ts] for k, ts in self._joined_ids.items()]
+            # ids as one list and times as one array (binary in the blob): up to max_pending
+            # entries, written at every checkpoint
+            joined = self._joined_ids
+            state["joined"] = {"ids": list(joined),
+                               "ts": np.fromiter(joined.values(), np.float64, len(joined))}
         if self._made_under:
             used = {p.version for p in predictions if p.version is not None}
             state["made_under"] = [
@@ -259,7 +265,8 @@ class LabelJoin:
         }
         self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
         # a state written before the joined ids were kept knows only the waiting entries
-        self._joined_ids = OrderedDict((k, ts) for k, ts in state.get("joined", ()))
+        joined = state.get("joined", {"ids": (), "ts": ()})
+        self._joined_ids = OrderedDict(zip(joined["ids"], map(float, joined["ts"]), strict=True))
         self.expired_predictions, self.expired_labels, self.joined = state["counts"]
         # version 1 kept no clock: start it afresh (it only delays expiry by a few events)
         self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)

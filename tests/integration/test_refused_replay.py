@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from connectors import KafkaSource
+from monitor.cli import main
 from monitor.db.migrate import upgrade
 from monitor.dead_letters import DeadLetterFilter, replay_dead_letters
 from monitor.pipeline import BatchOutput, Pipeline
@@ -148,3 +149,33 @@ def test_dead_letters_of_a_refused_writer_are_not_replayed(
         assert after.dead_letter_rows == single.dead_letter_rows + len(stored)  # kept, unchanged
     finally:
         sink.close()
+
+
+def test_a_rebind_to_a_group_that_read_ahead_says_what_it_leaves_out(
+    kafka_broker: str, pg_url: str, example: Example, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Blue read the first half of the topic, green (refused) all of it: rebound to green, the
+    streams resume at green's positions, and the command says which offsets neither group
+    processes for them (docs/operations.md, "A refused writer and replays")."""
+    upgrade(pg_url)
+    sink = DatabaseSink(pg_url)
+    try:
+        register(sink, example)
+    finally:
+        sink.close()
+    half = len(example.values) // 2
+    first = end_offsets(produce_kafka_python(kafka_broker, TOPIC, example.values[:half],
+                                             example.keys[:half]))
+    run_group(kafka_broker, pg_url, "blue", first)
+    end = {**first, **end_offsets(produce_kafka_python(
+        kafka_broker, TOPIC, example.values[half:], example.keys[half:]))}
+    run_group(kafka_broker, pg_url, "green", end)
+    capsys.readouterr()
+    assert main(["--db", pg_url, "streams", "rebind", "bikes", "--group", "green"]) == 0
+    out, err = capsys.readouterr()
+    assert "stream 'bikes' is bound to kafka:refused-replay (consumer group 'green')" in out
+    gaps = ", ".join(f"partition {p}: {first[p]} → {end[p]}" for p in sorted(end))
+    assert err == (f"warning: the new group has already read past the old one's positions "
+                   f"({gaps}); it resumes at its own, so the stream's records in between are "
+                   "processed by neither (docs/operations.md, \"A refused writer and "
+                   "replays\")\n")
