@@ -525,12 +525,17 @@ def _cmd_streams_rebind(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.runner import rebind_stream
 
     try:
-        old, new = rebind_stream(settings, args.stream, group=args.group, source=args.source,
-                                 http=args.http, file=args.file)
+        done = rebind_stream(settings, args.stream, group=args.group, source=args.source,
+                             http=args.http, file=args.file)
     except (StreamNotFoundError, ValueError) as exc:
         raise UserError(str(exc)) from None
-    print(f"stream {args.stream!r} is bound to {new} (was: {old or 'unbound'}); its records "
-          "dead-lettered by other writers can be replayed there")
+    print(f"stream {args.stream!r} is bound to {done.new} (was: {done.old or 'unbound'}); it "
+          "goes on from its checkpoint with the records that writer reads next")
+    if done.ahead:
+        gaps = ", ".join(f"partition {p}: {a} → {b}" for p, (a, b) in done.ahead.items())
+        print(f"warning: the new group has already read past the old one's positions ({gaps}); "
+              "it resumes at its own, so the stream's records in between are processed by "
+              "neither (docs/operations.md, \"A refused writer and replays\")", file=sys.stderr)
     return 0
 
 
@@ -692,6 +697,21 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+#: Why a replay skips a dead letter, by :attr:`monitor.dead_letters.ReplaySkip.rule`.
+_SKIP_WHY = {
+    "refused_writer": "stored by a writer refused for the stream; the stream's own writer reads "
+                      "these records, so replaying them would count them twice",
+    "already_processed": "the stream has already processed an event of the same kind and id "
+                         "within its label-join window",
+}
+
+
+def _print_skipped(report: Any, verb: str) -> None:
+    """One line per rule and stream: how many dead letters a replay skips, and why."""
+    for (rule, stream), n in report.skipped_by().items():
+        print(f"  {n} {verb} ({stream or 'no stream'}): {_SKIP_WHY[rule]}")
+
+
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.db.store import CheckpointMovedError
@@ -720,12 +740,15 @@ def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> in
     failed = len(report.failures)
     if args.dry_run:
         print(f"dry run: {report.replayed} of {report.matched} dead letters would be replayed, "
-              f"{failed} would still fail; nothing was changed")
+              f"{failed} would still fail, {report.skipped} would be skipped; nothing was "
+              "changed")
     else:
         print(f"replayed {report.replayed} of {report.matched} dead letters "
-              f"({failed} failed again and stay dead letters)")
+              f"({failed} failed again and stay dead letters, {report.skipped} skipped and stay "
+              "as they are)")
     for name, n in sorted(report.by_stream.items()):
         print(f"  {name}: {n} events")
+    _print_skipped(report, "would be skipped" if args.dry_run else "skipped")
     if report.failures:
         from rich.console import Console
         from rich.table import Table

@@ -10,6 +10,15 @@ in their original order (source, partition, offset, then row id):
   its results and the stream's new checkpoint, so replaying twice does nothing the second time
   and each record is counted once;
 - a record that fails again stays, with its new reason (and stream) if they changed;
+- a record the stream has already processed is skipped: it stays as it is, and the report says
+  why (:class:`ReplaySkip`). Two rules, in this order: (1) a dead letter stored by a writer
+  refused for its stream (reason ``stream 'S' is bound to …``, written by versions before
+  issue 31) is never replayed, since the stream's bound writer reads that record itself; (2)
+  an event whose stream, kind and id the stream's label join still knows — a prediction or
+  label waiting for its counterpart, or a pair joined within the join's bounds
+  (``labels.max_pending``, ``labels.max_delay_seconds``) — is refused by the stream itself
+  (:attr:`~monitor.stream.StreamMonitor.refuse_processed`), in order, so a duplicate within
+  the replay is caught too;
 - replayed events take new event indexes, in replay order, after whatever the stream has
   processed so far (not the indexes they would have had live);
 - no source offset moves; a partial OOD window is not closed (the stream goes on live).
@@ -34,12 +43,13 @@ from typing import Any
 from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, RawRecord
 from monitor.records import DeadLetter
 from monitor.runner import DatabaseSink, RunError, registered_monitors
-from monitor.stream import StreamMonitor
+from monitor.stream import ALREADY_PROCESSED, StreamMonitor
 
 __all__ = [
     "DeadLetterFilter",
     "ReplayFailure",
     "ReplayReport",
+    "ReplaySkip",
     "list_dead_letters",
     "replay_dead_letters",
 ]
@@ -90,6 +100,38 @@ class ReplayFailure:
         }
 
 
+#: :attr:`ReplaySkip.rule` of a dead letter stored by a writer refused for its stream.
+REFUSED_WRITER = "refused_writer"
+#: :attr:`ReplaySkip.rule` of an event the stream has already processed.
+ALREADY_PROCESSED_RULE = "already_processed"
+
+
+@dataclass(frozen=True)
+class ReplaySkip:
+    """A dead letter the replay did not process because the stream has processed its event
+    already (it stays in the table, unchanged); ``rule`` is :data:`REFUSED_WRITER` or
+    :data:`ALREADY_PROCESSED_RULE`."""
+
+    id: int
+    source: str
+    partition: int
+    offset: int
+    stream: str | None
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "partition": self.partition,
+            "offset": self.offset,
+            "stream": self.stream,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+
 @dataclass
 class ReplayReport:
     """What a replay did (or, with ``dry_run``, would do)."""
@@ -99,7 +141,20 @@ class ReplayReport:
     replayed: int = 0  # processed now and removed from the table
     by_stream: dict[str, int] = field(default_factory=dict)  # replayed events per stream
     failures: list[ReplayFailure] = field(default_factory=list)
+    skips: list[ReplaySkip] = field(default_factory=list)  # already processed: left as they are
     batches: int = 0  # transactions committed
+
+    @property
+    def skipped(self) -> int:
+        return len(self.skips)
+
+    def skipped_by(self) -> dict[tuple[str, str], int]:
+        """Skipped dead letters per ``(rule, stream)`` (stream ``""`` when none is known)."""
+        counts: dict[tuple[str, str], int] = {}
+        for skip in self.skips:
+            key = (skip.rule, skip.stream or "")
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,9 +162,11 @@ class ReplayReport:
             "matched": self.matched,
             "replayed": self.replayed,
             "failed": len(self.failures),
+            "skipped": self.skipped,
             "by_stream": dict(sorted(self.by_stream.items())),
             "batches": self.batches,
             "failures": [f.to_json() for f in self.failures],
+            "skips": [s.to_json() for s in self.skips],
         }
 
 
@@ -220,7 +277,9 @@ def replay_dead_letters(
         ids = _ordered_ids(sink, where)
         report.matched = len(ids)
         for start in range(0, len(ids), batch_size):
-            rows = _rows(sink, ids[start:start + batch_size])
+            rows = _without_refused_writers(_rows(sink, ids[start:start + batch_size]), report)
+            if not rows:
+                continue
             records = [_record(row) for row in rows]
             out = _process(sink, pipeline, records)
             _settle(sink, pipeline, rows, out, marks, report)
@@ -270,6 +329,33 @@ def _rows(sink: DatabaseSink, ids: Sequence[int]) -> list[Any]:
     return [found[i] for i in ids if i in found]  # another replay may have removed some
 
 
+def _refused_writer_stream(row: Any) -> str | None:
+    """The stream of a dead letter stored by a writer refused for it (its reason says so), else
+    None. Versions before issue 31 stored one for each record such a writer read; the stream's
+    bound writer reads the same records itself."""
+    stream = row.stream
+    if stream is not None and row.reason.startswith(f"stream {stream!r} is bound to "):
+        return str(stream)
+    return None
+
+
+def _without_refused_writers(rows: Sequence[Any], report: ReplayReport) -> list[Any]:
+    """``rows`` less the dead letters of refused writers, which are skipped (rule 1)."""
+    kept = []
+    for row in rows:
+        stream = _refused_writer_stream(row)
+        if stream is None:
+            kept.append(row)
+            continue
+        report.skips.append(ReplaySkip(
+            row.id, row.source_name or row.source, row.partition, row.offset, stream,
+            REFUSED_WRITER,
+            f"stored by a writer refused for stream {stream!r}: the stream's own writer reads "
+            "this record",
+        ))
+    return kept
+
+
 def _record(row: Any) -> RawRecord:
     """The dead letter as a source record; its topic is the source's name (the pipeline keeps it
     as the dead letter's source, by which a record that fails again is found)."""
@@ -294,10 +380,12 @@ def _restore(
             checkpoint = load_state(session, name)
             monitor = pipeline.streams[name]
             if checkpoint is None:
-                monitor = StreamMonitor(monitor.config, monitor.calibration, monitor.config_version)
+                monitor = StreamMonitor(monitor.config, monitor.calibration,
+                                        monitor.config_version)
                 marks[name] = None
             else:
                 marks[name] = (checkpoint.version, checkpoint.event_index)
+            monitor.refuse_processed = True  # rule 2 (module docstring)
             pipeline.resume(name, monitor, None if checkpoint is None else checkpoint.state)
     return marks
 
@@ -341,8 +429,14 @@ def _settle(
             replayed.append(row.id)
             streams[row.id] = payload_stream(bytes(row.payload))
             continue
-        reason = _reason(letter)
         stream = letter.stream if letter.stream is not None else row.stream
+        if letter.reason.startswith(ALREADY_PROCESSED):  # rule 2: left as it is
+            report.skips.append(ReplaySkip(
+                row.id, row.source_name or row.source, row.partition, row.offset, stream,
+                ALREADY_PROCESSED_RULE, letter.reason,
+            ))
+            continue
+        reason = _reason(letter)
         if (reason, stream) != (row.reason, row.stream):
             failed[row.id] = (reason, stream)
         report.failures.append(ReplayFailure(

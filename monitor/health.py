@@ -28,6 +28,8 @@ source kind):
   (``prediction``, ``label``), from their restored checkpoint on
 - ``monitor_worker_batches_total``: batches processed and written
 - ``monitor_worker_dead_letters_total{source}``: records dead-lettered by this worker
+- ``monitor_worker_refused_records_total{stream}``: records of a stream bound to another writer
+  (another consumer group, another file): not stored, not even as dead letters
 - ``monitor_worker_batch_seconds``: histogram of the time from a poll's return to its batch
   being durable; ``monitor_worker_event_seconds``: histogram of that time divided by the
   batch's events (one observation per batch)
@@ -130,6 +132,12 @@ class WorkerHealth:
         )
         for kind in (*SOURCE_KINDS, UNKNOWN):
             self.dead_letters.labels(kind)
+        # A series appears when a stream is first refused (the worker does not know before).
+        self.refused = Counter(
+            "monitor_worker_refused_records",
+            "Records of streams bound to another writer, not stored, by stream.",
+            ["stream"], registry=r,
+        )
         self.batch_seconds = Histogram(
             "monitor_worker_batch_seconds",
             "Seconds from a poll's return to its batch being durable.",
@@ -200,6 +208,8 @@ class WorkerHealth:
         self.batches.inc()
         for letter in out.dead_letters:
             self.dead_letters.labels(source_kind(letter.source)).inc()
+        for stream, n in out.refused.items():
+            self.refused.labels(stream).inc(n)
         if self._poll_returned is not None:
             seconds = max(0.0, self.clock() - self._poll_returned)
             self.batch_seconds.observe(seconds)

@@ -9,6 +9,10 @@ under and that version's features (:meth:`LabelJoin.mark_made_under`): when the 
 monitors other features, the stream refuses their labels with a reason instead of feeding old
 features to the new detectors (``monitor.stream``).
 
+The store also remembers, within the same bounds, the ids of the pairs it joined
+(:meth:`LabelJoin.processed`), so that a replay of dead letters can refuse an event the stream has
+already processed (``monitor.dead_letters``); live processing does not consult it.
+
 The join's clock is event time, made robust to a single wrong timestamp: it is the median of
 the last :data:`CLOCK_WINDOW` events' times (the lower median while fewer have been seen), and it
 never goes back. One event stamped far in the future (a producer's clock bug) therefore cannot
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from typing import Any, NamedTuple
+
+import numpy as np
 
 Label = int | float | str
 
@@ -84,6 +90,9 @@ class LabelJoin:
         self._predictions: OrderedDict[str, Pending] = OrderedDict()
         self._labels: OrderedDict[str, tuple[Label, float]] = OrderedDict()
         self._ready: list[Joined] = []
+        #: Ids of the pairs joined, with their prediction's time, kept within the same bounds as
+        #: the waiting entries (count and event time): what :meth:`processed` knows beyond them.
+        self._joined_ids: OrderedDict[str, float] = OrderedDict()
         #: The feature names of the versions marked predictions were made under (None: not
         #: known, a state written before the names were kept).
         self._made_under: dict[int, tuple[str, ...] | None] = {}
@@ -103,6 +112,25 @@ class LabelJoin:
 
     def has_prediction(self, event_id: str) -> bool:
         return event_id in self._predictions
+
+    def processed(self, kind: str, event_id: str) -> bool:
+        """Whether an event of ``kind`` (``prediction`` or ``label``) with ``event_id`` is known
+        to the store: waiting for its counterpart, or joined within the store's bounds.
+
+        >>> join = LabelJoin(max_pending=1)
+        >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
+        >>> join.processed("prediction", "a"), join.processed("label", "a")
+        (True, False)
+        >>> join.add_label("a", 3.0, ts=1.0)
+        >>> join.processed("prediction", "a"), join.processed("label", "a")
+        (True, True)
+        >>> join.add_prediction(Pending("b", 1, 2.0, (1.0,), 2.0))
+        >>> join.add_label("b", 3.0, ts=3.0)  # pushes "a" out (max_pending=1)
+        >>> join.processed("label", "a"), join.processed("label", "b")
+        (False, True)
+        """
+        waiting = self._predictions if kind == "prediction" else self._labels
+        return event_id in waiting or event_id in self._joined_ids
 
     def waiting(self, event_id: str) -> Pending | None:
         """The prediction ``event_id`` waiting for its label, if any."""
@@ -168,6 +196,7 @@ class LabelJoin:
     def _join(self, pending: Pending, label: Label) -> None:
         self._ready.append(Joined(pending, label))
         self.joined += 1
+        self._joined_ids[pending.event_id] = pending.ts
 
     @property
     def clock(self) -> float:
@@ -187,6 +216,9 @@ class LabelJoin:
             self.expired_predictions += _evict(predictions, cap, horizon, _pts)
         if labels and (len(labels) > cap or _lts(_oldest(labels)) < horizon):
             self.expired_labels += _evict(labels, cap, horizon, _lts)
+        joined = self._joined_ids
+        if joined and (len(joined) > cap or _oldest(joined) < horizon):
+            _evict(joined, cap, horizon, float)  # forgotten, not expired: nothing waited
 
     def state_dict(self) -> dict[str, Any]:
         predictions = self._predictions.values()
@@ -205,6 +237,12 @@ class LabelJoin:
             "recent": list(self._recent),
             "clock": self._clock if self._clock != float("-inf") else None,
         }
+        if self._joined_ids:  # no key without: the state of a stream without labels is as before
+            # ids as one list and times as one array (binary in the blob): up to max_pending
+            # entries, written at every checkpoint
+            joined = self._joined_ids
+            state["joined"] = {"ids": list(joined),
+                               "ts": np.fromiter(joined.values(), np.float64, len(joined))}
         if self._made_under:
             used = {p.version for p in predictions if p.version is not None}
             state["made_under"] = [
@@ -226,6 +264,9 @@ class LabelJoin:
             for version, names in state.get("made_under", ())
         }
         self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
+        # a state written before the joined ids were kept knows only the waiting entries
+        joined = state.get("joined", {"ids": (), "ts": ()})
+        self._joined_ids = OrderedDict(zip(joined["ids"], map(float, joined["ts"]), strict=True))
         self.expired_predictions, self.expired_labels, self.joined = state["counts"]
         # version 1 kept no clock: start it afresh (it only delays expiry by a few events)
         self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)

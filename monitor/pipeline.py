@@ -50,6 +50,9 @@ class BatchOutput:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     events: int = 0
+    #: Records of streams bound to another writer, by stream, that the worker took out of the
+    #: dead letters (they are not stored: monitor.worker).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def add_records(
         self,
@@ -147,7 +150,7 @@ class Pipeline:
         if stream in self.streams:
             return None
         stopped = self.stopped.get(stream)
-        return f"unknown stream {stream!r}" if stopped is None else stopped[1]
+        return unknown_stream_reason(stream) if stopped is None else stopped[1]
 
     def process(self, records: Sequence[Any]) -> BatchOutput:
         """Process records in order; bad records become dead letters, never exceptions.
@@ -279,6 +282,11 @@ class _Decoded(NamedTuple):
 
     record: Any
     event: Event | Exception
+
+
+def unknown_stream_reason(stream: str) -> str:
+    """The dead-letter reason of an event of a stream the pipeline does not monitor."""
+    return f"unknown stream {stream!r}"
 
 
 def _internal_error(exc: Exception) -> str:

@@ -510,6 +510,18 @@ def list_streams(settings: Settings) -> list[dict[str, Any]]:
     return listed
 
 
+@dataclass(frozen=True)
+class Rebound:
+    """What ``monitor streams rebind`` did: the old and new writers' descriptions, and, for a
+    move to another group of the same Kafka source, the partitions the new group has read past
+    the old one (partition → (old group's offset, new group's)): the stream's records there are
+    processed by neither group."""
+
+    old: str | None
+    new: str
+    ahead: dict[int, tuple[int, int]]
+
+
 def rebind_stream(
     settings: Settings,
     stream: str,
@@ -518,13 +530,13 @@ def rebind_stream(
     source: str | None = None,
     http: bool = False,
     file: str | None = None,
-) -> tuple[str | None, str]:
+) -> Rebound:
     """``monitor streams rebind``: bind ``stream`` to a consumer group (of ``source``, or of the
-    source it is bound to), to a file source or to HTTP ingest; ``(old, new)`` descriptions."""
+    source it is bound to), to a file source or to HTTP ingest (see :class:`Rebound`)."""
     from pathlib import Path
 
     from monitor.db.models import source_key
-    from monitor.db.writers import HTTP, Writer, get_binding
+    from monitor.db.writers import HTTP, Writer, get_binding, positions_ahead
     from monitor.db.writers import rebind_stream as rebind
 
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
@@ -544,7 +556,10 @@ def rebind_stream(
             writer = Writer(source_key(key), group or "")
         with sink.sessions() as session:
             old = rebind(session, stream, writer)
-        return (None if old is None else old.describe()), writer.describe()
+            ahead: dict[int, tuple[int, int]] = {}
+            if old is not None and old.source == writer.source and old.group != writer.group:
+                ahead = positions_ahead(session, writer.source, old.group, writer.group)
+        return Rebound(None if old is None else old.describe(), writer.describe(), ahead)
     finally:
         sink.close()
 

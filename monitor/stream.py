@@ -37,6 +37,10 @@ from monitor.wiring import build_detectors, build_ood, conditional_score
 
 STATE_VERSION = 1
 
+#: How the reason begins when a replay refuses an event the stream already processed
+#: (:attr:`StreamMonitor.refuse_processed`; ``monitor.dead_letters`` counts these as skipped).
+ALREADY_PROCESSED = "already processed"
+
 
 class FeatureOrderError(ValueError):
     """A stream whose features cannot be read in the order its state or calibration needs (the
@@ -74,6 +78,10 @@ class StreamMonitor:
         self.attribution = AlarmAttribution(
             calibration.features, self.feature_names, config.attribution.window
         )
+        #: Set by a replay of dead letters: an event whose kind and id the label join still
+        #: knows (:meth:`LabelJoin.processed`) is refused with an :data:`ALREADY_PROCESSED`
+        #: reason instead of being processed a second time. Not part of the state.
+        self.refuse_processed = False
         self.event_index = 0
         self.labeled = 0
         self.window_index = 0
@@ -153,6 +161,7 @@ class StreamMonitor:
         inputs = self._ood_inputs(event, x)
         if event.label is not None:
             self._check_label(event.label)
+        self._check_not_processed("prediction", event.id)
         if self.join.has_prediction(event.id):
             raise InvalidEvent(
                 f"duplicate prediction id {event.id!r} (still waiting for its label)"
@@ -177,9 +186,20 @@ class StreamMonitor:
 
     def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
         self._check_label(event.label)
+        self._check_not_processed("label", event.id)
         if self.join.marked:
             self._check_made_under(self.join.waiting(event.id))
         self.join.add_label(event.id, event.label, ts.timestamp())
+
+    def _check_not_processed(self, kind: str, event_id: str) -> None:
+        """With :attr:`refuse_processed` (a replay), refuse an event of ``kind`` and
+        ``event_id`` that the stream's label join still knows (waiting, or joined within the
+        join's bounds), before any state changes."""
+        if self.refuse_processed and self.join.processed(kind, event_id):
+            raise InvalidEvent(
+                f"{ALREADY_PROCESSED}: stream {self.name!r} has processed a {kind} with id "
+                f"{event_id!r} within its label-join window"
+            )
 
     def _check_made_under(self, pending: Pending | None) -> None:
         """Refuse the label of a waiting prediction (``pending``; None: none waits) made under
@@ -246,6 +266,7 @@ class StreamMonitor:
         join, config = self.join, self.config
         waiting = join._predictions  # read only: a duplicate id is refused before any change
         marked = join.marked  # predictions made under an earlier version may wait
+        refuse = self.refuse_processed
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
         needs_scale = config.conditional_score in SCALED_RESIDUALS
@@ -274,6 +295,8 @@ class StreamMonitor:
                     label = event.label
                     if label is not None:
                         self._check_label(label)
+                    if refuse:
+                        self._check_not_processed("prediction", event.id)
                     if event.id in waiting:
                         raise InvalidEvent(
                             f"duplicate prediction id {event.id!r} (still waiting for its label)"
@@ -289,6 +312,8 @@ class StreamMonitor:
                         join.add_label(event.id, label, seconds)
                 else:
                     self._check_label(event.label)
+                    if refuse:
+                        self._check_not_processed("label", event.id)
                     if marked:
                         self._check_made_under(waiting.get(event.id))
                     join.add_label(event.id, event.label, ts.timestamp())

@@ -47,14 +47,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
 
-from monitor.pipeline import BatchOutput, BatchStepError, Pipeline, record_time
+from monitor.pipeline import (
+    BatchOutput,
+    BatchStepError,
+    Pipeline,
+    record_time,
+    unknown_stream_reason,
+)
 from monitor.records import Alarm, DeadLetter, SourceOffset
 from monitor.stream import FeatureOrderError, StreamMonitor
 
@@ -197,11 +203,14 @@ class RunSummary:
     alarm_count: int = 0
     ood_flagged_count: int = 0
     limit: int | None = None
+    #: Records of streams bound to another writer, by stream: not stored (Worker._drop_refused).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def add(self, out: BatchOutput) -> None:
         self.events += out.events
         self._add_alarms(out.alarms)
         self.dead_letters += len(out.dead_letters)
+        self._add_refused(out.refused)
         for window in out.ood_windows:
             self.ood_flagged += window.flagged_ids
             self.ood_flagged_count += len(window.flagged_ids)
@@ -213,10 +222,15 @@ class RunSummary:
         self._add_alarms(other.alarms, count=False)
         self.alarm_count += other.alarm_count
         self.dead_letters += other.dead_letters
+        self._add_refused(other.refused)
         self.ood_flagged += other.ood_flagged
         self.ood_flagged_count += other.ood_flagged_count
         self.batches += other.batches
         self._trim()
+
+    def _add_refused(self, refused: Mapping[str, int]) -> None:
+        for name, n in refused.items():
+            self.refused[name] = self.refused.get(name, 0) + n
 
     def _add_alarms(self, alarms: Sequence[Alarm], count: bool = True) -> None:
         for alarm in alarms:
@@ -243,6 +257,7 @@ class RunSummary:
             "events": self.events,
             "alarms": [a.to_json() for a in self.alarms],
             "dead_letters": self.dead_letters,
+            "refused": dict(sorted(self.refused.items())),
             "ood_flagged": self.ood_flagged,
         }
 
@@ -254,6 +269,9 @@ class RunSummary:
             f"{self.ood_flagged_count} OOD flags",
             file=stream,
         )
+        for name, n in sorted(self.refused.items()):
+            print(f"{n} records of stream {name!r} not stored: the stream is bound to another "
+                  "writer", file=stream)
 
 
 class StopFlag:
@@ -405,7 +423,7 @@ class Worker:
         # One writer per stream (monitor.db.writers): the offset key of each topic (another
         # group's than the source's first one stores under its own), the fencing epoch of each
         # partition taken at assignment, and the streams bound to another writer (set aside:
-        # their records become dead letters here).
+        # nothing of their records is stored here).
         self._keys: dict[str, str] = {}
         self._epochs: dict[TopicPartition, int] = {}
         self._elsewhere: dict[str, tuple[str, StreamMonitor]] = {}
@@ -598,7 +616,7 @@ class Worker:
             states = {name: self.pipeline.streams[name].state_dict() for name in touched}
         fencing = self._fencing({**self._pending.offsets, **out.offsets}, out.touched)
         if self._elsewhere:
-            out.dead_letters = [self._bound_elsewhere(letter) for letter in out.dead_letters]
+            self._drop_refused(out)
         try:
             self._durably(lambda: self.sink.persist(out, offsets, states, **fencing),
                           "persisting a batch")
@@ -633,23 +651,29 @@ class Worker:
                 "streams": sorted(touched)}
 
     def _set_aside(self, exc: Any) -> None:
-        """A stream bound to another writer: this worker stops writing it; its records become
-        dead letters (replayable once the stream is moved here)."""
+        """A stream bound to another writer: this worker stops writing it, and stores nothing
+        of its records (:meth:`_drop_refused`)."""
         name = exc.stream
-        log.error("%s; until then its records become dead letters here", exc)
+        log.error("%s; until then its records are not stored here (counted in the run summary's "
+                  "\"refused\" and in monitor_worker_refused_records_total)", exc)
         monitor = self.pipeline.streams.pop(name, None)
         if monitor is not None:
             self._elsewhere[name] = (exc.bound, monitor)
 
-    def _bound_elsewhere(self, letter: DeadLetter) -> DeadLetter:
-        """The pipeline's ``unknown stream`` dead letter of a set-aside stream, with the reason."""
-        for name, (bound, _) in self._elsewhere.items():
-            if letter.reason == f"unknown stream {name!r}":
-                # Under this group's own location, beside the bound writer's dead letters.
-                where = f"{letter.source}#{self._group}" if self._group else letter.source
-                return replace(letter, reason=f"stream {name!r} is bound to {bound}",
-                               stream=name, source=where)
-        return letter
+    def _drop_refused(self, out: BatchOutput) -> None:
+        """Take the records of set-aside streams (the pipeline's ``unknown stream`` dead letters)
+        out of the batch and count them in ``out.refused``. The stream's bound writer reads
+        these records itself: stored here as dead letters, a replay would feed events it already
+        processed into the stream a second time (issue 31)."""
+        refused = {unknown_stream_reason(name): name for name in self._elsewhere}
+        kept: list[DeadLetter] = []
+        for letter in out.dead_letters:
+            name = refused.get(letter.reason)
+            if name is None:
+                kept.append(letter)
+            else:
+                out.refused[name] = out.refused.get(name, 0) + 1
+        out.dead_letters = kept
 
     def _claim(self, partitions: set[TopicPartition]) -> set[str]:
         """Take the partitions' fencing tokens (a zombie of them is refused from now on) and

@@ -35,7 +35,7 @@ from monitor.db.models import (
 )
 
 __all__ = ["HTTP", "Writer", "check_bindings", "check_fences", "claim_partitions",
-           "get_binding", "offset_key_for", "rebind_stream"]
+           "get_binding", "offset_key_for", "positions_ahead", "rebind_stream"]
 
 OWNER = -1  # the partition number of a source's owner row
 
@@ -166,6 +166,22 @@ def rebind_stream(session: Session, stream: str, writer: Writer) -> Writer | Non
             _copy_offsets(session, offset_key_for(session, old.source, old.group),
                           offset_key_for(session, writer.source, writer.group))
     return old
+
+
+def positions_ahead(
+    session: Session, source: str, behind: str, ahead: str
+) -> dict[int, tuple[int, int]]:
+    """Partitions of ``source`` where group ``ahead`` has stored a later offset than group
+    ``behind``: partition → (``behind``'s offset, ``ahead``'s). After a rebind from ``behind``
+    to ``ahead``, the stream's records at those offsets are processed by neither group (a
+    refused group stores nothing of the stream: docs/operations.md)."""
+    stored: dict[str, dict[int, int]] = {}
+    for group in (behind, ahead):
+        rows = session.execute(select(SourceOffsetRow.partition, SourceOffsetRow.offset).where(
+            SourceOffsetRow.source == offset_key_for(session, source, group)))
+        stored[group] = {row.partition: row.offset for row in rows}
+    return {p: (stored[behind].get(p, 0), o) for p, o in sorted(stored[ahead].items())
+            if o > stored[behind].get(p, 0)}
 
 
 def _copy_offsets(session: Session, old_key: str, new_key: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from monitor.join import LabelJoin, Pending
+from monitor.state import decode_state, encode_state
 
 
 def pending(i: int, ts: float = 0.0) -> Pending:
@@ -96,3 +97,29 @@ def test_a_predicted_scale_travels_through_the_join_and_its_state() -> None:
     b.add_label("s", 3.0, ts=2.0)
     b.add_label("e1", 3.0, ts=2.0)
     assert [j.pending.scale for j in b.drain()] == [0.25, None]
+
+
+def test_joined_ids_are_known_within_the_bounds_and_survive_the_state() -> None:
+    """What a replay refuses (monitor.dead_letters): pairs joined no longer ago than the time
+    bound, the most recent ``max_pending`` of them; kept through the checkpointed state."""
+    join = LabelJoin(max_pending=3, max_delay_seconds=10)
+    for i in range(5):
+        join.add_prediction(pending(i, ts=float(i)))
+        join.add_label(f"e{i}", 0.0, ts=float(i))
+    assert join.pending_predictions == join.pending_labels == 0
+    assert [join.processed("prediction", f"e{i}") for i in range(5)] == [False, False] + [True] * 3
+    assert join.processed("label", "e4") and not join.processed("label", "e9")
+    restored = LabelJoin(max_pending=3, max_delay_seconds=10)
+    restored.load_state(decode_state(*encode_state(join.state_dict())))
+    assert [restored.processed("label", f"e{i}") for i in range(5)] == [False, False] + [True] * 3
+    for i in range(5, 20):  # time moves on past the bound: e2-e4 are forgotten
+        restored.add_prediction(pending(i, ts=float(i)))
+    assert not any(restored.processed("prediction", f"e{i}") for i in range(5))
+
+
+def test_a_state_without_joined_ids_loads() -> None:
+    join = LabelJoin()
+    state = join.state_dict()
+    assert "joined" not in state  # a stream without labels: its state is as before
+    join.load_state(state)
+    assert not join.processed("label", "e0")

@@ -185,6 +185,7 @@ _ADDED_SINCE = {
     "window": "grow_reference",  # the weighted p-values' parameters
     "n_fixed": "sum_w2",  # the weighted p-values' state
     "n_evicted": "sum_w2",
+    "joined": "labels",  # the label join's ids of pairs joined (replays refuse them again)
 }
 
 

@@ -340,3 +340,47 @@ def test_a_replay_runs_the_streams_stored_configuration_version(
         assert alarms and {a.evidence["config_version"] for a in alarms} == {2}
         assert {a.threshold for a in alarms if a.rule == "shiryaev_roberts"} == {150.0}
     engine.dispose()
+
+
+def test_a_replay_skips_events_the_stream_already_processed(
+    db: str, files: Files, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dead letters of the second half of the stream's events, of the last 40 events it
+    processed live, and a second copy of one event: the copies are skipped (the dry run says
+    so), the rest replayed; the results are those of one uninterrupted run."""
+    lines = files.late_events.read_bytes().splitlines()
+    half, overlap = len(lines) // 2, 40
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"".join(line + b"\n" for line in lines[:half]))
+    assert cli(capsys, db, "streams", "create", str(files.late))[0] == 0
+    run_to_end(first, files.late, db, half)
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    stored = [DeadLetter("kafka:late", 0, k, "unknown stream 'late'", line, ts)
+              for k, line in enumerate(lines[half - overlap:], start=half - overlap)]
+    stored.append(DeadLetter("kafka:late", 0, len(lines), "unknown stream 'late'", lines[half],
+                             ts))  # a second copy of the first event not processed yet
+    sink = DatabaseSink(db)
+    try:
+        with sink.sessions() as session:
+            persist_batch(session, dead_letters=stored)
+    finally:
+        sink.close()
+    live = snapshot(db)
+
+    dry = replay(capsys, db, "--dry-run")
+    assert (dry["replayed"], dry["skipped"], dry["failed"]) == (len(lines) - half, overlap + 1, 0)
+    assert {s["rule"] for s in dry["skips"]} == {"already_processed"}
+    assert sorted(s["offset"] for s in dry["skips"]) == [
+        *range(half - overlap, half), len(lines)]
+    code, out, _ = cli(capsys, db, "dead-letters", "replay", "--dry-run")
+    assert code == 0 and f"{overlap + 1} would be skipped" in out
+    assert (f"{overlap + 1} would be skipped (late): the stream has already processed an event "
+            "of the same kind and id within its label-join window") in out
+    assert snapshot(db) == live
+
+    done = replay(capsys, db)
+    assert (done["replayed"], done["skipped"]) == (len(lines) - half, overlap + 1)
+    assert snapshot(db).checkpoints["late"] == interrupted_reference(files, tmp_path, lines)
+    assert sorted(r.offset for r in letters(db)) == [*range(half - overlap, half), len(lines)]
+    again = replay(capsys, db)  # the skipped ones stay, and are skipped again
+    assert (again["replayed"], again["skipped"]) == (0, overlap + 1)
