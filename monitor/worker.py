@@ -745,10 +745,13 @@ class Worker:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _gave_up(self, what: str, attempts: int, exc: BaseException) -> DatabaseUnavailableError:
+        from monitor.db.errors import database_fault
+
         why = "a stop was requested" if self._stop else f"{self.retry.deadline_s:g} s passed"
         return DatabaseUnavailableError(
-            f"{what} failed {attempts} times and {why} ({_short(exc)}); nothing was committed "
-            "to the source, so a restarted worker resumes at the last stored batch"
+            f"{what} failed {attempts} times and {why}: {database_fault(exc) or _short(exc)}; "
+            "nothing was committed to the source, so a restarted worker resumes at the last "
+            "stored batch"
         )
 
     # -- rebalances -----------------------------------------------------------------------------
@@ -844,10 +847,12 @@ def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
 
 
 def _transient(exc: BaseException) -> bool:
-    """Errors worth retrying: lost connections and the server's retry-me errors."""
-    if isinstance(exc, OperationalError | InterfaceError):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    """Errors worth retrying: lost connections, the server's retry-me errors, a full disk
+    (:func:`monitor.db.errors.database_fault`)."""
+    from monitor.db.errors import database_fault
+
+    fault = database_fault(exc)
+    return fault is not None and fault.transient
 
 
 def _short(exc: BaseException) -> str:
