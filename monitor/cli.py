@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("psycopg").addFilter(_not_pipeline_cleanup)
     handler: Handler = args.handler
     try:
         return handler(args, settings)
@@ -55,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, message = explained
         print(f"monitor: error: {message}", file=sys.stderr)
         return code
+
+
+def _not_pipeline_cleanup(record: logging.LogRecord) -> bool:
+    """Drop psycopg's warning that ending a batch insert's pipeline failed too: it follows the
+    error being raised (printed as one line) and would be a second line about the same failure."""
+    return not str(record.msg).startswith("error ignored terminating")
 
 
 class UserError(Exception):

@@ -476,12 +476,18 @@ class Worker:
     def _housekeep(self) -> None:
         """Run the housekeeping task between batches; its failure is logged, never fatal (the
         next attempt is an interval later)."""
+        from monitor.db.errors import database_fault
+
         assert self.housekeeping is not None
         interval, task = self.housekeeping
         try:
             task()
-        except Exception:
-            log.exception("housekeeping failed; retrying in %.0f s", interval)
+        except Exception as exc:
+            fault = database_fault(exc)
+            if fault is None:  # a bug: its traceback
+                log.exception("housekeeping failed; retrying in %.0f s", interval)
+            else:
+                log.warning("housekeeping failed (%s); retrying in %.0f s", fault, interval)
         self._next_housekeeping = time.monotonic() + interval
 
     # -- streams registered or updated while running ------------------------------------------

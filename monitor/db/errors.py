@@ -216,8 +216,8 @@ _BY_SQLSTATE = (
 #: Errors without a SQLSTATE, by message: psycopg's failed connections, then SQLite's (its
 #: messages are fixed English text, https://www.sqlite.org/rescode.html).
 _BY_MESSAGE = (
-    _Rule("does not exist", "create it (createdb), or fix --db / MONITOR_DATABASE_URL", False,
-          True),
+    _Rule("does not exist", "create it (a database: createdb NAME; a role: CREATE ROLE NAME "
+                            "LOGIN), or fix --db / MONITOR_DATABASE_URL", False, True),
     _Rule("authentication failed", "fix the user or password in --db / MONITOR_DATABASE_URL",
           False, True),
     _Rule("no pg_hba.conf entry", "allow this user and host in the server's pg_hba.conf, or "

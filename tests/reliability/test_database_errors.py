@@ -59,30 +59,40 @@ def _clean(line: str) -> None:
 # -- permission denied --------------------------------------------------------------------------
 
 
+@contextmanager
+def limited_role(admin_engine: Engine, url: str, revoke: str) -> Iterator[str]:
+    """The URL of a new login role on the database at ``url`` that may read and write every
+    table but for ``revoke`` (``PRIVILEGES ON TABLES``); dropped afterwards."""
+    role = f"monitor_worker_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        for statement in (
+            f'CREATE ROLE "{role}" LOGIN',
+            f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"',
+            f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"',
+            f'REVOKE {revoke} FROM "{role}"',
+        ):
+            conn.exec_driver_sql(statement)
+    try:
+        yield make_url(url).set(username=role).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
+        admin.dispose()
+        with admin_engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+
+
 @pytest.fixture
 def revoked_url(postgres_admin: Engine, example: dict[str, Path]) -> Iterator[str]:
-    """A migrated database with the stream registered, and the URL of a login role that may
-    read and write every table except INSERT and UPDATE on trace_points and checkpoints."""
-    role = f"monitor_worker_{uuid.uuid4().hex[:8]}"
+    """A migrated database with the stream registered, and the URL of a role without INSERT
+    and UPDATE on trace_points and checkpoints."""
     with postgres_database(postgres_admin) as url:
         upgrade(url)
         register_stream(str(example["config"]), Settings(database_url=url))
-        admin = create_engine(url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            for statement in (
-                f'CREATE ROLE "{role}" LOGIN',
-                f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"',
-                f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"',
-                f'REVOKE INSERT, UPDATE ON trace_points, checkpoints FROM "{role}"',
-            ):
-                conn.exec_driver_sql(statement)
-        try:
-            yield make_url(url).set(username=role).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
-                conn.exec_driver_sql(f'DROP ROLE "{role}"')
-            admin.dispose()
+        revoke = "INSERT, UPDATE ON trace_points, checkpoints"
+        with limited_role(postgres_admin, url, revoke) as limited:
+            yield limited
 
 
 @pytest.mark.postgres
@@ -100,6 +110,29 @@ def test_revoked_privileges_end_in_one_line(revoked_url: str, example: dict[str,
     line = result.stderr
     assert line.startswith("monitor: error: "), line
     assert "permission denied for table" in line and "SQLSTATE 42501" in line, line
+    assert "GRANT" in line, line
+    _clean(line)
+
+
+@pytest.mark.postgres
+def test_a_refused_background_prune_is_one_warning_and_the_run_goes_on(
+    postgres_admin: Engine, example: dict[str, Path], caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = example["config"]
+    config.write_text(config.read_text() + "retention:\n  trace_points: 1m\n", encoding="utf-8")
+    with postgres_database(postgres_admin) as url:
+        upgrade(url)
+        register_stream(str(config), Settings(database_url=url))
+        with limited_role(postgres_admin, url, "DELETE ON trace_points") as limited:
+            settings = Settings(database_url=limited, auto_migrate=False,
+                                retention_interval=1e-9)
+            summary = run_source(f"file:{example['events']}", [], "g", settings,
+                                 batch_size=100)
+    assert summary.events == 400
+    refused = [r for r in caplog.records if r.getMessage().startswith("housekeeping failed")]
+    assert refused and all(r.exc_info is None for r in refused)
+    line = refused[0].getMessage()
+    assert "permission denied for table trace_points (SQLSTATE 42501)" in line, line
     assert "GRANT" in line, line
     _clean(line)
 
