@@ -7,6 +7,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, and_, event, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -296,18 +297,26 @@ def _count_where(session: Session, model: Any, where: Any) -> int:
     return int(session.scalar(select(func.count()).select_from(model).where(where)) or 0)
 
 
+@pytest.mark.parametrize("table", ["trace_points", "performance_windows"])
 def test_an_alarm_stored_between_prune_transactions_keeps_its_context(
-    db_session: Session, db_engine: Engine, migrated_database_url: str
+    db_session: Session, db_engine: Engine, migrated_database_url: str, table: str
 ) -> None:
-    """A second connection stores an alarm right after the prune's first delete transaction
-    commits (a session hook, not a sleep): every trace point and performance window of its
-    context that was there when it was stored is still there after the prune."""
+    """A second connection, in a thread, stores an alarm right after the prune's first delete
+    transaction of ``table`` commits (engine and session hooks, not a sleep): every trace point
+    and performance window of its context that was there when it was stored is still there
+    after the prune."""
     _race_data(db_session)
     sessions = session_factory(db_engine)
+    deleting: list[str] = []  # the table of the last DELETE executed
     at_alarm: list[tuple[int, int]] = []
 
+    def track(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        words = statement.split()
+        if words[:2] == ["DELETE", "FROM"]:
+            deleting[:] = [words[2]]
+
     def alarm_now(_session: Session) -> None:
-        if at_alarm:
+        if at_alarm or deleting != [table]:
             return
         writer = threading.Thread(target=_store_alarm, args=(migrated_database_url,))
         writer.start()
@@ -315,12 +324,17 @@ def test_an_alarm_stored_between_prune_transactions_keeps_its_context(
         with sessions() as reader:
             at_alarm.append(_protected(reader))
 
+    event.listen(db_engine, "before_cursor_execute", track)
     event.listen(sessions, "after_commit", alarm_now)
-    report = prune(sessions, batch=20)
+    try:
+        report = prune(sessions, batch=20)
+    finally:
+        event.remove(db_engine, "before_cursor_execute", track)
     db_session.expire_all()
-    assert at_alarm and at_alarm[0][0] > 0, "the alarm was stored while old points remained"
+    assert at_alarm, f"the prune deleted no {table}"
+    assert at_alarm[0][table == "performance_windows"] > 0, "old rows remained at the alarm"
     assert _protected(db_session) == at_alarm[0]
-    assert report.deleted["trace_points"] > 0 and report.complete
+    assert report.deleted[table] > 0 and report.complete
 
 
 def test_no_alarm_commits_inside_a_prune_transaction(
