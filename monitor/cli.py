@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("psycopg").addFilter(_not_pipeline_cleanup)
     handler: Handler = args.handler
     try:
         return handler(args, settings)
@@ -55,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, message = explained
         print(f"monitor: error: {message}", file=sys.stderr)
         return code
+
+
+def _not_pipeline_cleanup(record: logging.LogRecord) -> bool:
+    """Drop psycopg's warning that ending a batch insert's pipeline failed too: it follows the
+    error being raised (printed as one line) and would be a second line about the same failure."""
+    return not str(record.msg).startswith("error ignored terminating")
 
 
 class UserError(Exception):
@@ -124,21 +131,22 @@ def _explain(exc: Exception, settings: Settings) -> tuple[int, str] | None:
         return 1, _one_line(exc)
     if isinstance(exc, ArgumentError | UnsupportedDatabaseError):
         return 2, _bad_url(settings.database_url, exc)
-    if isinstance(exc, DBAPIError) and _is_connect(exc):
-        return 1, (
-            f"cannot connect to the database at {_safe_url(settings.database_url)} "
-            f"({_first_line(exc.orig)}): start the server, or fix --db / MONITOR_DATABASE_URL"
-        )
+    if isinstance(exc, DBAPIError):
+        return 1, _database_failure(exc, settings.database_url)
     return None
 
 
-def _is_connect(exc: Exception) -> bool:
-    """A database error raised while connecting (not by a statement)."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
+def _database_failure(exc: Exception, url: str) -> str:
+    """One line: where, the cause and what to do (never the statement or its parameters; the
+    traceback goes to the log at DEBUG)."""
+    from monitor.db.errors import database_fault
 
-    return isinstance(exc, OperationalError | InterfaceError) and getattr(
-        exc, "statement", None
-    ) is None
+    logging.getLogger("monitor.cli").debug("database error", exc_info=exc)
+    fault = database_fault(exc)
+    assert fault is not None  # a DBAPIError
+    if fault.connecting:
+        return f"cannot connect to the database at {_safe_url(url)} ({fault.cause}): {fault.remedy}"
+    return f"the database at {_safe_url(url)} failed: {fault}"
 
 
 def _one_line(exc: BaseException) -> str:

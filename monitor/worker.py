@@ -494,12 +494,18 @@ class Worker:
     def _housekeep(self) -> None:
         """Run the housekeeping task between batches; its failure is logged, never fatal (the
         next attempt is an interval later)."""
+        from monitor.db.errors import database_fault
+
         assert self.housekeeping is not None
         interval, task = self.housekeeping
         try:
             task()
-        except Exception:
-            log.exception("housekeeping failed; retrying in %.0f s", interval)
+        except Exception as exc:
+            fault = database_fault(exc)
+            if fault is None:  # a bug: its traceback
+                log.exception("housekeeping failed; retrying in %.0f s", interval)
+            else:
+                log.warning("housekeeping failed (%s); retrying in %.0f s", fault, interval)
         self._next_housekeeping = time.monotonic() + interval
 
     # -- streams registered or updated while running ------------------------------------------
@@ -774,10 +780,13 @@ class Worker:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _gave_up(self, what: str, attempts: int, exc: BaseException) -> DatabaseUnavailableError:
+        from monitor.db.errors import database_fault
+
         why = "a stop was requested" if self._stop else f"{self.retry.deadline_s:g} s passed"
         return DatabaseUnavailableError(
-            f"{what} failed {attempts} times and {why} ({_short(exc)}); nothing was committed "
-            "to the source, so a restarted worker resumes at the last stored batch"
+            f"{what} failed {attempts} times and {why}: {database_fault(exc) or _short(exc)}; "
+            "nothing was committed to the source, so a restarted worker resumes at the last "
+            "stored batch"
         )
 
     # -- rebalances -----------------------------------------------------------------------------
@@ -870,10 +879,12 @@ def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
 
 
 def _transient(exc: BaseException) -> bool:
-    """Errors worth retrying: lost connections and the server's retry-me errors."""
-    if isinstance(exc, OperationalError | InterfaceError):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    """Errors worth retrying: lost connections, the server's retry-me errors, a full disk
+    (:func:`monitor.db.errors.database_fault`)."""
+    from monitor.db.errors import database_fault
+
+    fault = database_fault(exc)
+    return fault is not None and fault.transient
 
 
 def _short(exc: BaseException) -> str:

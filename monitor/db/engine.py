@@ -51,7 +51,9 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     SQLite: write-ahead log (readers never block the writer), foreign keys on, a busy timeout,
     ``synchronous=NORMAL`` (a power cut may lose the last transactions, never half of one), and
     SQLAlchemy in charge of ``BEGIN`` so that transactions and savepoints behave as on PostgreSQL.
-    PostgreSQL: ``pool_pre_ping`` so a restarted server does not fail the next request.
+    PostgreSQL: ``pool_pre_ping`` so a restarted server does not fail the next request. Both:
+    ``hide_parameters``, so that no error message or log line carries a statement's parameters
+    (a batch's rows, a detector checkpoint).
 
     Parameters
     ----------
@@ -68,6 +70,7 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     1
     """
     parsed = normalise_url(url)
+    kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
     kwargs.setdefault("pool_pre_ping", True)

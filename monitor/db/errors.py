@@ -19,10 +19,19 @@ Hierarchy::
         ├── DeliveryNotFoundError
         └── FleetNotFoundError
 
+The database's own errors reach callers as SQLAlchemy's ``DBAPIError`` subclasses;
+:func:`database_fault` says what one means for whoever runs the service (its cause, what to do,
+whether a retry may cure it), by SQLSTATE on PostgreSQL and by message on SQLite and for failed
+connections (docs/operations.md "Database failures").
+
 State (de)serialisation errors live beside the format in :mod:`monitor.state`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 
 class PersistenceError(Exception):
@@ -137,3 +146,134 @@ class FleetNotFoundError(NotFoundError):
 
 class FleetExistsError(PersistenceError, ValueError):
     """A fleet with this name is already stored."""
+
+
+# -- what a database error means ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatabaseFault:
+    """A database error as an operator needs it: the cause (the driver's first line, with its
+    SQLSTATE on PostgreSQL; never the statement or its parameters), what to do, whether waiting
+    may cure it (a worker retries those), and whether it stopped a connection being made."""
+
+    cause: str
+    remedy: str
+    transient: bool
+    connecting: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.cause}: {self.remedy}"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    match: str  # a SQLSTATE prefix, or a fragment of a message that carries none
+    remedy: str
+    transient: bool
+    connecting: bool = False
+
+
+_AGAIN = "then run it again"
+_START = "start the server, or fix --db / MONITOR_DATABASE_URL"
+_UPGRADE = ("the database schema is not this version's: run `monitor db upgrade` (or leave "
+            "MONITOR_AUTO_MIGRATE on)")
+_CONSTRAINT = ("the database refused a row that breaks a constraint: if its schema is older than "
+               "this version, run `monitor db upgrade`; otherwise report it with the log")
+_LOCKED = ("another process holds the database's write lock: end its transaction (a sqlite3 "
+           f"shell, another monitor process) or use PostgreSQL for several writers, {_AGAIN}")
+
+#: PostgreSQL, by SQLSTATE (https://www.postgresql.org/docs/current/errcodes-appendix.html);
+#: the first rule whose prefix matches applies.
+_BY_SQLSTATE = (
+    _Rule("42501", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public and "
+                   "USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO the role in --db / "
+                   "MONITOR_DATABASE_URL (a migration needs the schema's owner: run `monitor db "
+                   f"upgrade` as it), {_AGAIN}", False),
+    _Rule("53100", f"free space on the database server's disk (or grow the volume), {_AGAIN}",
+          True),
+    _Rule("53", "the server ran out of a resource: raise the limit it names (max_connections, "
+                f"memory) or lower the load, {_AGAIN}", True),
+    _Rule("40", "it kept conflicting with another transaction: make sure one worker group "
+                "writes each stream and look for long transactions in pg_stat_activity, then "
+                "restart", True),
+    _Rule("55P03", "a lock was not granted in time: end the transaction holding it (pg_locks, "
+                   f"pg_stat_activity), {_AGAIN}", True),
+    _Rule("57014", "a statement was cancelled (statement_timeout or an operator): raise the "
+                   f"role's statement_timeout, {_AGAIN}", True),
+    _Rule("57P", "the server is shutting down, restarting or starting: wait for it or start it, "
+                 "or fix --db / MONITOR_DATABASE_URL", True, True),
+    _Rule("08", _START, True, True),
+    _Rule("25006", "the server accepts no writes (a standby, or default_transaction_read_only): "
+                   "point --db / MONITOR_DATABASE_URL at the primary", True),
+    _Rule("42P01", _UPGRADE, False),
+    _Rule("42703", _UPGRADE, False),
+    _Rule("42883", _UPGRADE, False),
+    _Rule("23", _CONSTRAINT, False),
+    _Rule("22", "the database refused a value: report it with the log", False),
+)
+
+#: Errors without a SQLSTATE, by message: psycopg's failed connections, then SQLite's (its
+#: messages are fixed English text, https://www.sqlite.org/rescode.html).
+_BY_MESSAGE = (
+    _Rule("does not exist", "create it (a database: createdb NAME; a role: CREATE ROLE NAME "
+                            "LOGIN), or fix --db / MONITOR_DATABASE_URL", False, True),
+    _Rule("authentication failed", "fix the user or password in --db / MONITOR_DATABASE_URL",
+          False, True),
+    _Rule("no pg_hba.conf entry", "allow this user and host in the server's pg_hba.conf, or "
+                                  "fix --db / MONITOR_DATABASE_URL", False, True),
+    _Rule("connection failed", _START, True, True),
+    _Rule("server closed the connection", _START, True, True),
+    _Rule("database or disk is full", "free space on the disk that holds the database file (or "
+                                      f"move it: --db sqlite:///PATH), {_AGAIN}", True),
+    _Rule("readonly database", "make the database file, its directory and its -wal and -shm "
+                               f"files writable by this user, {_AGAIN}", False),
+    _Rule("unable to open database file", "check that the file's directory exists and that this "
+                                          "user may write in it, or fix --db / "
+                                          "MONITOR_DATABASE_URL", False, True),
+    _Rule("database is locked", _LOCKED, True),
+    _Rule("database table is locked", _LOCKED, True),
+    _Rule("disk I/O error", "check the disk and file system that hold the database file (dmesg) "
+                            f"and their free space, {_AGAIN}", True),
+    _Rule("file is not a database", "restore the file from a backup (docs/operations.md \"Backup "
+                                    "and restore\"), or fix --db / MONITOR_DATABASE_URL", False),
+    _Rule("malformed", "restore the file from a backup (docs/operations.md \"Backup and "
+                       "restore\")", False),
+    _Rule("no such table", _UPGRADE, False),
+    _Rule("no such column", _UPGRADE, False),
+    _Rule("has no column named", _UPGRADE, False),
+    _Rule("constraint failed", _CONSTRAINT, False),
+)
+
+
+def database_fault(exc: BaseException) -> DatabaseFault | None:
+    """What the database error ``exc`` means (``None`` if it is not one: not a ``DBAPIError``).
+
+    An error no rule knows is transient if it is an ``OperationalError`` or ``InterfaceError``
+    (the driver's class for trouble outside the statement), and so is every error that
+    invalidated its connection.
+
+    Examples
+    --------
+    >>> import sqlite3
+    >>> error = OperationalError("INSERT ...", {"x": 1}, sqlite3.OperationalError(
+    ...     "database or disk is full"))
+    >>> print(database_fault(error))  # doctest: +ELLIPSIS
+    database or disk is full: free space on the disk that holds the database file ...
+    """
+    if not isinstance(exc, DBAPIError):
+        return None
+    lines = str(exc.orig).strip().splitlines()
+    first = lines[0].strip() if lines else type(exc.orig).__name__
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate:
+        cause = f"{first} (SQLSTATE {sqlstate})"
+        rule = next((r for r in _BY_SQLSTATE if sqlstate.startswith(r.match)), None)
+    else:
+        cause = first
+        rule = next((r for r in _BY_MESSAGE if r.match in first), None)
+    if rule is None:
+        rule = _Rule("", "see the database server's log; if it recurs, report it with the log",
+                     isinstance(exc, OperationalError | InterfaceError))
+    return DatabaseFault(cause, rule.remedy, rule.transient or exc.connection_invalidated,
+                         rule.connecting)

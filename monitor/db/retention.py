@@ -17,7 +17,10 @@ OOD windows (with their flags), performance windows, dead letters and acknowledg
   events of a kept alarm — from ``alarm_context`` before its changepoint (or its event, when it
   has none) to ``alarm_context`` after its event — are never pruned, nor are the performance
   windows overlapping that range, so the alarm's report can still draw the traces and the
-  performance around it.
+  performance around it. Each delete transaction reads the alarms itself, under a lock that no
+  alarm writer can pass until it commits (:func:`_kept_ranges`): an alarm stored by any other
+  writer while a prune runs keeps every row of its context that was there when it was stored.
+  Rows deleted before it was stored do not come back.
 - **Bounded work, short locks.** Each transaction deletes about ``batch`` rows of one table for
   one stream (a contiguous range of event indexes, window indexes or ids, found by an indexed
   query; for trace points, the other detector's row at the range's last event index may come
@@ -38,6 +41,7 @@ from sqlalchemy import ColumnElement, CursorResult, Result, and_, delete, func, 
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from monitor.config import RetentionConfig
+from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.models import (
     AlarmRow,
     DeadLetterRow,
@@ -182,7 +186,21 @@ def _newest(session: Session, ts: InstrumentedAttribute[Any], where: ColumnEleme
 
 
 def _kept_ranges(session: Session, stream: str, context: int) -> list[tuple[int, int]]:
-    """The event-index ranges around the stream's stored alarms (:func:`protected_ranges`)."""
+    """The event-index ranges around the stream's stored alarms (:func:`protected_ranges`), read
+    under a lock that keeps any other alarm from being stored until this transaction ends.
+
+    Call it first in the transaction that deletes, so that no alarm can commit between this
+    read and the delete. PostgreSQL: ``LOCK TABLE alarms IN SHARE MODE`` waits for every
+    transaction that has written an alarm to end and makes every later alarm write (by any
+    writer: worker, HTTP ingest, replay, fleet; they take ROW EXCLUSIVE) wait for ours; READ
+    COMMITTED takes a snapshot per statement, so the ranges, read after the lock is granted,
+    include every alarm committed before it. (A ``NOT EXISTS`` against alarms inside the DELETE
+    alone would not do: its snapshot misses an alarm committed while the DELETE runs.) SQLite:
+    ``BEGIN IMMEDIATE`` takes the database's single write lock, which every writer needs.
+    """
+    connection = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"LOCK TABLE {AlarmRow.__tablename__} IN SHARE MODE")
     return protected_ranges(
         [tuple(r) for r in session.execute(  # type: ignore[misc]
             select(AlarmRow.event_index, AlarmRow.changepoint).where(AlarmRow.stream == stream)
@@ -201,7 +219,6 @@ def _trace_batches(
         if newest is None:
             return
         cut = newest - timedelta(seconds=policy.trace_points)
-        kept = _kept_ranges(session, stream, policy.alarm_context)
     old = and_(TracePointRow.stream == stream, TracePointRow.ts < cut)
     start = -1
     while True:
@@ -215,10 +232,10 @@ def _trace_batches(
         if not indexes:
             return
         lo, hi = indexes[0], indexes[-1]
-        spans = _subtract((lo, hi), kept)
         start = hi
 
-        def step(session: Session, spans: list[tuple[int, int]] = spans) -> int:
+        def step(session: Session, lo: int = lo, hi: int = hi) -> int:
+            spans = _subtract((lo, hi), _kept_ranges(session, stream, policy.alarm_context))
             if not spans:
                 return 0
             ranges = or_(*(TracePointRow.event_index.between(a, b) for a, b in spans))
@@ -240,7 +257,6 @@ def _performance_batches(
         newest = _newest(session, model.ts, model.stream == stream)
         if newest is None:
             return
-        kept = _kept_ranges(session, stream, policy.alarm_context)
     old = and_(model.stream == stream,
                model.ts < newest - timedelta(seconds=policy.performance_windows))
     start = -1
@@ -255,9 +271,10 @@ def _performance_batches(
         if not rows:
             return
         start = rows[-1][0]
-        gone = [w for w, lo, hi in rows if not any(a <= hi and lo <= b for a, b in kept)]
 
-        def step(session: Session, gone: list[int] = gone) -> int:
+        def step(session: Session, rows: Sequence[Any] = rows) -> int:
+            kept = _kept_ranges(session, stream, policy.alarm_context)
+            gone = [w for w, lo, hi in rows if not any(a <= hi and lo <= b for a, b in kept)]
             if not gone:
                 return 0
             return _count(session.execute(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import Engine, and_, event, func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from monitor.cli import main
-from monitor.db.engine import session_factory
+from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import (
     AlarmRow,
     DeadLetterRow,
@@ -21,6 +24,8 @@ from monitor.db.models import (
     TracePointRow,
 )
 from monitor.db.retention import protected_ranges, prune
+from monitor.db.store import persist_batch
+from monitor.records import Alarm
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -108,10 +113,10 @@ def test_ood_windows_go_with_their_flags_and_dead_letters_by_stream(db_session: 
         db_session.flush()
         db_session.add(OODFlagRow(stream=stream, window_index=w, event_id=f"{stream}{w}"))
     offsets = itertools.count()
-    for stream, h in itertools.product(("s", "keep", None), range(20)):
+    for owner, h in itertools.product(("s", "keep", None), range(20)):
         db_session.add(DeadLetterRow(
             source="file:x", source_name="x", partition=0, offset=next(offsets), reason="bad",
-            payload=b"{}", stream=stream, ts=T0 + h * HOUR, created_at=T0 + h * HOUR,
+            payload=b"{}", stream=owner, ts=T0 + h * HOUR, created_at=T0 + h * HOUR,
         ))
     db_session.commit()
     # dead letters age from when they were stored: "now" is 19 h after the first
@@ -240,3 +245,124 @@ def test_the_worker_prunes_in_the_background(tmp_path: Any) -> None:
     }
     assert set(pruned) == expected
     assert len(expected) < 0.6 * len(full)  # the first 350 s are gone
+
+
+# -- a writer storing alarms while a prune runs ------------------------------------------------
+
+RACE_POLICY = {"trace_points": "100h", "performance_windows": "100h", "alarm_context": 50,
+               "acknowledged_alarms": None}  # the first transaction deletes trace points
+#: The alarm a second writer stores during the prune: it protects events 200..350.
+RACING = Alarm(stream="s", detector="conditional", kind="concept_shift", event_id="e300",
+               event_index=300, ts=T0 + 300 * HOUR, changepoint=250, statistic=1e5,
+               threshold=1e4, rule="shiryaev_roberts")
+
+
+def _race_data(session: Session) -> None:
+    """600 events (1 200 trace points, one window per 10 events); 0..498 are older than 100 h."""
+    _stream(session, "s", RACE_POLICY)
+    _traces(session, "s", 600)
+    session.add_all(
+        PerformanceWindowRow(stream="s", window_index=w, start_index=10 * w,
+                             end_index=10 * w + 9, ts=T0 + (10 * w + 9) * HOUR, n=10,
+                             metrics={"mae": 1.0})
+        for w in range(60)
+    )
+    session.commit()
+
+
+def _store_alarm(url: str, wait: bool = True) -> None:
+    """Store :data:`RACING` through the worker's write path on a connection of its own; with
+    ``wait=False`` it fails at once (OperationalError) rather than wait for another's lock."""
+    postgres = url.startswith("postgresql")
+    options = {"connect_args": {"options": "-c lock_timeout=100"}} if postgres and not wait else {}
+    engine = make_engine(url, **options)
+    if not postgres and not wait:  # after make_engine's own busy_timeout
+        event.listen(engine, "connect", lambda dbapi, _: dbapi.execute("PRAGMA busy_timeout=0"))
+    try:
+        with session_factory(engine)() as session:
+            persist_batch(session, alarms=[RACING])
+    finally:
+        engine.dispose()
+
+
+def _protected(session: Session) -> tuple[int, int]:
+    """(trace points, performance windows) within the racing alarm's context, 200..350."""
+    traces = _count_where(session, TracePointRow, TracePointRow.event_index.between(200, 350))
+    windows = _count_where(session, PerformanceWindowRow, and_(
+        PerformanceWindowRow.start_index <= 350, PerformanceWindowRow.end_index >= 200))
+    return traces, windows
+
+
+def _count_where(session: Session, model: Any, where: Any) -> int:
+    return int(session.scalar(select(func.count()).select_from(model).where(where)) or 0)
+
+
+@pytest.mark.parametrize("table", ["trace_points", "performance_windows"])
+def test_an_alarm_stored_between_prune_transactions_keeps_its_context(
+    db_session: Session, db_engine: Engine, migrated_database_url: str, table: str
+) -> None:
+    """A second connection, in a thread, stores an alarm right after the prune's first delete
+    transaction of ``table`` commits (engine and session hooks, not a sleep): every trace point
+    and performance window of its context that was there when it was stored is still there
+    after the prune."""
+    _race_data(db_session)
+    sessions = session_factory(db_engine)
+    deleting: list[str] = []  # the table of the last DELETE executed
+    at_alarm: list[tuple[int, int]] = []
+
+    def track(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        words = statement.split()
+        if words[:2] == ["DELETE", "FROM"]:
+            deleting[:] = [words[2]]
+
+    def alarm_now(_session: Session) -> None:
+        if at_alarm or deleting != [table]:
+            return
+        writer = threading.Thread(target=_store_alarm, args=(migrated_database_url,))
+        writer.start()
+        writer.join(timeout=60)
+        with sessions() as reader:
+            at_alarm.append(_protected(reader))
+
+    event.listen(db_engine, "before_cursor_execute", track)
+    event.listen(sessions, "after_commit", alarm_now)
+    try:
+        report = prune(sessions, batch=20)
+    finally:
+        event.remove(db_engine, "before_cursor_execute", track)
+    db_session.expire_all()
+    assert at_alarm, f"the prune deleted no {table}"
+    assert at_alarm[0][table == "performance_windows"] > 0, "old rows remained at the alarm"
+    assert _protected(db_session) == at_alarm[0]
+    assert report.deleted[table] > 0 and report.complete
+
+
+def test_no_alarm_commits_inside_a_prune_transaction(
+    db_session: Session, db_engine: Engine, migrated_database_url: str
+) -> None:
+    """Between a delete transaction's read of the protected ranges and its DELETE, a second
+    connection cannot store an alarm: it waits for the prune (here: gives up at once)."""
+    _race_data(db_session)
+    _alarm(db_session, "s", 100, None, None)  # something to read: ranges 50..150
+    db_session.commit()
+    refused: list[BaseException | None] = []
+
+    def store_during_delete(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if refused or not statement.lstrip().upper().startswith("DELETE FROM TRACE_POINTS"):
+            return
+        try:
+            _store_alarm(migrated_database_url, wait=False)
+            refused.append(None)
+        except OperationalError as exc:
+            refused.append(exc)
+
+    event.listen(db_engine, "before_cursor_execute", store_during_delete)
+    try:
+        prune(session_factory(db_engine), batch=20)
+    finally:
+        event.remove(db_engine, "before_cursor_execute", store_during_delete)
+    assert refused, "the prune deleted trace points"
+    assert isinstance(refused[0], OperationalError), "an alarm was stored inside the prune"
+    db_session.expire_all()
+    assert _count(db_session, AlarmRow, id=RACING.id) == 0
+
