@@ -11,6 +11,7 @@ does, gives exactly an uninterrupted run's results, from a file and from Kafka w
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import json
 from datetime import datetime
@@ -132,7 +133,20 @@ def test_a_database_of_the_previous_release_upgrades_and_restarts(
     with events.open("ab") as fh:
         fh.write(b"".join(v + b"\n" for v in values[lines:]))
     run_file(events, url, (), upto=len(values))
-    assert_same_results(snapshot(url), named_reference)
+    assert_same_results(without_joined(snapshot(url)), without_joined(named_reference))
+
+
+def without_joined(snap: Snapshot) -> Snapshot:
+    """``snap`` without the label join's joined ids in its checkpoints: the previous release's
+    checkpoints have none (this release remembers them from then on, for replays)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict) and "mapping" in value:
+            return {"mapping": [(k, strip(v)) for k, v in value["mapping"] if k != "'joined'"]}
+        return value
+
+    return dataclasses.replace(
+        snap, checkpoints={s: strip(state) for s, state in snap.checkpoints.items()}
+    )
 
 
 def load_fixture(url: str, events: Path, tamper: str | None = None) -> int:
@@ -207,7 +221,7 @@ def test_an_order_that_cannot_be_recovered_stops_that_stream_alone(
         run_file(events, url, (), upto=len(values))
     stopped = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(stopped) == 1 and stopped[0].startswith("stream 'taxis': the order of its "), stopped
-    got, want = snapshot(url), named_reference
+    got, want = without_joined(snapshot(url)), without_joined(named_reference)
     for stream in ("bikes", "loans"):
         assert [a for a in got.alarms if a["stream"] == stream] == \
             [a for a in want.alarms if a["stream"] == stream]

@@ -57,7 +57,7 @@ def run_group(bootstrap: str, url: str, group: str, end: dict[int, int]) -> RunS
     """A worker of ``group`` over the topic, stopped once it has committed ``end``."""
     sink = DatabaseSink(url)
     source = KafkaSource(bootstrap, TOPIC, group, **MOCK_CONSUMER_OPTIONS)
-    pipeline = Pipeline(registered_monitors(sink, sink.registered()), source.name)
+    pipeline = Pipeline(registered_monitors(sink, sink.registered()[0]), source.name)
     stop = StopFlag()
     want = {(TOPIC, p): o for p, o in end.items()}
 
