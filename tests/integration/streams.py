@@ -160,17 +160,8 @@ def reference_run(example: Example, url: str, batch_size: int = 50, checkpoint_e
     sink = DatabaseSink(url)
     source = FileSource(example.events)
     pipeline = Pipeline(build_monitors(read_configs(map(str, example.configs))), source.name)
-    lines = len(example.values)
-    stop = StopFlag()
-    worker = Worker(source, pipeline, sink, "file", batch_size=batch_size,
-                    on_batch=lambda _: stop.set() if source.position >= lines else None,
-                    checkpoint_every=checkpoint_every, on_alarm=on_alarm)
-    try:
-        worker.run(stop)
-        assert source.position == lines
-    finally:
-        source.close()
-        sink.close()
+    _run_until(source, pipeline, sink, len(example.values), batch_size=batch_size,
+               checkpoint_every=checkpoint_every, on_alarm=on_alarm)
     return snapshot(url)
 
 
@@ -182,10 +173,16 @@ def run_file(events: Path, url: str, configs: Sequence[Path], upto: int,
     sink = DatabaseSink(url)
     source = FileSource(events)
     monitors, stopped = monitors_for_run([str(p) for p in configs], sink)
+    _run_until(source, Pipeline(monitors, source.name, stopped=stopped), sink, upto,
+               batch_size=batch_size)
+
+
+def _run_until(source: FileSource, pipeline: Pipeline, sink: DatabaseSink, upto: int,
+               **options: Any) -> None:
+    """Run a worker until the file's line ``upto`` is read, then close the source and sink."""
     stop = StopFlag()
-    worker = Worker(source, Pipeline(monitors, source.name, stopped=stopped), sink, "file",
-                    batch_size=batch_size,
-                    on_batch=lambda _: stop.set() if source.position >= upto else None)
+    worker = Worker(source, pipeline, sink, "file",
+                    on_batch=lambda _: stop.set() if source.position >= upto else None, **options)
     try:
         worker.run(stop)
         assert source.position == upto
