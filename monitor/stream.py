@@ -18,6 +18,7 @@ import numpy as np
 from monitor.attribution import AlarmAttribution, CompletedAttribution, density_ratio_directions
 from monitor.calibration import Calibration, CalibrationError
 from monitor.config import BUDGET_SHARE, AlarmConfig, StreamConfig
+from monitor.decisions.decider import OODDecider
 from monitor.detectors.pair import BatchResult, DetectorAlarm, StreamDetectors
 from monitor.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.durations import format_duration
@@ -791,6 +792,7 @@ class StreamMonitor:
         self._unattributed = [_evidence_of(e) for e in state.get("unattributed", [])]
         if int(state.get("config_version", 1)) != self.config_version:
             self.version_since = self.event_index
+            self._close_old_ood(state.get("ood"))
             self._carry_over(state)
             return
         self.version_since = int(state.get("version_since", 0))
@@ -799,6 +801,21 @@ class StreamMonitor:
         self._retired = [_Retired.load(r) for r in state.get("retired", [])]
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+
+    def _close_old_ood(self, state: dict[str, Any] | None) -> None:
+        """At a configuration update: close the old version's partial OOD window (decided by
+        its own rule over the events it holds, stored at the time of the last event before the
+        update) and number this version's OOD events from the stream's event index, so that
+        windows go on without gap or overlap (docs/operations.md, "Configuration updates")."""
+        if state is not None:
+            old = OODDecider.from_state(state)
+            decisions = old.windows()
+            last = old.flush()
+            at = self.last_ts or _EPOCH
+            self._windows += [self._window_record(d, at) for d in
+                              [*decisions, *([] if last is None else [last])]]
+        if self.ood is not None:
+            self.ood.start_at(self.event_index)
 
     def _check_feature_order(self, state: dict[str, Any]) -> None:
         """Refuse (before anything is loaded) a state of this version taken with the features

@@ -364,6 +364,16 @@ class OODDecider:
             row[kind] = vector
         return row
 
+    def start_at(self, index: int) -> None:
+        """Number the events from ``index`` on (the stream's event index when this decider takes
+        over a stream that already has events: a configuration update). Only before the first
+        event."""
+        if self._next_index or self._ids or self._finished:
+            raise RuntimeError("start_at() must be called before the first event")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index must be an integer >= 0, got {index!r}")
+        self._next_index = index
+
     def windows(self) -> list[WindowDecision]:
         """Finished windows since the last call (drained)."""
         finished, self._finished = self._finished, []
