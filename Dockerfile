@@ -1,5 +1,5 @@
 # The monitor image: the `monitor` CLI (worker, API, migrations, stream registration) and the
-# demo replay producer (`python -m monitor.replay`). Used by docker-compose.yml.
+# demo replay producer (`python -m monitor.ops.kafka_producer`). Used by docker-compose.yml.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -34,7 +34,7 @@ from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlertOutboxRow
 from monitor.db.store import persist_batch
-from monitor.records import Alarm
+from monitor.streams.records import Alarm
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

@@ -47,11 +47,11 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitor.config import StreamConfig  # noqa: E402
 from monitor.db.engine import make_engine, session_factory  # noqa: E402
 from monitor.db.migrate import upgrade  # noqa: E402
 from monitor.db.repositories import create_stream  # noqa: E402
-from monitor.records import ALARM_KINDS, alarm_id  # noqa: E402
+from monitor.streams.config import StreamConfig  # noqa: E402
+from monitor.streams.records import ALARM_KINDS, alarm_id  # noqa: E402
 
 ADMIN_URL = os.environ.get(
     "MONITOR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -185,7 +185,7 @@ def api_server(url: str, workers: int) -> Iterator[tuple[str, int]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     command = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
     env = os.environ | {
         "MONITOR_DATABASE_URL": url,

@@ -28,9 +28,9 @@ import time
 
 import numpy as np
 
-from monitor.attribution import AlarmAttribution, attribute_features
-from monitor.datasets import SHUTTLE_COLUMNS, SHUTTLE_FEATURES, load_shuttle
-from monitor.detectors import CovariateMonitor
+from monitor.core.detectors import CovariateMonitor
+from monitor.ops.datasets import SHUTTLE_COLUMNS, SHUTTLE_FEATURES, load_shuttle
+from monitor.streams.attribution import AlarmAttribution, attribute_features
 
 N_CALIBRATION, WINDOW = 500, 200
 SHIFTED = ("f3", "f7")

@@ -15,7 +15,7 @@ stream the weighted conformal p-values are computed several ways (:data:`VARIANT
     The same monitor with another density-ratio learning rate or micro-batch size.
 ``oracle``
     The true weights. The tilted rows are drawn ∝ r(x) = exp(λ·g(x)) from the pool the
-    calibration and stable rows come from (``monitor.datasets``), so after the change the test
+    calibration and stable rows come from (``monitor.ops.datasets``), so after the change the test
     point has density q = r·p while the reference holds a points drawn from p (calibration,
     stable events) and b − 1 earlier tilted ones. Tibshirani et al. (NeurIPS 2019, Lemma 3)
     give the exact weight of point j as r_j·e_{b−1}(r_{−j}) (e the elementary symmetric
@@ -29,7 +29,7 @@ stream the weighted conformal p-values are computed several ways (:data:`VARIANT
 ``ctm``
     Unweighted conformal p-values (what no weighting gives).
 
-Each p-value is randomised as in ``monitor.martingales.weighted`` (Tibshirani et al. 2019,
+Each p-value is randomised as in ``monitor.core.martingales.weighted`` (Tibshirani et al. 2019,
 eq. (7); Prinster et al., WATCH, ICML 2025, eq. (8)). Reported: per window of events, the mean
 of −log p (1 under uniform p-values), the share of p ≤ 0.05 and the Kolmogorov–Smirnov
 distance of the pooled p-values to U(0, 1); for the estimated weights the least-squares slope
@@ -73,12 +73,12 @@ from bench_compare import (
     scenario_stream,
 )
 
-from monitor.datasets import (
+from monitor.core.detectors import ConditionalMonitor
+from monitor.ops.datasets import (
     ClassificationTask,
     load_banana_classification,
     load_shuttle_regression,
 )
-from monitor.detectors import ConditionalMonitor
 
 FloatArray = np.ndarray
 SIZES = Sizes(seeds=300, n_calibration=1000, n_stationary=2000, n_before=500, n_after=1500,
@@ -101,12 +101,12 @@ SETTINGS: tuple[tuple[str, float], ...] = (
     ("shiryaev_roberts", 10_000.0), ("shiryaev_roberts", 100_000.0), ("cusum", 1000.0),
     ("ville", 0.05), ("ville", 0.01))
 WINDOW = 50
-TILT = 1.0  # monitor.datasets.make_stream's default λ
+TILT = 1.0  # monitor.ops.datasets.make_stream's default λ
 
 
 def _log_r(task: Any, cal_X: FloatArray, X: FloatArray) -> FloatArray:
     """log r(x) = λ·g(x) for the rows ``X``, g standardised on the calibration rows ``cal_X``
-    as the generators do: Shuttle (``monitor.datasets._Shifts``) minus f3 − f7, Banana
+    as the generators do: Shuttle (``monitor.ops.datasets._Shifts``) minus f3 − f7, Banana
     (``bench_compare.classification_stream``) x2."""
     if isinstance(task, ClassificationTask):
         x2 = task.column("x2")

@@ -8,7 +8,7 @@ statistic's path does not depend on its threshold until the first alarm, so one 
 an unreachable threshold gives the first crossing of every A at once: the stream's detection delay
 is the first update after the change where either detector's log statistic reaches log A.
 
-Scenarios (``monitor.datasets``, WATCH-style, as bench/bench_statistical.py): 500 stable events,
+Scenarios (``monitor.ops.datasets``, WATCH-style, as bench/bench_statistical.py): 500 stable events,
 then ``concept`` or ``extreme_covariate`` for 4 000 events; labels arrive with their predictions.
 The table gives the median delay in events over the seeds and that delay as time at the rate
 (streams not detected within 4 000 events count as 4 000: the median is then printed as > 4000).
@@ -34,10 +34,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.config import BUDGET_SHARE, DEFAULT_THRESHOLD, StreamConfig
-from monitor.datasets import load_shuttle_regression, make_stream
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import StreamDetectors
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import StreamDetectors
+from monitor.ops.datasets import load_shuttle_regression, make_stream
+from monitor.streams.config import BUDGET_SHARE, DEFAULT_THRESHOLD, StreamConfig
 
 N_CALIBRATION = 1000
 N_BEFORE = 500

@@ -5,7 +5,7 @@ against river's drift detectors, all fed the same conditional score streams.
         [--task regression|classification] [--scenarios a,b] [--n-after N] [--variants]
 
 Data (``--task``): ``regression`` (default), the Shuttle regression task bundled with river
-(:mod:`monitor.datasets`: a gradient boosting model predicts ``f9``; calibration rows and stream
+(:mod:`monitor.ops.datasets`: a gradient boosting model predicts ``f9``; calibration rows and stream
 rows are drawn from the held-out pool, never reused), score |y − ŷ|; ``classification``, the
 Banana data bundled with river (a gradient boosting classifier fitted on 1 300 rows, the 4 000
 others the pool; :func:`classification_stream`), score 1 − p̂(y | x), the service's
@@ -82,7 +82,14 @@ from river import drift
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import (
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.martingales import (
+    BETTING_FUNCTIONS,
+    make_alarm_rule,
+    make_betting,
+)
+from monitor.core.scores import one_minus_prob
+from monitor.ops.datasets import (
     ClassificationTask,
     RegressionTask,
     _weighted_sample,
@@ -90,13 +97,6 @@ from monitor.datasets import (
     load_shuttle_regression,
     make_stream,
 )
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.martingales import (
-    BETTING_FUNCTIONS,
-    make_alarm_rule,
-    make_betting,
-)
-from monitor.scores import one_minus_prob
 
 FloatArray = np.ndarray
 Outcome = dict[str, int | None]  # setting label -> first alarm (stream index) or None
@@ -207,7 +207,7 @@ def scenario_stream(task: RegressionTask, scenario: str, seed: int, sizes: Sizes
     return Stream(scenario, seed, cal_scores, data.X_calibration, residual, X, change)
 
 
-#: Classification shifts (Banana, :func:`monitor.datasets.load_banana_classification`): the
+#: Classification shifts (Banana, :func:`monitor.ops.datasets.load_banana_classification`): the
 #: concept region is ``x1 >= median`` of the calibration rows; the benign tilt is
 #: exp(λ·g(x)), g = x2 standardised on the calibration rows (the model errs more where x2 is
 #: large, so the unweighted CTM sees worse scores), λ = :data:`CLASSIFICATION_TILT`.
@@ -747,8 +747,8 @@ def martingale_paths(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- main
 DATASETS: dict[str, str] = {
-    "regression": "river Shuttle regression task (monitor.datasets), score |y - prediction|",
-    "classification": "river Banana classification task (monitor.datasets), score "
+    "regression": "river Shuttle regression task (monitor.ops.datasets), score |y - prediction|",
+    "classification": "river Banana classification task (monitor.ops.datasets), score "
                       "1 - p(y | x) (one_minus_prob)",
 }
 

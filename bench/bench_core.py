@@ -29,9 +29,9 @@ import numpy as np
 from river import drift
 from sortedcontainers import SortedList
 
-import monitor.martingales.betting._jumpers as jumpers_mod
-import monitor.martingales.pvalues as pvalues_mod
-from monitor.martingales import (
+import monitor.core.martingales.betting._jumpers as jumpers_mod
+import monitor.core.martingales.pvalues as pvalues_mod
+from monitor.core.martingales import (
     CompositeJumper,
     ConformalPValue,
     OnlineDensityRatio,
@@ -39,7 +39,7 @@ from monitor.martingales import (
     WeightedConformalPValue,
     conformal_p_values,
 )
-from monitor.martingales._jit import HAVE_NUMBA
+from monitor.core.martingales._jit import HAVE_NUMBA
 
 #: Wall-clock by default; ``--cpu-time`` switches to process CPU time, which a machine shared
 #: with other jobs inflates much less.

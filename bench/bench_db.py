@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
-from monitor.records import Alarm, SourceOffset, TracePoint
-from monitor.state import Checkpoint
+from monitor.streams.records import Alarm, SourceOffset, TracePoint
+from monitor.streams.state import Checkpoint
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "MONITOR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

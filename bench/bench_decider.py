@@ -26,8 +26,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import load_shuttle
-from monitor.decisions import OODDecider
+from monitor.core.decisions import OODDecider
+from monitor.ops.datasets import load_shuttle
 
 
 def _data(n_cal: int, n_events: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.events import _decode_slow, _public, decode_batch, decode_event
+from monitor.streams.events import _decode_slow, _public, decode_batch, decode_event
 
 
 def regression(rng: np.random.Generator, n: int) -> list[bytes]:

@@ -3,7 +3,7 @@
 Run ``python bench/bench_fleet.py`` (``--seeds N`` fleets, default 5; ``--streams K``, default
 200; ``--json`` for machine-readable output). Everything is bundled, nothing is downloaded.
 
-Set-up. The Shuttle regression task of ``monitor.datasets`` (a gradient-boosting model and the
+Set-up. The Shuttle regression task of ``monitor.ops.datasets`` (a gradient-boosting model and the
 39 097 held-out rows it never saw). Each of the K streams draws its own 500 calibration rows and
 ``--events`` stream rows from that pool (``make_stream``, its own seed). 10 % of the streams
 switch to the ``concept`` regime (labels permuted within a region of the inputs) at a uniform
@@ -40,9 +40,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import load_shuttle_regression, make_stream
-from monitor.fleet import FLEET_RULES, FleetDecider
-from monitor.martingales import CompositeJumper, ShiryaevRoberts, conformal_p_values
+from monitor.core.fleet import FLEET_RULES, FleetDecider
+from monitor.core.martingales import CompositeJumper, ShiryaevRoberts, conformal_p_values
+from monitor.ops.datasets import load_shuttle_regression, make_stream
 
 N_CALIBRATION = 500
 SHARE_CHANGED = 0.10

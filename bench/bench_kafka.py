@@ -49,7 +49,7 @@ for _path in (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resol
 from mock_broker import broker_process  # noqa: E402
 
 from connectors import DEFAULT_CONSUMER_OPTIONS, KafkaSource  # noqa: E402
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS  # noqa: E402
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS  # noqa: E402
 
 STREAMS = 16
 

@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.detectors import ConditionalMonitor
-from monitor.detectors.conditional import DEFAULT_REFERENCE_WINDOW
+from monitor.core.detectors import ConditionalMonitor
+from monitor.core.detectors.conditional import DEFAULT_REFERENCE_WINDOW
 
 
 def rss_mb() -> float:

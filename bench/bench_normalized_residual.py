@@ -39,9 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import load_shuttle_regression
-from monitor.martingales import conformal_p_values, make_alarm_rule, make_betting
-from monitor.scores import abs_residual, normalized_residual
+from monitor.core.martingales import conformal_p_values, make_alarm_rule, make_betting
+from monitor.core.scores import abs_residual, normalized_residual
+from monitor.ops.datasets import load_shuttle_regression
 
 #: Pool rows the scale model is fitted on (never drawn for calibration or streams).
 N_SCALE_FIT = 4000

@@ -32,14 +32,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.decisions import (
+from monitor.core.decisions import (
     LOND,
     BatchDecision,
     benjamini_hochberg,
     conformal_p_values,
     ensemble_bh,
 )
-from monitor.ood import SCORERS, Scorer, make_scorer
+from monitor.core.ood import SCORERS, Scorer, make_scorer
 
 FloatArray = np.ndarray
 
@@ -199,8 +199,8 @@ def splits_monte_carlo(
 ) -> dict[str, dict[str, float]]:
     """The stream decider's own path: a tabular KNN fitted by :class:`OODDecider` on half of the
     m calibration rows; g-BH / LOND use one split, eg-BH averages ``splits`` random splits."""
-    from monitor.decisions import OODDecider
-    from monitor.ood import KNN
+    from monitor.core.decisions import OODDecider
+    from monitor.core.ood import KNN
 
     rng = np.random.default_rng([seed, m, int(alpha * 1000), splits])
     normal, anomalies = np.flatnonzero(~is_anomaly), np.flatnonzero(is_anomaly)

@@ -16,7 +16,7 @@ are OOD; the same 80/20 windows.
 
 Methods, all at the same alpha and on the same draws:
 
-- ``eg_bh`` / ``bh``: :class:`monitor.decisions.OODDecider` with its defaults (one KNN, k = 1,
+- ``eg_bh`` / ``bh``: :class:`monitor.core.decisions.OODDecider` with its defaults (one KNN, k = 1,
   full-conformal p-values against all m calibration rows);
 - ``eg_bh[split]`` / ``bh[split]``: the previous defaults (tabular: KNN k = 5 + Mahalanobis,
   each fitted on a random half and calibrated on the other half, 5 splits each for eg-BH;
@@ -45,14 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ood import digits_inputs, fdr_summary
 
-from monitor.datasets import load_shuttle
-from monitor.decisions import (
+from monitor.core.decisions import (
     OODDecider,
     benjamini_hochberg,
     conformal_p_values,
     ensemble_bh,
 )
-from monitor.ood import KNN, MSP, Energy, Mahalanobis, Scorer
+from monitor.core.ood import KNN, MSP, Energy, Mahalanobis, Scorer
+from monitor.ops.datasets import load_shuttle
 
 FloatArray = np.ndarray
 Inputs = dict[str, FloatArray]

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_statistical import _parallel, _stream
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
 
 REBASELINE = 300
 #: Events monitored before the induced re-baseline of the *restart* monitor.

@@ -9,7 +9,7 @@ for the CI-sized run, ``--workers N`` for processes). Sections:
   with its bound alpha + 3 standard errors;
 - run length: CUSUM and Shiryaev–Roberts on long stationary streams (rebaseline=0, stopped at
   the first alarm or at a horizon): the mean run length against the configured ARL;
-- power and diagnosis: WATCH-style scripted shifts (``monitor.datasets``), each after 500
+- power and diagnosis: WATCH-style scripted shifts (``monitor.ops.datasets``), each after 500
   stable events, with the stream's default detectors (Shiryaev–Roberts, threshold 10 000):
   detection within 500 events, diagnosis of the alarms, and for the benign covariate shift the
   share of seeds with a harmful (conditional) alarm from the WCTM and from the plain CTM.
@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import ScriptedStream, load_shuttle_regression, make_stream
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import DetectorAlarm, StreamDetectors
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors
+from monitor.ops.datasets import ScriptedStream, load_shuttle_regression, make_stream
 
 N_CALIBRATION = 1000
 N_BEFORE = 500

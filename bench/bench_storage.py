@@ -1,7 +1,7 @@
 """Storage per million events, and what pruning it costs, on PostgreSQL (and SQLite).
 
 A fresh database receives the bundled example stream (river's Shuttle data, one event a second,
-labels 5 events late) through ``monitor.runner.run_source`` — the worker's path, with the
+labels 5 events late) through ``monitor.cli.runs.run_source`` — the worker's path, with the
 default ``trace_every`` (10) and OOD windows — and the bench prints each table's size on disk
 per million events (PostgreSQL: ``pg_total_relation_size``, indexes and TOAST included; SQLite:
 ``dbstat``). Then it prunes every trace point with ``monitor.db.retention.prune`` (batches of
@@ -34,11 +34,11 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.datasets import build_example
+from monitor.cli.runs import register_stream, run_source
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import TracePointRow
 from monitor.db.retention import prune
-from monitor.runner import register_stream, run_source
+from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 
 ADMIN = os.environ.get(

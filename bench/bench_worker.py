@@ -87,11 +87,12 @@ from bench_kafka import peer_consume_rates, raw_consume_rates  # noqa: E402
 from mock_broker import broker_process  # noqa: E402
 
 from connectors import FileSource, KafkaSource  # noqa: E402
-from monitor.datasets import load_shuttle_regression  # noqa: E402
-from monitor.pipeline import BatchOutput, Pipeline  # noqa: E402
-from monitor.runner import DatabaseSink, build_monitors, read_configs  # noqa: E402
-from monitor.worker import NullSink, Sink, StopFlag, Worker  # noqa: E402
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS  # noqa: E402
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS  # noqa: E402
+from monitor.db.sink import DatabaseSink  # noqa: E402
+from monitor.engine.pipeline import BatchOutput, Pipeline  # noqa: E402
+from monitor.engine.worker import NullSink, Sink, StopFlag, Worker  # noqa: E402
+from monitor.ops.datasets import load_shuttle_regression  # noqa: E402
+from monitor.streams.setup import build_monitors, read_configs  # noqa: E402
 
 #: Stages of the worker's time: (label, file suffix, function) whose cProfile cumulative time,
 #: divided by the records profiled, is reported in µs per record. A label indented by two
@@ -99,22 +100,24 @@ from tests.kafka_harness import MOCK_CONSUMER_OPTIONS  # noqa: E402
 #: not exist (renamed, or not yet written) shows 0: edit this list as the pipeline changes.
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("poll: KafkaSource.poll (fetch + Record)", "connectors/kafka.py", "poll"),
-    ("pipeline: Pipeline.process", "monitor/pipeline.py", "process"),
-    ("  decode_batch (msgspec; pydantic for rejections)", "monitor/events.py", "decode_batch"),
-    ("  StreamMonitor.step (a stream's batch)", "monitor/stream.py", "step"),
-    ("    StreamDetectors.update_batch (both monitors)", "monitor/detectors/pair.py",
+    ("pipeline: Pipeline.process", "monitor/engine/pipeline.py", "process"),
+    ("  decode_batch (msgspec; pydantic for rejections)", "monitor/streams/events.py",
+     "decode_batch"),
+    ("  StreamMonitor.step (a stream's batch)", "monitor/streams/monitor.py", "step"),
+    ("    StreamDetectors.update_batch (both monitors)",
+     "monitor/core/detectors/stream_detectors.py",
      "update_batch"),
-    ("      CovariateMonitor.update_batch (kNN + CTM)", "monitor/detectors/covariate.py",
+    ("      CovariateMonitor.update_batch (kNN + CTM)", "monitor/core/detectors/covariate.py",
      "update_batch"),
-    ("      ConditionalMonitor.update_batch (WCTM)", "monitor/detectors/conditional.py",
+    ("      ConditionalMonitor.update_batch (WCTM)", "monitor/core/detectors/conditional.py",
      "update_batch"),
-    ("    OODDecider.add_many (scorers + eg-BH)", "monitor/decisions/decider.py", "add_many"),
-    ("state_dict (checkpoint states)", "monitor/stream.py", "state_dict"),
-    ("persist: DatabaseSink.persist (encode + transaction)", "monitor/runner.py", "persist"),
+    ("    OODDecider.add_many (scorers + eg-BH)", "monitor/core/decisions/decider.py", "add_many"),
+    ("state_dict (checkpoint states)", "monitor/streams/monitor.py", "state_dict"),
+    ("persist: DatabaseSink.persist (encode + transaction)", "monitor/cli/runs.py", "persist"),
     ("commit: KafkaSource.commit (offsets to Kafka)", "connectors/kafka.py", "commit"),
 )
 #: What the stages are a part of (their total, and "other" = total - the top-level stages).
-TOTAL_STAGE = ("monitor/worker.py", "run")
+TOTAL_STAGE = ("monitor/engine/worker.py", "run")
 
 #: Stream names whose murmur2 partitions (of 4) are 0, 1, 2, 3; label delay of each.
 STREAMS: tuple[tuple[str, int], ...] = (("alpha", 0), ("bikes", 0), ("taxis", 50), ("loans", 50))

@@ -314,8 +314,8 @@ def memory_child(monitor: str, events: int, max_reference: int | None,
     """
     import numpy as np
 
-    from monitor.datasets import load_shuttle_regression
-    from monitor.detectors import ConditionalMonitor, CovariateMonitor
+    from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+    from monitor.ops.datasets import load_shuttle_regression
 
     task = load_shuttle_regression()
     rng = np.random.default_rng(0)

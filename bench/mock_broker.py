@@ -125,7 +125,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def mock_cluster(rebalance_delay_ms: int | None) -> Iterator[str]:
     """librdkafka's mock cluster (one broker) with the given initial rebalance delay of its
     consumer groups; ``None``, or a library without the setter: the tests' cluster (3 s)."""
-    from tests.kafka_harness import mock_kafka_cluster
+    from connectors.mock_kafka import mock_kafka_cluster
 
     lib = None if rebalance_delay_ms is None else _librdkafka()
     if lib is None or not hasattr(lib, "rd_kafka_mock_group_initial_rebalance_delay_ms"):
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from tests.kafka_harness import produce_confluent, produce_kafka_python
+    from connectors.mock_kafka import produce_confluent, produce_kafka_python
 
     with mock_cluster(args.rebalance_delay_ms) as bootstrap:
         records = [(topic, *_read_records(path))

@@ -1,6 +1,7 @@
 """Soak: resident memory and database size of ``monitor run`` over a long replay.
 
-A stationary stream of real rows (the Shuttle pool of ``monitor.datasets``, drawn with replacement,
+A stationary stream of real rows (the Shuttle pool of ``monitor.ops.datasets``, drawn with
+replacement,
 so the replay can be as long as wanted) with labels arriving ``--label-delay`` predictions late is
 written to a JSONL file and processed by ``monitor --db URL run --source file:... --config ...`` in
 its own process. Every ``--interval`` seconds the script samples the worker's resident set size
@@ -49,8 +50,8 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitor.datasets import load_shuttle_regression  # noqa: E402
 from monitor.db.engine import make_engine  # noqa: E402
+from monitor.ops.datasets import load_shuttle_regression  # noqa: E402
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "MONITOR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -215,7 +216,7 @@ class Probe:
 def run_soak(db: str, events: Path, config: Path, interval_s: float = 5.0,
              batch_size: int = 500, log: Path | None = None) -> tuple[int, float, list[Sample]]:
     """Run ``monitor run`` over ``events`` into ``db``, sampling until it exits."""
-    argv = [sys.executable, "-m", "monitor.cli", "--db", db, "run", "--source",
+    argv = [sys.executable, "-m", "monitor.cli.main", "--db", db, "run", "--source",
             f"file:{events}", "--config", str(config), "--batch-size", str(batch_size)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
            "MONITOR_LOG_LEVEL": "WARNING"}
@@ -307,8 +308,8 @@ def main() -> int:
 
 @contextmanager
 def private_postgres() -> Iterator[str]:
-    """A PostgreSQL cluster of its own (tests/reliability/pgcluster.py), default settings."""
-    from tests.reliability.pgcluster import PrivatePostgres
+    """A PostgreSQL cluster of its own (tests/support/pgcluster.py), default settings."""
+    from tests.support.pgcluster import PrivatePostgres
 
     cluster = PrivatePostgres(Path(tempfile.mkdtemp(prefix="monitor-soak-pg-")))
     cluster.init()

@@ -1,6 +1,6 @@
 """The Python API for notebooks: :func:`watch` a model from a calibration set, feed it batches.
 
-One in-memory stream (the same :class:`~monitor.stream.StreamMonitor` the service runs, no
+One in-memory stream (the same :class:`~monitor.streams.monitor.StreamMonitor` the service runs, no
 database, no Kafka): :func:`watch` takes the calibration set as arrays, dict rows or a pandas
 DataFrame, :meth:`NotebookMonitor.update` takes each batch the same ways and returns the alarms
 it raised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from monitor.calibration import Calibration
-from monitor.config import DEFAULT_THRESHOLD, StreamConfig
-from monitor.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent
-from monitor.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
-from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
+from monitor.streams.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
+from monitor.streams.state import decode_state, encode_state
 
 __all__ = ["NotebookMonitor", "Trace", "watch"]
 
@@ -110,7 +110,7 @@ class NotebookMonitor:
     Attributes
     ----------
     stream
-        The underlying :class:`~monitor.stream.StreamMonitor` (configuration, detectors).
+        The underlying :class:`~monitor.streams.monitor.StreamMonitor` (configuration, detectors).
     alarms
         Every alarm raised so far, in order; a covariate alarm's evidence gains its feature
         ``attribution`` once the events after it have been given (docs/explain.md).

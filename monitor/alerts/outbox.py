@@ -12,7 +12,8 @@ Delivering: :class:`AlertDelivery` runs one background thread that repeatedly
    transaction holds the database's write lock), counting the attempt and pushing
    ``next_attempt_at`` past a lease — a process that dies mid-delivery leaves the row to be
    claimed again once the lease ends;
-2. POSTs the bodies (a few at a time), signed (:func:`monitor.webhooks.signed_headers`), outside
+2. POSTs the bodies (a few at a time), signed (:func:`monitor.alerts.webhooks.signed_headers`),
+outside
    any transaction;
 3. *finishes* each row: ``delivered`` on a 2xx answer; ``dead`` on another final answer (3xx,
    4xx but 429) or once ``attempt_limit`` attempts failed; else back to ``pending``, due after an
@@ -47,10 +48,10 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from monitor.alerts.payloads import render
 from monitor.alerts.routing import AlertRouting, Delivery
+from monitor.alerts.webhooks import MAX_RETRY_AFTER, idempotency_key, signed_headers
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.models import AlertOutboxRow, Base, WebhookDeliveryRow, utcnow
-from monitor.records import Alarm
-from monitor.webhooks import MAX_RETRY_AFTER, idempotency_key, signed_headers
+from monitor.streams.records import Alarm
 
 __all__ = ["AlertDelivery", "Claimed", "jittered_backoff", "outbox_rows"]
 

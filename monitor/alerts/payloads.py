@@ -19,7 +19,7 @@ from typing import Any
 
 from monitor.alerts.routing import Receiver, severity
 from monitor.db.types import json_dumps
-from monitor.records import Alarm, iso
+from monitor.streams.records import Alarm, iso
 
 __all__ = ["render"]
 

@@ -34,8 +34,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from monitor.records import ALARM_KINDS, Alarm
 from monitor.settings import Settings
+from monitor.streams.records import ALARM_KINDS, Alarm
 
 __all__ = [
     "SEVERITY_OF_KIND",
@@ -255,7 +255,7 @@ def load_alert_routing(path: str | None, webhook_urls: Sequence[str] = ()) -> Al
 def routing_from_settings(settings: Settings) -> AlertRouting | None:
     """The routing of ``settings.alerts_file`` and ``settings.webhook_urls`` (None: neither),
     shared by ``monitor run`` and the API app; warns when deliveries would go unsigned."""
-    from monitor.webhooks import webhook_urls
+    from monitor.alerts.webhooks import webhook_urls
 
     routing = load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
     if routing is not None and not settings.webhook_secret:

@@ -22,8 +22,8 @@ from monitor.api.limits import BodySizeLimitMiddleware
 from monitor.api.routes import alarms, alerts, events, fleets, health, metrics, streams
 from monitor.db import repositories as repo
 from monitor.db.engine import make_engine, normalise_url, session_factory
-from monitor.metrics import DatabaseCollector
-from monitor.runner import DatabaseSink
+from monitor.db.sink import DatabaseSink
+from monitor.ops.metrics import DatabaseCollector
 from monitor.settings import Settings
 
 __all__ = ["app_from_environment", "create_app"]

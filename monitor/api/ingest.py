@@ -30,8 +30,7 @@ from typing import Any
 from sqlalchemy import delete, select, text, tuple_
 from sqlalchemy.orm import Session
 
-from monitor.calibration import Calibration
-from monitor.config import StreamConfig
+from monitor.db.fencing import Writer
 from monitor.db.models import (
     IngestedEventRow,
     IngestRequestRow,
@@ -39,13 +38,15 @@ from monitor.db.models import (
     source_key,
     utcnow,
 )
+from monitor.db.sink import DatabaseSink
 from monitor.db.store import load_offsets, stored_stream
-from monitor.db.writers import Writer
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.records import Alarm, SourceOffset
-from monitor.runner import DatabaseSink, stored_calibration
-from monitor.state import decode_state, encode_state
-from monitor.stream import FeatureOrderError, StreamMonitor
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.monitor import FeatureOrderError, StreamMonitor
+from monitor.streams.records import Alarm, SourceOffset
+from monitor.streams.setup import stored_calibration
+from monitor.streams.state import decode_state, encode_state
 
 __all__ = [
     "HTTP_SOURCE",

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor.config import NAME_PATTERN, StreamConfig
+from monitor.streams.config import NAME_PATTERN, StreamConfig
 
 __all__ = [
     "AckRequest",

@@ -24,7 +24,7 @@ The database's own errors reach callers as SQLAlchemy's ``DBAPIError`` subclasse
 whether a retry may cure it), by SQLSTATE on PostgreSQL and by message on SQLite and for failed
 connections (docs/operations.md "Database failures").
 
-State (de)serialisation errors live beside the format in :mod:`monitor.state`.
+State (de)serialisation errors live beside the format in :mod:`monitor.streams.state`.
 """
 
 from __future__ import annotations

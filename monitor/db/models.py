@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from monitor.db.types import JSONType, UTCDateTime, id_type
-from monitor.records import Alarm, OODWindow, PerformanceWindow, TracePoint
+from monitor.streams.records import Alarm, OODWindow, PerformanceWindow, TracePoint
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -193,13 +193,13 @@ class AlarmRow(Base):
     revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     #: The fleet whose cross-stream rule admitted the alarm (NULL: the stream's own alarm rule),
-    #: that rule (``monitor.fleet.FLEET_RULES``) and its EOP level.
+    #: that rule (``monitor.core.fleet.FLEET_RULES``) and its EOP level.
     fleet: Mapped[str | None] = mapped_column(NAME)
     fleet_rule: Mapped[str | None] = mapped_column(SHORT)
     fleet_level: Mapped[float | None] = mapped_column(Double)
 
     def to_record(self) -> Alarm:
-        """The pipeline's :class:`~monitor.records.Alarm` (without the acknowledgement)."""
+        """The pipeline's :class:`~monitor.streams.records.Alarm` (without the acknowledgement)."""
         return Alarm(
             stream=self.stream,
             detector=self.detector,
@@ -219,7 +219,8 @@ class AlarmRow(Base):
 
 
 class AlarmRevisionRow(Base):
-    """One version of an alarm: revision 1 as raised, then each revision (``monitor.records``
+    """One version of an alarm: revision 1 as raised, then each revision
+    (``monitor.streams.records``
     ``Alarm``); the alarm's row holds the latest."""
 
     __tablename__ = "alarm_revisions"
@@ -257,7 +258,7 @@ class TracePointRow(Base):
     created_at: Mapped[datetime] = _created()
 
     def to_record(self) -> TracePoint:
-        """The pipeline's :class:`~monitor.records.TracePoint` (NULL comes back as NaN)."""
+        """The pipeline's :class:`~monitor.streams.records.TracePoint` (NULL comes back as NaN)."""
         nan = float("nan")
         return TracePoint(
             stream=self.stream,
@@ -321,7 +322,8 @@ class OODWindowRow(Base):
     flags: Mapped[list[OODFlagRow]] = relationship(lazy="raise", passive_deletes=True)
 
     def to_record(self, flagged_ids: tuple[str, ...] = ()) -> OODWindow:
-        """The pipeline's :class:`~monitor.records.OODWindow`; pass the flags if you loaded them."""
+        """The pipeline's :class:`~monitor.streams.records.OODWindow`; pass the flags if you loaded
+        them."""
         return OODWindow(
             stream=self.stream,
             window_index=self.window_index,
@@ -355,7 +357,7 @@ class OODFlagRow(Base):
 
 
 class CheckpointRow(Base):
-    """A stream's latest detector state (:mod:`monitor.state` format)."""
+    """A stream's latest detector state (:mod:`monitor.streams.state` format)."""
 
     __tablename__ = "checkpoints"
 
@@ -540,7 +542,7 @@ class FleetRow(Base):
     """A fleet (docs/algorithms.md "Fleets"): members under one cross-stream rule.
 
     ``members`` are ``stream/detector`` names; ``state`` is the
-    :class:`~monitor.fleet.FleetDecider` state; ``evaluated_through`` the event time of the
+    :class:`~monitor.core.fleet.FleetDecider` state; ``evaluated_through`` the event time of the
     latest step decided."""
 
     __tablename__ = "fleets"

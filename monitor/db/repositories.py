@@ -40,7 +40,6 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from monitor.config import StreamConfig
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import (
     AlarmNotFoundError,
@@ -68,6 +67,7 @@ from monitor.db.models import (
     source_key,
     utcnow,
 )
+from monitor.streams.config import StreamConfig
 
 __all__ = [
     "CALIBRATION_FIELDS",

@@ -1,6 +1,7 @@
 """Retention: delete stored results older than each stream's policy, in small transactions.
 
-A stream's ``retention`` (:class:`monitor.config.RetentionConfig`) says how long its trace points,
+A stream's ``retention`` (:class:`monitor.streams.config.RetentionConfig`) says how long its trace
+points,
 OOD windows (with their flags), performance windows, dead letters and acknowledged alarms are kept.
 :func:`prune` applies every registered stream's policy; ``monitor db prune`` runs it once and
 ``monitor run`` runs it in the background between batches (``MONITOR_RETENTION_INTERVAL``).
@@ -40,7 +41,6 @@ from pydantic import ValidationError
 from sqlalchemy import ColumnElement, CursorResult, Result, and_, delete, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
-from monitor.config import RetentionConfig
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.models import (
     AlarmRow,
@@ -51,6 +51,7 @@ from monitor.db.models import (
     TracePointRow,
     utcnow,
 )
+from monitor.streams.config import RetentionConfig
 
 __all__ = ["DEFAULT_BATCH", "UNROUTED", "PruneReport", "protected_ranges", "prune"]
 

@@ -28,9 +28,9 @@ from sqlalchemy import Table, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from monitor.config import StreamConfig
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
+from monitor.db.fencing import Writer, check_bindings, check_fences
 from monitor.db.models import (
     AlarmRevisionRow,
     AlarmRow,
@@ -59,8 +59,8 @@ from monitor.db.repositories import (
     offsets_query,
     update_stream,
 )
-from monitor.db.writers import Writer, check_bindings, check_fences
-from monitor.records import (
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import (
     Alarm,
     AlarmEvidence,
     DeadLetter,
@@ -69,7 +69,7 @@ from monitor.records import (
     SourceOffset,
     TracePoint,
 )
-from monitor.state import Checkpoint
+from monitor.streams.state import Checkpoint
 
 __all__ = [
     "CheckpointMovedError",
@@ -127,7 +127,7 @@ def persist_batch(
         HTTP ingest only: the ``(stream, kind, id)`` of the events processed, and the request's
         ``(Idempotency-Key, body SHA-256, answer)``, committed with the results.
     writer, streams
-        The source of writes (see :mod:`monitor.db.writers`): every stream of the results and
+        The source of writes (see :mod:`monitor.db.fencing`): every stream of the results and
         checkpoints, and ``streams``, must be bound to it (unbound ones are bound to it now).
     fences
         ``{(offset key, partition): epoch}``: the writer's fencing tokens, checked (and locked)

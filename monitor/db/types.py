@@ -12,7 +12,7 @@ from sqlalchemy import JSON, TIMESTAMP, BigInteger, Dialect, Integer
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
-from monitor.records import MAX_STATISTIC
+from monitor.streams.records import MAX_STATISTIC
 
 __all__ = ["JSONType", "UTCDateTime", "id_type", "json_dumps"]
 
@@ -50,7 +50,7 @@ def json_dumps(value: Any) -> str:
 
     NaN becomes ``null`` and infinities become ``±records.MAX_STATISTIC`` (as in the alarm
     record's ``to_json``); finite numbers are written exactly. Exact non-finite values belong in
-    detector state (:mod:`monitor.state`), not in JSON columns.
+    detector state (:mod:`monitor.streams.state`), not in JSON columns.
 
     Examples
     --------

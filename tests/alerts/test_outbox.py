@@ -20,15 +20,15 @@ from sqlalchemy.orm import Session
 from monitor.alerts import AlertDelivery, AlertRouting, Delivery
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
+from monitor.alerts.webhooks import verify
 from monitor.db.engine import session_factory
 from monitor.db.errors import OffsetRegressionError
 from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow
 from monitor.db.repositories import retry_alert_delivery
+from monitor.db.sink import DatabaseSink
 from monitor.db.store import persist_batch
-from monitor.pipeline import BatchOutput
-from monitor.records import SourceOffset
-from monitor.runner import DatabaseSink
-from monitor.webhooks import verify
+from monitor.engine.pipeline import BatchOutput
+from monitor.streams.records import SourceOffset
 from tests.alerts.receiver import Receiver
 from tests.api.factories import alarm
 

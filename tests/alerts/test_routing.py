@@ -21,7 +21,7 @@ from monitor.alerts import (
 )
 from monitor.alerts.outbox import jittered_backoff, outbox_rows
 from monitor.alerts.routing import parse_alert_routing
-from monitor.webhooks import sign, signed_headers, verify
+from monitor.alerts.webhooks import sign, signed_headers, verify
 from tests.api.factories import alarm
 
 ROUTING: dict[str, Any] = {

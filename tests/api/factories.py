@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from monitor.config import StreamConfig
 from monitor.db.repositories import create_stream
 from monitor.db.store import persist_batch
-from monitor.records import Alarm, DeadLetter, OODWindow, TracePoint
 from monitor.settings import Settings
-from monitor.state import Checkpoint
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.streams.state import Checkpoint
 
 READ_TOKEN = "read-token-0123456789"
 WRITE_TOKEN = "write-token-9876543210"

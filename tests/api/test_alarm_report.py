@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from monitor.db import repositories as repo
-from monitor.report import render_html, report_context
+from monitor.ops.report import render_html, report_context
 from tests.api.factories import READ, store
 from tests.report.real_alarms import attribution, shuttle_records
 

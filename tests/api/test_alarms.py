@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from monitor.api import queries
 from monitor.db import repositories as repo
 from monitor.db.models import AlarmRow
-from monitor.records import Alarm
+from monitor.streams.records import Alarm
 from tests.api.factories import READ, T0, WRITE, alarm, store
 
 

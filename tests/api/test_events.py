@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from monitor.alerts import SEVERITY_OF_KIND
+from monitor.alerts.webhooks import verify
 from monitor.api import create_app
 from monitor.db.models import (
     CheckpointRow,
@@ -24,7 +25,6 @@ from monitor.db.models import (
     TracePointRow,
     WebhookDeliveryRow,
 )
-from monitor.webhooks import verify
 from tests.api.factories import READ, WRITE, calibration_rows, make_settings, stream_config
 
 #: Alarm when the conditional test martingale reaches 1/alpha = 100 (Ville), so a clear shift

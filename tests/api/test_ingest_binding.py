@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from monitor.db.fencing import Writer, rebind_stream
 from monitor.db.models import StreamWriterRow
-from monitor.db.writers import Writer, rebind_stream
 from tests.api.factories import WRITE
 from tests.api.test_events import create, events
 from tests.api.test_ingest_idempotency import counted

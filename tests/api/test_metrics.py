@@ -12,10 +12,10 @@ from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from monitor.api import create_app
-from monitor.config import StreamConfig
 from monitor.db.models import WebhookDeliveryRow
 from monitor.db.repositories import create_stream
-from monitor.records import TracePoint
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import TracePoint
 from tests.api.factories import (
     READ,
     T0,

@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
 
-from monitor.config import StreamConfig
 from monitor.db.repositories import create_stream
-from monitor.metrics import source_kind
-from monitor.records import ALARM_KINDS
+from monitor.ops.metrics import source_kind
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import ALARM_KINDS
 from tests.api.factories import (
     READ,
     alarm,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from monitor.api import create_app
 from monitor.db.engine import session_factory
-from monitor.records import PerformanceWindow
+from monitor.streams.records import PerformanceWindow
 from tests.api import fuzz
 from tests.api.factories import (
     T0,

@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from monitor.api.app import app_from_environment
-from monitor.cli import main
+from monitor.cli.main import main
 from monitor.settings import Settings
 from tests.api.factories import READ, READ_TOKEN
 
@@ -51,7 +51,7 @@ def two_workers(database_url: str) -> Iterator[tuple[str, int]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     env = os.environ | {"MONITOR_API_TOKENS": f"read:{READ_TOKEN}", "PYTHONPATH": str(ROOT)}
     args = ["--db", database_url, "serve", "--port", str(port), "--workers", "2"]
     process = subprocess.Popen([sys.executable, "-c", code, *args], env=env)

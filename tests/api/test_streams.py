@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from monitor.api import queries
 from monitor.api.schemas import TracePointPublic
 from monitor.db.models import CalibrationEventRow, StreamRow
-from monitor.records import PerformanceWindow
+from monitor.streams.records import PerformanceWindow
 from tests.api.factories import (
     READ,
     T0,

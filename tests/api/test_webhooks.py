@@ -16,16 +16,16 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from monitor.db.engine import session_factory
-from monitor.db.models import WebhookDeliveryRow
-from monitor.records import Alarm
-from monitor.webhooks import (
+from monitor.alerts.webhooks import (
     DeliveryAttempt,
     WebhookDispatcher,
     exponential_backoff,
     sign,
     verify,
 )
+from monitor.db.engine import session_factory
+from monitor.db.models import WebhookDeliveryRow
+from monitor.streams.records import Alarm
 from tests.alerts.receiver import Receiver, running_receiver
 from tests.api.factories import alarm, store
 

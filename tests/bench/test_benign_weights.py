@@ -9,7 +9,7 @@ import bench_benign_weights as bw
 import bench_compare as bc
 import numpy as np
 
-from monitor.datasets import _Shifts, load_shuttle_regression
+from monitor.ops.datasets import _Shifts, load_shuttle_regression
 
 
 def test_doctests() -> None:

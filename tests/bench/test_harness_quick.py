@@ -13,7 +13,7 @@ from pathlib import Path
 import harness
 import pytest
 
-from monitor.benchmarks import run_benchmarks
+from monitor.ops.benchmarks import run_benchmarks
 from monitor.settings import Settings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from monitor.cli import _alarm_table, main
-from monitor.diagnosis import ALARM_KINDS
+from monitor.cli.main import _alarm_table, main
+from monitor.core.diagnosis import ALARM_KINDS
 from tests.api.factories import alarm
 
 
@@ -20,7 +20,7 @@ def test_unknown_kind_is_refused_with_the_valid_kinds(capsys: pytest.CaptureFixt
 
 
 def test_every_valid_kind_is_accepted() -> None:
-    from monitor.cli import _parser
+    from monitor.cli.main import _parser
 
     for kind in ALARM_KINDS:
         assert _parser().parse_args(["alarms", "list", "--kind", kind]).kind == kind

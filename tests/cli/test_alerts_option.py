@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from monitor.cli import main
-from monitor.datasets import build_example
+from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import AlertOutboxRow
+from monitor.ops.datasets import build_example
 from tests.alerts.receiver import running_receiver
 
 

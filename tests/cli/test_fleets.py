@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import TracePointRow
 

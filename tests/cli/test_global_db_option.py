@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import _parser, main
+from monitor.cli.main import _parser, main
 from monitor.db.migrate import upgrade
 
 

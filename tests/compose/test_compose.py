@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor import replay
-from monitor.cli import _parser as monitor_parser
+from monitor.cli.main import _parser as monitor_parser
+from monitor.ops import kafka_producer as replay
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
@@ -121,7 +121,7 @@ def test_monitor_commands_exist_in_the_package(service: str) -> None:
         args = monitor_parser().parse_args(command[1:])  # SystemExit if unknown
         assert callable(args.handler)
     else:
-        assert command[:3] == ["python", "-m", "monitor.replay"], command
+        assert command[:3] == ["python", "-m", "monitor.ops.kafka_producer"], command
         args = replay._parser().parse_args(command[3:])
         assert args.command in {"prepare", "produce"}
 
@@ -160,7 +160,7 @@ def test_demo_files_line_up(tmp_path: Path) -> None:
     for path in (config, events):
         assert path.startswith(f"{out}/")
         assert (tmp_path / path.removeprefix(f"{out}/")).is_file(), path
-    from monitor.config import load_stream_config
+    from monitor.streams.config import load_stream_config
 
     stream = load_stream_config(tmp_path / config.removeprefix(f"{out}/"))
     assert Path(str(stream.calibration)).is_file()

@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from monitor.db.grafana_reader import HIDDEN_COLUMNS, HIDDEN_TABLES, READER_SCHEMA
 from monitor.db.migrate import downgrade, upgrade
-from monitor.db.reader import HIDDEN_COLUMNS, HIDDEN_TABLES, READER_SCHEMA
 from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
 
 pytestmark = [

@@ -1,6 +1,7 @@
-"""The compose stack's demo producer (``python -m monitor.replay``) on a real Kafka wire protocol.
+"""The compose stack's demo producer (``python -m monitor.ops.kafka_producer``) on a real Kafka
+wire protocol.
 
-The broker is librdkafka's mock cluster on loopback (tests/kafka_harness.py); the producer under
+The broker is librdkafka's mock cluster on loopback (connectors/mock_kafka.py); the producer under
 test is kafka-python, as in the compose stack, and the records are read back with kafka-python.
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from monitor import replay
-from tests.kafka_harness import kafka_broker
+from monitor.ops import kafka_producer as replay
+from tests.support.kafka import kafka_broker
 
 __all__ = ["kafka_broker"]  # the fixture, re-exported for pytest
 

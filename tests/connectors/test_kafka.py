@@ -2,7 +2,7 @@
 
 Both producer families feed the source: kafka-python, and confluent-kafka (librdkafka, like most
 producers in the wild). Group joins on the mock take 3 s each, which sets these tests' pace.
-The ``kafka_broker`` fixture comes from tests/kafka_harness.py through this folder's conftest.py.
+The ``kafka_broker`` fixture comes from connectors/mock_kafka.py through this folder's conftest.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from connectors import (
     UnsupportedCompressionError,
     open_source,
 )
-from tests.kafka_harness import (
+from connectors.mock_kafka import (
     MOCK_CONSUMER_OPTIONS,
     MockRetentionExceeded,
     low_watermarks,

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import ConfigError, StreamConfig, load_stream_config
+from monitor.streams.config import ConfigError, StreamConfig, load_stream_config
 
 
 def test_defaults_depend_on_task() -> None:
@@ -120,7 +120,7 @@ def test_a_time_budget_has_a_threshold_floor() -> None:
     for bad in (1.5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="min_threshold"):
             StreamConfig(**base, alarm={"false_alarm_every": "1d", "min_threshold": bad})
-    from monitor.detectors.pair import _time_budget
+    from monitor.core.detectors.stream_detectors import _time_budget
 
     assert default.alarm.budget_seconds is not None
     budget = _time_budget(default.alarm)
@@ -130,7 +130,7 @@ def test_a_time_budget_has_a_threshold_floor() -> None:
 
 
 def test_the_attribution_window_exceeds_the_diagnosis_minimum() -> None:
-    from monitor.config import StreamConfig
+    from monitor.streams.config import StreamConfig
 
     base = {"name": "s", "task": "regression", "calibration": "cal.jsonl"}
     StreamConfig.model_validate({**base, "attribution": {"window": 50},

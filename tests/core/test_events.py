@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from monitor.events import InvalidEvent, LabelEvent, PredictionEvent, decode_event
+from monitor.streams.events import InvalidEvent, LabelEvent, PredictionEvent, decode_event
 
 GOOD = {
     "kind": "prediction",

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.calibration import Calibration
-from monitor.events import (
+from monitor.streams.calibration import Calibration
+from monitor.streams.events import (
     _FAST,
     Event,
     InvalidEvent,

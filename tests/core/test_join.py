@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from monitor.join import LabelJoin, Pending
-from monitor.state import decode_state, encode_state
+from monitor.streams.join import LabelJoin, Pending
+from monitor.streams.state import decode_state, encode_state
 
 
 def pending(i: int, ts: float = 0.0) -> Pending:
@@ -100,7 +100,7 @@ def test_a_predicted_scale_travels_through_the_join_and_its_state() -> None:
 
 
 def test_joined_ids_are_known_within_the_bounds_and_survive_the_state() -> None:
-    """What a replay refuses (monitor.dead_letters): pairs joined no longer ago than the time
+    """What a replay refuses (monitor.engine.dead_letters): pairs joined no longer ago than the time
     bound, the most recent ``max_pending`` of them; kept through the checkpointed state."""
     join = LabelJoin(max_pending=3, max_delay_seconds=10)
     for i in range(5):

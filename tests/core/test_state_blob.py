@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.datasets import build_example
-from monitor.detectors import ConditionalMonitor
-from monitor.pipeline import BatchOutput, Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
-from monitor.state import BLOB_MAGIC, StateFormatError, decode_state, encode_state
+from monitor.core.detectors import ConditionalMonitor
+from monitor.engine.pipeline import BatchOutput, Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import BLOB_MAGIC, StateFormatError, decode_state, encode_state
 from tests.db.test_state_format import assert_identical
-from tests.integration.streams import canonical
+from tests.support.streams import canonical
 
 DATA = Path(__file__).parent / "data"
 SPLIT = 150  # records folded into the fixture's state
@@ -83,7 +83,7 @@ def test_old_npz_blobs_decode_to_the_same_state() -> None:
 
 
 def _blob_arrays(blob: bytes | None) -> dict[str, np.ndarray]:
-    from monitor.state import _load_arrays
+    from monitor.streams.state import _load_arrays
 
     return _load_arrays(blob)
 
@@ -132,7 +132,8 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     today's states, and continues exactly as the same state written in today's layout.
 
     (Its values are no longer today's to the last bit: kNN distances are now summed in a fixed
-    order per row, ``monitor/ood/_distances.py``, which moved the calibration scores by an ulp.)
+    order per row, ``monitor/core/ood/_distances.py``, which moved the calibration scores by an
+    ulp.)
     """
     configs, records = example
     # The checkpoint was written when the conditional monitor's default betting was the Simple

@@ -1,7 +1,7 @@
 """A small Grafana HTTP API on loopback that checks the request shapes grafana-client sends.
 
 No Grafana binary is available on the machines that run these tests, so this real
-``http.server`` implements the endpoints that :func:`monitor.dashboards.push_dashboards` calls,
+``http.server`` implements the endpoints that :func:`monitor.ops.dashboards.push_dashboards` calls,
 with the status codes and the validation Grafana applies (documented in Grafana's HTTP API
 reference: folders, data sources, dashboards):
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from monitor.cli import main
-from monitor.dashboards import (
+from monitor.cli.main import main
+from monitor.ops.dashboards import (
     FOLDER_UID,
     POSTGRES_UID,
     PROMETHEUS_UID,
@@ -199,6 +199,6 @@ def test_cli_push_never_hands_grafana_the_db_owner(
 
 
 def test_dashboards_dir_is_the_repository_folder() -> None:
-    from monitor.dashboards import default_dashboards_dir
+    from monitor.ops.dashboards import default_dashboards_dir
 
     assert default_dashboards_dir() == DASHBOARDS_DIR

@@ -1,9 +1,9 @@
 """Every dashboard query runs on real PostgreSQL holding a pipeline run's output.
 
 A fresh database is migrated (``monitor.db.migrate.upgrade``), the example stream of
-``monitor.datasets.build_example`` (river's Shuttle data with scripted shifts, plus a few bad
+``monitor.ops.datasets.build_example`` (river's Shuttle data with scripted shifts, plus a few bad
 lines for the dead letters) is registered as ``monitor streams create`` does and processed by
-``monitor.runner.run_source`` as the worker does. Then every SQL query of every panel, annotation
+``monitor.cli.runs.run_source`` as the worker does. Then every SQL query of every panel, annotation
 and template variable, with Grafana's macros and variables expanded
 (:mod:`tests.dashboards.grafana_sql`), runs as the read-only reader role of the compose stack
 (docs/dashboards.md), in a read-only transaction, and must return the
@@ -26,8 +26,8 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from monitor.datasets import build_example
 from monitor.db.migrate import upgrade
+from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
 from tests.dashboards.conftest import load_dashboards, queries
@@ -195,7 +195,7 @@ class PipelineRun:
 
 @pytest.fixture(scope="module")
 def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineRun]:
-    from monitor.runner import register_stream, run_source
+    from monitor.cli.runs import register_stream, run_source
 
     with postgres_database(postgres_admin) as url, grafana_reader(postgres_admin, url) as role:
         upgrade(url)
@@ -223,7 +223,7 @@ def _fleet_run(url: str, stream: str) -> None:
     """A fleet of the stream's two detectors under e-d-Bonferroni (bar K/alpha = 200), decided
     over the whole run as ``monitor fleets run`` does."""
     from monitor.db.engine import make_engine, session_factory
-    from monitor.fleet_runner import create_fleet, evaluate_fleet
+    from monitor.engine.fleet_runner import create_fleet, evaluate_fleet
 
     engine = make_engine(url)
     try:
@@ -441,7 +441,7 @@ def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from monitor.db.engine import make_engine, session_factory
-    from monitor.metrics import DatabaseCollector
+    from monitor.ops.metrics import DatabaseCollector
     from tests.dashboards.test_structure import METRICS
 
     engine = make_engine(run.owner_url)

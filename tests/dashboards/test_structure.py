@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor import dashboards as push
+from monitor.ops import dashboards as push
 from tests.dashboards.conftest import (
     DASHBOARDS_DIR,
     PROVISIONING,

@@ -15,7 +15,7 @@ from monitor.db.errors import InvalidRecordError
 from monitor.db.models import AlarmRow
 from monitor.db.repositories import PERFORMANCE_FIELDS, performance_windows
 from monitor.db.store import persist_batch
-from monitor.records import Alarm, AlarmEvidence, PerformanceWindow
+from monitor.streams.records import Alarm, AlarmEvidence, PerformanceWindow
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -92,7 +92,7 @@ def test_late_evidence_is_a_revision_of_the_stored_alarm_and_is_routed(
 
 
 def test_the_alarm_report_reads_the_stored_performance_windows(db_session: Session) -> None:
-    from monitor.report import report_context
+    from monitor.ops.report import report_context
 
     alarm = Alarm("bikes", "conditional", "concept_shift", "e-900", 900, T0, 700, 1e4, 1e4,
                   "shiryaev_roberts", {})

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from monitor.config import StreamConfig
 from monitor.db import repositories as repo
 from monitor.db.errors import (
     AlarmNotFoundError,
@@ -20,7 +19,8 @@ from monitor.db.errors import (
 )
 from monitor.db.models import AlarmRow, CalibrationEventRow
 from monitor.db.store import persist_batch
-from monitor.records import ALARM_KINDS, Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import ALARM_KINDS, Alarm, DeadLetter, OODWindow, TracePoint
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 STREAMS = ("bikes", "digits", "cars")
@@ -261,8 +261,8 @@ def test_dead_letters_list_and_count(db_session: Session) -> None:
 
 
 def test_registered_streams_restore_their_calibration_exactly(db_session: Session) -> None:
-    from monitor.calibration import Calibration
     from monitor.db.store import load_streams, upsert_stream
+    from monitor.streams.calibration import Calibration
 
     rng = np.random.default_rng(7)
     n = 25

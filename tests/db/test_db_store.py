@@ -27,8 +27,8 @@ from monitor.db.models import (
 )
 from monitor.db.repositories import ood_flags_query, traces_query
 from monitor.db.store import load_offsets, load_state, persist_batch
-from monitor.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
-from monitor.state import Checkpoint
+from monitor.streams.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.streams.state import Checkpoint
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 SOURCE = "file:events.jsonl"

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, and_, event, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from monitor.cli import main
+from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import (
     AlarmRow,
@@ -25,7 +25,7 @@ from monitor.db.models import (
 )
 from monitor.db.retention import protected_ranges, prune
 from monitor.db.store import persist_batch
-from monitor.records import Alarm
+from monitor.streams.records import Alarm
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -197,9 +197,9 @@ def test_cli_prune(migrated_database_url: str, db_session: Session, capsys: Any)
 def _run(tmp_path: Any, name: str, retention_interval: float) -> tuple[dict[Any, Any], list[Any]]:
     """The example stream run by `monitor run` into its own SQLite file: its trace points
     {(detector, event_index): ts} and alarms [(event_index, changepoint)]."""
-    from monitor.datasets import build_example
+    from monitor.cli.runs import register_stream, run_source
     from monitor.db.engine import make_engine
-    from monitor.runner import register_stream, run_source
+    from monitor.ops.datasets import build_example
     from monitor.settings import Settings
 
     paths = build_example(tmp_path / name, seed=1, n_calibration=200,

@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from monitor.cli import main
-from monitor.datasets import build_example
+from monitor.cli.main import main
 from monitor.db.engine import make_engine
 from monitor.db.models import DeadLetterRow, SourceOffsetRow
 from monitor.db.repositories import list_dead_letters, source_key
 from monitor.db.store import load_offsets, persist_batch
-from monitor.records import DeadLetter, SourceOffset
+from monitor.ops.datasets import build_example
+from monitor.streams.records import DeadLetter, SourceOffset
 
 TS = datetime(2026, 12, 1, 12, tzinfo=UTC)
 LONG = "file:/data/" + "x" * 300 + "/events.jsonl"

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from monitor.state import (
+from monitor.streams.state import (
     BLOB_MAGIC,
     STATE_FORMAT,
     Checkpoint,

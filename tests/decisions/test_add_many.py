@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.decisions import OODDecider
-from monitor.ood import KNN
+from monitor.core.decisions import OODDecider
+from monitor.core.ood import KNN
 
 N_EVENTS = 1234  # ends mid-window
 WINDOW = 100

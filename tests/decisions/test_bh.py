@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.decisions import BenjaminiHochberg, benjamini_hochberg, make_rule
+from monitor.core.decisions import BenjaminiHochberg, benjamini_hochberg, make_rule
 
 
 def _bh_loop(p: list[float], alpha: float) -> set[int]:

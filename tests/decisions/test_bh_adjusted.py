@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
 
-from monitor.decisions.bh import bh_adjusted
+from monitor.core.decisions.bh import bh_adjusted
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 17, 256, 1000])

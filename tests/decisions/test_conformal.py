@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.decisions import conformal_p_values
+from monitor.core.decisions import conformal_p_values
 
 
 @settings(max_examples=50, deadline=None)

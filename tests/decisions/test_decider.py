@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from monitor.decisions import OODDecider, WindowDecision, default_scorers
-from monitor.ood import KNN, MSP, Energy, Mahalanobis
+from monitor.core.decisions import OODDecider, WindowDecision, default_scorers
+from monitor.core.ood import KNN, MSP, Energy, Mahalanobis
 
 
 def _stream(seed: int, n: int, every: int = 10, shift: float = 6.0) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.decisions import (
+from monitor.core.decisions import (
     EnsembleBH,
     benjamini_hochberg,
     bh_e_values,

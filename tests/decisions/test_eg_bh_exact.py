@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.decisions import OODDecider, bh_e_values, e_benjamini_hochberg, ensemble_bh
-from monitor.decisions.base import BatchDecision, as_p_values
-from monitor.decisions.eg_bh import DEFAULT_BASE_FRACTION, _bh_e_value_rows
-from monitor.ood import KNN, Mahalanobis
+from monitor.core.decisions import OODDecider, bh_e_values, e_benjamini_hochberg, ensemble_bh
+from monitor.core.decisions.base import BatchDecision, as_p_values
+from monitor.core.decisions.eg_bh import DEFAULT_BASE_FRACTION, _bh_e_value_rows
+from monitor.core.ood import KNN, Mahalanobis
 from tests.ood.test_knn_exact import reference_knn_score
 
 

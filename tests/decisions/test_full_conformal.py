@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.decisions.full_conformal import FullConformalKNN
-from monitor.ood import KNN
+from monitor.core.decisions.full_conformal import FullConformalKNN
+from monitor.core.ood import KNN
 
 
 def literal_full_conformal(cal: np.ndarray, test: np.ndarray, knn: KNN) -> np.ndarray:

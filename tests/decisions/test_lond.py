@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.decisions import LOND, gamma, make_rule
+from monitor.core.decisions import LOND, gamma, make_rule
 
 
 def test_gamma_sequences_sum_to_at_most_one() -> None:

@@ -1,4 +1,4 @@
-"""Feature attribution of covariate alarms (monitor.attribution, docs/explain.md).
+"""Feature attribution of covariate alarms (monitor.streams.attribution, docs/explain.md).
 
 Acceptance (issue #16): on Shuttle rows (river's bundled data) with two features shifted, the
 attribution ranks those two features first in >= 90 % of 50 seeds; under no shift every
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from bench.bench_attribution import selected_p_values
-from monitor.attribution import (
+from monitor.ops.datasets import SHUTTLE_COLUMNS, SHUTTLE_FEATURES, load_shuttle
+from monitor.streams.attribution import (
     GUARANTEE,
     METHOD,
     AlarmAttribution,
@@ -22,7 +23,6 @@ from monitor.attribution import (
     density_ratio_directions,
     holm_adjusted,
 )
-from monitor.datasets import SHUTTLE_COLUMNS, SHUTTLE_FEATURES, load_shuttle
 
 N_CALIBRATION, WINDOW = 500, 200
 #: The two shifted features (positions in SHUTTLE_FEATURES = f2, f3, f4, f6, f7) and the shift:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.attribution import AlarmAttribution
-from monitor.state import decode_state, encode_state
+from monitor.streams.attribution import AlarmAttribution
+from monitor.streams.state import decode_state, encode_state
 
 
 def test_an_adopted_window_completes_as_under_its_version() -> None:

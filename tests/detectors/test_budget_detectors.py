@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.config import StreamConfig
-from monitor.detectors.pair import StreamDetectors
-from monitor.martingales import Ville
+from monitor.core.detectors.stream_detectors import StreamDetectors
+from monitor.core.martingales import Ville
+from monitor.streams.config import StreamConfig
 
 
 def detectors(alarm: dict[str, object]) -> StreamDetectors:

@@ -5,9 +5,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.detectors import ConditionalMonitor
-from monitor.detectors.conditional import QuantileNormalizer
-from monitor.martingales import ConformalPValue
+from monitor.core.detectors import ConditionalMonitor
+from monitor.core.detectors.conditional import QuantileNormalizer
+from monitor.core.martingales import ConformalPValue
 from tests.detectors.conftest import Toy, make_toy
 
 

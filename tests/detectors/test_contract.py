@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import StreamDetectors
-from monitor.state import decode_state, encode_state
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import StreamDetectors
+from monitor.streams.state import decode_state, encode_state
 from tests.detectors.conftest import Toy, make_toy
 
 Detector = CovariateMonitor | ConditionalMonitor | StreamDetectors

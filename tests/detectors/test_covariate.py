@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.detectors import CovariateMonitor
-from monitor.martingales import ConformalPValue
-from monitor.ood import make_scorer
-from monitor.state import encode_state
+from monitor.core.detectors import CovariateMonitor
+from monitor.core.martingales import ConformalPValue
+from monitor.core.ood import make_scorer
+from monitor.streams.state import encode_state
 from tests.detectors.conftest import Toy, make_toy
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import load_stream_config
-from monitor.datasets import (
+from monitor.ops.datasets import (
     DEMO_PHASES,
     SHUTTLE_FEATURES,
     build_example,
@@ -15,6 +14,7 @@ from monitor.datasets import (
     load_shuttle_regression,
     make_stream,
 )
+from monitor.streams.config import load_stream_config
 
 
 @pytest.fixture(scope="module")

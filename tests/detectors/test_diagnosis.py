@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from monitor.config import StreamConfig
-from monitor.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import DetectorAlarm, StreamDetectors, _evidence_share
-from monitor.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
-from monitor.records import ALARM_KINDS as RECORD_KINDS
+from monitor.core.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors, _evidence_share
+from monitor.core.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import ALARM_KINDS as RECORD_KINDS
 from tests.detectors.conftest import Toy, make_toy
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import DetectorAlarm, StreamDetectors
-from monitor.diagnosis import INSUFFICIENT_EVIDENCE, MIN_EVIDENCE
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors
+from monitor.core.diagnosis import INSUFFICIENT_EVIDENCE, MIN_EVIDENCE
 
 
 def _detectors(seed: int, min_events: int = MIN_EVIDENCE) -> StreamDetectors:

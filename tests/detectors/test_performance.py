@@ -1,4 +1,5 @@
-"""Model performance windows (monitor.performance): metrics equal scikit-learn's on every window."""
+"""Model performance windows (monitor.streams.performance): metrics equal scikit-learn's on every
+window."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sklearn.metrics import (
     recall_score,
 )
 
-from monitor.performance import PerformanceWindows
+from monitor.streams.performance import PerformanceWindows
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.detectors import CovariateMonitor
-from monitor.detectors.conditional import QuantileNormalizer
-from monitor.detectors.covariate import PREPARED_ROWS
-from monitor.state import encode_state
+from monitor.core.detectors import CovariateMonitor
+from monitor.core.detectors.conditional import QuantileNormalizer
+from monitor.core.detectors.covariate import PREPARED_ROWS
+from monitor.streams.state import encode_state
 
 
 def shifted_stream(seed: int, n: int = 600, d: int = 4) -> tuple[np.ndarray, np.ndarray]:

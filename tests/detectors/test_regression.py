@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.datasets import DEMO_PHASES, load_shuttle_regression, make_stream
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors.pair import StreamDetectors
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors.stream_detectors import StreamDetectors
+from monitor.ops.datasets import DEMO_PHASES, load_shuttle_regression, make_stream
 
 Alarm = tuple[str, str, int, int | None]
 

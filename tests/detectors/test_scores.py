@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.scores import (
+from monitor.core.scores import (
     CONDITIONAL_SCORES,
     PAIR_RESIDUALS,
     SCALED_RESIDUALS,

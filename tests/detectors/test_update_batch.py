@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.detectors._base import AlarmEvent
+from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
+from monitor.core.detectors._base import AlarmEvent
 
 N = 1400
 SPLITS = ("one", "37", "all", "random")
@@ -275,7 +275,7 @@ def test_bad_inputs_are_rejected() -> None:
 
 
 def test_quantile_batch_transform_equals_per_row() -> None:
-    from monitor.detectors.conditional import QuantileNormalizer
+    from monitor.core.detectors.conditional import QuantileNormalizer
 
     rng = np.random.default_rng(2)
     cal = np.round(rng.normal(size=(200, 4)), 1)  # ties
@@ -293,7 +293,7 @@ def test_per_event_fallback_equals_per_event_updates(
     monkeypatch: pytest.MonkeyPatch, weighted: bool
 ) -> None:
     """The exact per-event steps used for a betting function without a compiled step."""
-    from monitor.martingales import _batch
+    from monitor.core.martingales import _batch
 
     monkeypatch.setattr(_batch, "supports_betting", lambda betting: False)
     data = _stream(9)

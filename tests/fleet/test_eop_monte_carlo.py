@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from monitor.fleet import FleetDecider
+from monitor.core.fleet import FleetDecider
 
 K, K_CHANGED, N_STEPS, SEEDS = 40, 4, 80, 200
 ALPHA = 0.5 / N_STEPS  # α·n = 0.5: the bound α·(K₀/K)·E[T] stays below 1 over the horizon

@@ -3,7 +3,7 @@
 e-d-BH (Dandapanthula & Ramdas 2025, as in the authors' public code; e-BH of Wang & Ramdas 2022):
 at each time, with the values sorted decreasingly M_(1) ≥ … ≥ M_(K), declare the k* largest,
 k* = max{k : k·M_(k)/K ≥ 1/α} (0 when no k qualifies). e-d-Bonferroni: declare every stream with
-M^k ≥ K/α. Written here independently of monitor.fleet (a sort and a scan, in linear scale) and
+M^k ≥ K/α. Written here independently of monitor.core.fleet (a sort and a scan, in linear scale) and
 compared on random fleets with ties, zeros (R = 0) and values near the bars.
 """
 
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.fleet import FleetDecider
+from monitor.core.fleet import FleetDecider
 
 
 def _e_d_bh_by_definition(m: np.ndarray, alpha: float) -> set[int]:

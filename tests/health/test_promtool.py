@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 
 from monitor.api import create_app
 from monitor.db.migrate import upgrade
-from monitor.health import HealthServer, StreamEvents, WorkerHealth
-from monitor.pipeline import BatchOutput
+from monitor.engine.health import HealthServer, StreamEvents, WorkerHealth
+from monitor.engine.pipeline import BatchOutput
 from tests.api.factories import READ, make_settings
 from tests.conftest import postgres_database
 from tests.health.test_worker_health import _get

@@ -15,14 +15,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 from connectors.kafka import KafkaSource
-from monitor.cli import _metrics_port
-from monitor.datasets import build_example
-from monitor.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
-from monitor.pipeline import BatchOutput
-from monitor.runner import DatabaseSink, run_source
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, mock_kafka_cluster, produce_kafka_python
+from monitor.cli.main import _metrics_port
+from monitor.cli.runs import run_source
+from monitor.db.sink import DatabaseSink
+from monitor.engine.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
+from monitor.engine.pipeline import BatchOutput
+from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 from tests.conftest import postgres_database
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS, mock_kafka_cluster, produce_kafka_python
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
 

@@ -1,5 +1,5 @@
 """Fixtures of the integration tests: a Kafka wire-protocol broker on loopback (librdkafka's mock
-cluster, tests/kafka_harness.py), fresh PostgreSQL databases, the example streams and the
+cluster, connectors/mock_kafka.py), fresh PostgreSQL databases, the example streams and the
 reference results of processing them from a file."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.conftest import postgres_database
-from tests.integration.streams import Example, Snapshot, build_examples, reference_run
-from tests.kafka_harness import kafka_broker, kafka_broker_module  # noqa: F401
+from tests.support.kafka import kafka_broker, kafka_broker_module  # noqa: F401
+from tests.support.streams import Example, Snapshot, build_examples, reference_run
 
 #: data/ holds fixtures and the script that made them with the previous release (not tests).
 collect_ignore_glob = ["data/*"]

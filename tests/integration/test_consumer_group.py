@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from connectors.mock_kafka import produce_kafka_python
 from monitor.db.migrate import upgrade
-from tests.integration.processes import OffsetWatch, WorkerProcess, group_offsets, wait_until
-from tests.integration.streams import (
+from tests.support.processes import OffsetWatch, WorkerProcess, group_offsets, wait_until
+from tests.support.streams import (
     Example,
     Snapshot,
     assert_same_results,
     end_offsets,
     snapshot,
 )
-from tests.kafka_harness import produce_kafka_python
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -21,14 +21,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.processes import (
+from connectors.mock_kafka import produce_kafka_python
+from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     group_offsets,
     wait_until,
 )
-from tests.integration.streams import (
+from tests.support.streams import (
     POISON,
     Example,
     Snapshot,
@@ -36,7 +37,6 @@ from tests.integration.streams import (
     end_offsets,
     snapshot,
 )
-from tests.kafka_harness import produce_kafka_python
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -21,17 +21,18 @@ import yaml
 from sqlalchemy import select
 
 from connectors import FileSource
-from monitor.cli import main
-from monitor.datasets import build_example
+from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import AlarmRow, DeadLetterRow
+from monitor.db.sink import DatabaseSink
 from monitor.db.store import CheckpointMovedError, persist_batch, persist_replay
-from monitor.pipeline import Pipeline
-from monitor.records import DeadLetter
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.state import Checkpoint
-from monitor.worker import StopFlag, Worker
-from tests.integration.streams import Snapshot, snapshot
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import StopFlag, Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.records import DeadLetter
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import Checkpoint
+from tests.support.streams import Snapshot, snapshot
 
 ALARM = {"rule": "shiryaev_roberts", "threshold": 100}
 MALFORMED = (b'{"kind":"prediction","stream":"late","id":"bad-1","ts":"2026-01-01T00:00:00Z",'

@@ -22,18 +22,19 @@ import numpy as np
 import pytest
 from sqlalchemy import Integer, MetaData, func, insert, select
 
+from connectors.mock_kafka import produce_kafka_python
+from monitor.cli.runs import register_stream_version
 from monitor.db.engine import make_engine
 from monitor.db.migrate import upgrade
 from monitor.db.models import StreamRow
-from monitor.runner import register_stream_version
 from monitor.settings import Settings
-from tests.integration.processes import (
+from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     wait_until,
 )
-from tests.integration.streams import (
+from tests.support.streams import (
     FEATURE_NAMES,
     POISON,
     Example,
@@ -43,7 +44,6 @@ from tests.integration.streams import (
     run_file,
     snapshot,
 )
-from tests.kafka_harness import produce_kafka_python
 
 #: A database written by the release before migration 0017 (data/make_named_features_0016.py).
 FIXTURE = Path(__file__).parent / "data" / "named_features_0016.json.gz"

@@ -19,19 +19,19 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from connectors.mock_kafka import produce_kafka_python
 from monitor.api import create_app
-from monitor.cli import main
+from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlarmRow
-from monitor.fleet_runner import create_fleet
+from monitor.engine.fleet_runner import create_fleet
 from tests.api.factories import READ, make_settings
 from tests.dashboards.conftest import load_dashboards, queries
 from tests.dashboards.grafana_sql import QueryContext, Variable, expand
-from tests.integration.processes import OffsetWatch, WorkerProcess, wait_until
-from tests.integration.streams import STREAMS, Example, end_offsets
 from tests.integration.test_consumer_group import owned
-from tests.kafka_harness import produce_kafka_python
+from tests.support.processes import OffsetWatch, WorkerProcess, wait_until
+from tests.support.streams import STREAMS, Example, end_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

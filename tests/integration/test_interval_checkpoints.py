@@ -15,19 +15,20 @@ import pytest
 from sqlalchemy import Engine
 
 from connectors import FileSource, MemorySource, Record
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.records import Alarm
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import RunSummary, StopFlag, Worker
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import RunSummary, StopFlag, Worker
+from monitor.streams.records import Alarm
+from monitor.streams.setup import build_monitors, read_configs
 from tests.conftest import postgres_database
-from tests.integration.streams import (
+from tests.integration.test_worker_failures import refuse_alarm
+from tests.support.streams import (
     Example,
     Snapshot,
     assert_same_results,
     reference_run,
     snapshot,
 )
-from tests.integration.test_worker_failures import refuse_alarm
 
 pytestmark = [pytest.mark.postgres]
 

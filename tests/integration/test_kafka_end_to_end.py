@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from connectors.mock_kafka import produce_confluent, produce_kafka_python
 from tests.conftest import postgres_database
-from tests.integration.processes import (
+from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     group_offsets,
     wait_until,
 )
-from tests.integration.streams import (
+from tests.support.streams import (
     Example,
     Snapshot,
     assert_same_results,
@@ -33,7 +34,6 @@ from tests.integration.streams import (
     snapshot,
     stream_partitions,
 )
-from tests.kafka_harness import produce_confluent, produce_kafka_python
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

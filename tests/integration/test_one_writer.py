@@ -22,14 +22,17 @@ import pytest
 from sqlalchemy import select, text
 
 from connectors import FileSource
+from connectors.mock_kafka import produce_kafka_python
 from monitor.db.engine import make_engine
 from monitor.db.migrate import upgrade
 from monitor.db.models import SourceOffsetRow
-from monitor.pipeline import Pipeline
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import StopFlag, Worker
-from tests.integration.processes import ROOT, WorkerProcess, group_offsets, wait_until
-from tests.integration.streams import (
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import StopFlag, Worker
+from monitor.streams.setup import build_monitors, read_configs
+from tests.integration.test_consumer_group import owned
+from tests.support.processes import ROOT, WorkerProcess, group_offsets, wait_until
+from tests.support.streams import (
     STREAMS,
     Example,
     Snapshot,
@@ -37,8 +40,6 @@ from tests.integration.streams import (
     end_offsets,
     snapshot,
 )
-from tests.integration.test_consumer_group import owned
-from tests.kafka_harness import produce_kafka_python
 
 pytestmark = [pytest.mark.postgres]
 
@@ -139,7 +140,7 @@ def test_a_zombie_is_refused_and_stores_nothing(
         assert stored_offsets(pg_url) == {z_source.name: {0: z_source.position}}
         h_source.poll(1, 0)  # the heir is assigned the partition (it restores, bumps the epoch)
         before = snapshot(pg_url)
-        with caplog.at_level(logging.WARNING, logger="monitor.worker"):
+        with caplog.at_level(logging.WARNING, logger="monitor.engine.worker"):
             assert zombie._step()  # the zombie goes on with its third batch: refused
         assert "batch dropped" in caplog.text and "fencing epoch 1 was superseded" in caplog.text
         assert snapshot(pg_url) == before  # nothing of the zombie's batch is stored
@@ -177,7 +178,7 @@ def test_rebind_moves_a_stream_and_the_new_writer_proceeds(
     assert set(bindings(pg_url).values()) == {(f"file:{first.resolve()}", "")}
     for spec in STREAMS:
         done = subprocess.run(
-            [sys.executable, "-m", "monitor.cli", "--db", pg_url, "streams", "rebind",
+            [sys.executable, "-m", "monitor.cli.main", "--db", pg_url, "streams", "rebind",
              spec.name, "--file", str(second)],
             cwd=ROOT, capture_output=True, text=True, check=False, timeout=60,
         )

@@ -8,7 +8,7 @@ processed by the first group, into the streams again (checkpoint counts doubled,
 per stream and counts the records), and a replay of dead letters an older version stored so is
 refused for each of them; results equal one worker's throughout.
 
-Through librdkafka's mock cluster (tests/kafka_harness.py) into PostgreSQL (and SQLite for the
+Through librdkafka's mock cluster (connectors/mock_kafka.py) into PostgreSQL (and SQLite for the
 first test).
 """
 
@@ -19,19 +19,17 @@ from datetime import UTC, datetime
 import pytest
 
 from connectors import KafkaSource
-from monitor.cli import main
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, produce_kafka_python
+from monitor.cli.main import main
+from monitor.cli.runs import registered_monitors
 from monitor.db.migrate import upgrade
-from monitor.dead_letters import DeadLetterFilter, replay_dead_letters
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.records import DeadLetter
-from monitor.runner import (
-    DatabaseSink,
-    load_calibration,
-    read_configs,
-    registered_monitors,
-)
-from monitor.worker import RunSummary, StopFlag, Worker
-from tests.integration.streams import (
+from monitor.db.sink import DatabaseSink
+from monitor.engine.dead_letters import DeadLetterFilter, replay_dead_letters
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import RunSummary, StopFlag, Worker
+from monitor.streams.records import DeadLetter
+from monitor.streams.setup import load_calibration, read_configs
+from tests.support.streams import (
     POISON,
     STREAMS,
     Example,
@@ -40,7 +38,6 @@ from tests.integration.streams import (
     end_offsets,
     snapshot,
 )
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS, produce_kafka_python
 
 pytestmark = [pytest.mark.postgres, pytest.mark.kafka]
 

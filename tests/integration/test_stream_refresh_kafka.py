@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors import KafkaSource
-from monitor.datasets import build_example
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.runner import DatabaseSink, build_monitors, load_calibration, read_configs
-from monitor.worker import StopFlag, Worker
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS, produce_kafka_python
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, produce_kafka_python
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import StopFlag, Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, load_calibration, read_configs
 
 
 def test_a_stream_registered_while_a_kafka_worker_runs_is_processed(

@@ -21,16 +21,18 @@ import yaml
 from sqlalchemy import Engine, func, select
 
 from connectors import FileSource
-from monitor.config import StreamConfig
-from monitor.datasets import build_example
+from monitor.cli.runs import monitors_for_run
 from monitor.db.engine import make_engine
 from monitor.db.models import SourceOffsetRow
-from monitor.pipeline import Pipeline
-from monitor.runner import DatabaseSink, load_calibration, monitors_for_run, read_configs
-from monitor.worker import StopFlag, Worker
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import StopFlag, Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.config import StreamConfig
+from monitor.streams.setup import load_calibration, read_configs
 from tests.conftest import postgres_database
-from tests.integration.processes import WorkerProcess, wait_until
-from tests.integration.streams import Snapshot, snapshot
+from tests.support.processes import WorkerProcess, wait_until
+from tests.support.streams import Snapshot, snapshot
 
 CUT = 350  # the line after which version 2 is stored
 WINDOW = 64

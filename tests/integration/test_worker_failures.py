@@ -21,14 +21,22 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from connectors import KafkaSource, MemorySource
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, produce_kafka_python
 from monitor.db.engine import make_engine
 from monitor.db.migrate import upgrade
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.records import Alarm
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import DatabaseUnavailableError, RetryPolicy, RunSummary, StopFlag, Worker
-from tests.integration.processes import OffsetWatch, group_offsets, wait_until
-from tests.integration.streams import (
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import (
+    DatabaseUnavailableError,
+    RetryPolicy,
+    RunSummary,
+    StopFlag,
+    Worker,
+)
+from monitor.streams.records import Alarm
+from monitor.streams.setup import build_monitors, read_configs
+from tests.support.processes import OffsetWatch, group_offsets, wait_until
+from tests.support.streams import (
     Example,
     Snapshot,
     assert_same_results,
@@ -36,7 +44,6 @@ from tests.integration.streams import (
     reference_run,
     snapshot,
 )
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS, produce_kafka_python
 
 pytestmark = [pytest.mark.postgres]
 
@@ -127,7 +134,7 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
     first, second, third = thirds(example.values)
     stored = OffsetWatch(pg_url, f"kafka:{topic}")
     retry = RetryPolicy(deadline_s=4.0, backoff_s=0.1, max_backoff_s=0.5)
-    caplog.set_level(logging.WARNING, "monitor.worker")
+    caplog.set_level(logging.WARNING, "monitor.engine.worker")
     try:
         end = produce(first)
         worker = WorkerThread(example, bootstrap, topic, pg_url, retry)
@@ -179,7 +186,7 @@ def test_a_zombie_batch_is_dropped_and_the_worker_resyncs_from_the_database(
         healthy, _ = worker(sink)
         healthy.run()  # ... while another worker processes everything
         after_healthy = snapshot(pg_url)
-        with caplog.at_level(logging.WARNING, "monitor.worker"):
+        with caplog.at_level(logging.WARNING, "monitor.engine.worker"):
             zombie.run()  # wakes up: its next batch would move the offsets back
         assert "batch dropped" in caplog.text and "resynchronised" in caplog.text
     finally:

@@ -1,8 +1,8 @@
 """``monitor run`` for workers sharing a consumer group on the mock broker.
 
-Exactly what ``monitor run`` does (``monitor.runner.run_source``: SIGTERM finishes the batch and
+Exactly what ``monitor run`` does (``monitor.cli.runs.run_source``: SIGTERM finishes the batch and
 stops), plus the consumer options that only code can carry: the mock broker's SyncGroup race
-needs :class:`tests.kafka_harness.PatientRangeAssignor` (see that module). A real broker needs
+needs :class:`connectors.mock_kafka.PatientRangeAssignor` (see that module). A real broker needs
 none of this: use ``monitor run``.
 
     python -m tests.integration.worker_main --db URL --source kafka://... --group G \\
@@ -15,9 +15,9 @@ import argparse
 import logging
 import sys
 
-from monitor.runner import run_source
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS
+from monitor.cli.runs import run_source
 from monitor.settings import Settings
-from tests.kafka_harness import MOCK_CONSUMER_OPTIONS
 
 
 def main() -> int:

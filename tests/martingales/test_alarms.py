@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from monitor.martingales import (
+from monitor.core.martingales import (
     CUSUM,
     AGrapaBetting,
     AlarmRule,
@@ -22,7 +22,7 @@ from monitor.martingales import (
     Ville,
     make_alarm_rule,
 )
-from monitor.martingales.alarms.base import CHANGEPOINT_SLACK
+from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from monitor.martingales import (
+from monitor.core.martingales import (
     BETTING_FUNCTIONS,
     AGrapaBetting,
     BettingFunction,
@@ -23,8 +23,8 @@ from monitor.martingales import (
     SimpleMixture,
     make_betting,
 )
-from monitor.martingales.betting.base import P_FLOOR
-from monitor.martingales.betting.mixture import log_mixture
+from monitor.core.martingales.betting.base import P_FLOOR
+from monitor.core.martingales.betting.mixture import log_mixture
 
 N_STATES = 1000
 QUAD_TOL = 1e-9

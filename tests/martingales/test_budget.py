@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from monitor.martingales import BettingFunction, CompositeJumper, Ville
-from monitor.martingales.alarms import MAX_RATE, EventRateThreshold
+from monitor.core.martingales import BettingFunction, CompositeJumper, Ville
+from monitor.core.martingales.alarms import MAX_RATE, EventRateThreshold
 
 # ----------------------------------------------------------------------------- the estimator
 
@@ -179,7 +179,7 @@ def test_at_the_floor_a_slow_stream_has_the_floors_bound() -> None:
     2·T·r = 100) is held to the floor F = 400: P(a false alarm within m updates) ≤ m / F
     (docs/algorithms.md §3b, "The floor"). m = 100, 400 null streams of the plug-in power bet
     (the conditional default), bound 0.25 + 3 SE; the budget alone alarms on more than that."""
-    from monitor.martingales import PlugInPower
+    from monitor.core.martingales import PlugInPower
 
     m, floor, runs = 100, 400.0, 400
     rng = np.random.default_rng(14)

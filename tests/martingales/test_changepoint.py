@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.martingales import make_alarm_rule, make_betting
+from monitor.core.martingales import make_alarm_rule, make_betting
 
 SEEDS = range(200)
 SHIFTS = {"strong": (500, 0.2), "moderate": (1000, 0.4)}

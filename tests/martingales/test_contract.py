@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.martingales import (
+from monitor.core.martingales import (
     CUSUM,
     AGrapaBetting,
     CompositeJumper,
@@ -156,7 +156,7 @@ def test_seeded_reproducibility(name: str) -> None:
 
 @pytest.mark.parametrize("name", IDS)
 def test_state_of_another_class_is_rejected(name: str) -> None:
-    from monitor.martingales import StateError
+    from monitor.core.martingales import StateError
 
     obj = CASES[name].make()
     state = dict(obj.state_dict(), version=999)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from river import datasets, linear_model, optim, preprocessing
 
-from monitor.martingales import OnlineDensityRatio
+from monitor.core.martingales import OnlineDensityRatio
 
 
 def phishing() -> tuple[np.ndarray, np.ndarray]:

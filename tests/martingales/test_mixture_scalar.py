@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammainc
 
-from monitor.martingales.betting.mixture import log_mixture, log_mixture_one
+from monitor.core.martingales.betting.mixture import log_mixture, log_mixture_one
 
 
 def test_one_step_equals_the_vectorised_form_bit_for_bit() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from monitor.martingales import ConformalPValue, conformal_p_values
+from monitor.core.martingales import ConformalPValue, conformal_p_values
 
 # A KS test p-value below this on a fixed seed means the p-values are not uniform.
 KS_LEVEL = 1e-3

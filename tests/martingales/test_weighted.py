@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from river import linear_model, preprocessing
 
-from monitor.martingales import (
+from monitor.core.martingales import (
     CompositeJumper,
     ConformalPValue,
     OnlineDensityRatio,

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import monitor.martingales._logistic as logistic_mod
-import monitor.martingales._weighted_kernels as kernels_mod
-import monitor.martingales.density_ratio as ratio_mod
-import monitor.martingales.weighted as weighted_mod
-from monitor.martingales import ConformalPValue, OnlineDensityRatio, WeightedConformalPValue
+import monitor.core.martingales._logistic as logistic_mod
+import monitor.core.martingales._weighted_kernels as kernels_mod
+import monitor.core.martingales.density_ratio as ratio_mod
+import monitor.core.martingales.weighted as weighted_mod
+from monitor.core.martingales import ConformalPValue, OnlineDensityRatio, WeightedConformalPValue
 
 
 def stream(seed: int, n_cal: int, n: int, d: int = 2) -> tuple[np.ndarray, ...]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.martingales import OnlineDensityRatio, WeightedConformalPValue
+from monitor.core.martingales import OnlineDensityRatio, WeightedConformalPValue
 
 RECORDED = Path(__file__).with_name("wctm_recorded.json")
 

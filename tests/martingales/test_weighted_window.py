@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pytest
 
-from monitor.martingales import CompositeJumper, Ville
-from monitor.martingales.density_ratio import OnlineDensityRatio
-from monitor.martingales.weighted import WeightedConformalPValue
-from monitor.state import decode_state, encode_state
+from monitor.core.martingales import CompositeJumper, Ville
+from monitor.core.martingales.density_ratio import OnlineDensityRatio
+from monitor.core.martingales.weighted import WeightedConformalPValue
+from monitor.streams.state import decode_state, encode_state
 
 
 def _wcp(seed: int, window: int | None, n_cal: int = 100, batch: int = 8,

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import monitor
-from monitor.calibration import Calibration
-from monitor.config import DEFAULT_THRESHOLD, StreamConfig
-from monitor.datasets import SHUTTLE_FEATURES
-from monitor.events import Event, LabelEvent, PredictionEvent
 from monitor.notebook import NotebookMonitor, Trace
-from monitor.stream import StreamMonitor
+from monitor.ops.datasets import SHUTTLE_FEATURES
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
+from monitor.streams.events import Event, LabelEvent, PredictionEvent
+from monitor.streams.monitor import StreamMonitor
 from tests.report.real_alarms import scripted_stream
 
 COVARIATE_ALARM = {"rule": "shiryaev_roberts", "threshold": 1000}
@@ -72,7 +72,7 @@ def test_import_monitor_stays_light() -> None:
         "heavy = [m for m in ('numpy', 'scipy', 'sqlalchemy', 'pandas', 'matplotlib', 'numba')"
         " if m in sys.modules]\n"
         "assert not heavy, heavy\n"
-        "import monitor.cli\n"
+        "import monitor.cli.main\n"
         "heavy = [m for m in ('numpy', 'scipy', 'sqlalchemy') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "assert {'watch', 'NotebookMonitor', 'Trace'} <= set(dir(monitor))\n"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import mahalanobis
 from sklearn.neighbors import NearestNeighbors
 
-from monitor.ood import KNN, Mahalanobis, NotFittedError, make_scorer
+from monitor.core.ood import KNN, Mahalanobis, NotFittedError, make_scorer
 
 
 def _data(seed: int, n: int = 300, d: int = 6) -> tuple[np.ndarray, np.ndarray]:

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.ood import KNN
-from monitor.ood._distances import kth_smallest_rows
+from monitor.core.ood import KNN
+from monitor.core.ood._distances import kth_smallest_rows
 
 _BLOCK_ELEMENTS = 1 << 22
 

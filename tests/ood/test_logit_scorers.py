@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from monitor.ood import MSP, Energy, MaxLogit, NegativeEntropy, make_scorer
+from monitor.core.ood import MSP, Energy, MaxLogit, NegativeEntropy, make_scorer
 
 logit_rows = arrays(
     np.float64,

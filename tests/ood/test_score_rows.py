@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.ood import make_scorer
-from monitor.ood._distances import kth_partial_sq_distance, row_products
+from monitor.core.ood import make_scorer
+from monitor.core.ood._distances import kth_partial_sq_distance, row_products
 
 
 def _pieces(score: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.ood import (
+from monitor.core.ood import (
     ASHB,
     ASHS,
     SCALE,

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from monitor.datasets import build_example
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
-from tests.integration.streams import POISON, STREAMS, canonical
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
+from tests.support.streams import POISON, STREAMS, canonical
 
 ALARM = {"rule": "shiryaev_roberts", "threshold": 100}
 
@@ -142,9 +142,9 @@ def test_a_failing_batch_step_costs_one_record(tmp_path: Path, monkeypatch: Any)
     the failing record becomes an ``internal error`` dead letter and every other one is
     processed, with the results of a run that never saw it."""
     from connectors import FileSource
-    from monitor.runner import DatabaseSink
-    from monitor.stream import StreamMonitor
-    from monitor.worker import Worker
+    from monitor.db.sink import DatabaseSink
+    from monitor.engine.worker import Worker
+    from monitor.streams.monitor import StreamMonitor
 
     paths = build_example(tmp_path, seed=2, n_calibration=150, phases=[("stable", 200)])
     lines = paths["events"].read_bytes().splitlines()
@@ -180,7 +180,7 @@ def test_a_failing_batch_step_costs_one_record(tmp_path: Path, monkeypatch: Any)
 
 def test_a_tombstone_is_a_dead_letter_on_both_paths(tmp_path: Path) -> None:
     """A Kafka record without a value (a tombstone) is a dead letter with a plain reason."""
-    from monitor.events import NO_VALUE
+    from monitor.streams.events import NO_VALUE
 
     paths = build_example(tmp_path, seed=1, n_calibration=100, phases=[("stable", 30)])
     values: list[Any] = paths["events"].read_bytes().splitlines()

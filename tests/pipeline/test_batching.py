@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from connectors import FileSource
-from monitor.datasets import build_example
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.runner import build_monitors, read_configs
-from monitor.worker import NullSink, Worker
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import NullSink, Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
 
 
 def run(paths: dict[str, Path], batch_size: int) -> dict[str, list[Any]]:
@@ -53,8 +53,8 @@ def test_checkpoint_every_comes_from_the_flag_or_the_environment(
 ) -> None:
     """``monitor run --checkpoint-every N`` over ``MONITOR_CHECKPOINT_EVERY`` over 5, as for
     ``--batch-size``; each run ends with the same summary."""
-    import monitor.runner
-    from monitor.cli import main
+    import monitor.cli.runs
+    from monitor.cli.main import main
 
     given: list[int] = []
 
@@ -63,7 +63,7 @@ def test_checkpoint_every_comes_from_the_flag_or_the_environment(
             given.append(kwargs["checkpoint_every"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(monitor.runner, "Worker", Recording)
+    monkeypatch.setattr(monitor.cli.runs, "Worker", Recording)
     paths = build_example(tmp_path, seed=1, n_calibration=100, phases=[("stable", 120)])
 
     def argv(run: int) -> list[str]:

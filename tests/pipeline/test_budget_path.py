@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from monitor.datasets import build_example
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
-from monitor.state import decode_state, encode_state
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import decode_state, encode_state
 from tests.pipeline.test_batch_path import assert_same, interleaved, run
 
 #: 50 s at the example's 1 event/s: after warm-up each detector alarms at 2 · 50 · 1 = 100

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from connectors import MemorySource
-from monitor.datasets import build_example
-from monitor.pipeline import Pipeline
-from monitor.runner import build_monitors, read_configs
+from monitor.engine.pipeline import Pipeline
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
 
 
 def test_dead_letters_name_their_stream_when_known(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
-from monitor.datasets import build_example
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
 
 PERFORMANCE_WINDOW = 100
 
@@ -105,9 +105,9 @@ def classification_events(n: int, seed: int) -> tuple[list[bytes], np.ndarray, n
 def test_classification_performance_windows(per_event: bool) -> None:
     from sklearn.metrics import log_loss
 
-    from monitor.calibration import Calibration
-    from monitor.config import StreamConfig
-    from monitor.stream import StreamMonitor
+    from monitor.streams.calibration import Calibration
+    from monitor.streams.config import StreamConfig
+    from monitor.streams.monitor import StreamMonitor
 
     rng = np.random.default_rng(0)
     rows = [{"features": {"a": float(rng.normal()), "b": float(rng.normal())},

@@ -13,11 +13,12 @@ import pytest
 from sqlalchemy import text
 
 from connectors import FileSource
-from monitor.datasets import build_example
 from monitor.db.engine import make_engine
-from monitor.pipeline import Pipeline
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import Worker
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
 from tests.conftest import postgres_database
 
 PHASES = [("stable", 250), ("concept", 350)]

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, select
 
+from monitor.cli.runs import run_source
 from monitor.db.models import AlarmRevisionRow, AlarmRow
-from monitor.runner import run_source
 from monitor.settings import Settings
-from tests.pipeline.revision_example import WINDOW, revision_example
 from tests.pipeline.test_batch_path import assert_same, run
+from tests.support.revision_example import WINDOW, revision_example
 
 
 @pytest.fixture(scope="module")

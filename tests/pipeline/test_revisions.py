@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.datasets import build_example
-from monitor.events import decode_event
-from monitor.runner import build_monitors, read_configs
-from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
+from monitor.ops.datasets import build_example
+from monitor.streams.events import decode_event
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import decode_state, encode_state
 from tests.pipeline.test_batch_path import run
 
 MIN_EVENTS = 15

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from monitor.datasets import build_example
-from monitor.runner import run_source
+from monitor.cli.runs import run_source
+from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 
 

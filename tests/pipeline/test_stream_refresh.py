@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from connectors import MemorySource
-from monitor.config import StreamConfig
-from monitor.datasets import build_example
-from monitor.pipeline import BatchOutput, Pipeline
-from monitor.runner import DatabaseSink, build_monitors, load_calibration, read_configs
-from monitor.worker import Worker
-from tests.integration.streams import canonical
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import Worker
+from monitor.ops.datasets import build_example
+from monitor.streams.config import StreamConfig
+from monitor.streams.setup import build_monitors, load_calibration, read_configs
+from tests.support.streams import canonical
 
 
 def _examples(tmp_path: Path) -> tuple[Path, Path, list[bytes]]:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.datasets import build_example
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.setup import build_monitors, read_configs
 
 LATE = timedelta(hours=3)
 

@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.calibration import Calibration
-from monitor.config import StreamConfig
-from monitor.datasets import build_example
-from monitor.join import LabelJoin, Pending
-from monitor.pipeline import Pipeline, RawRecord
-from monitor.runner import build_monitors, read_configs
-from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
-from tests.integration.streams import canonical
-from tests.pipeline.revision_example import run_worker_with_update
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.ops.datasets import build_example
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.join import LabelJoin, Pending
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import decode_state, encode_state
+from tests.support.revision_example import run_worker_with_update
+from tests.support.streams import canonical
 
 DELAY = 10  # labels arrive DELAY predictions after theirs: DELAY of them in flight at the cut
 CUT = 120  # predictions made under version 1

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.calibration import Calibration
-from monitor.config import StreamConfig
-from monitor.datasets import build_example
-from monitor.events import PredictionEvent, decode_event
-from monitor.runner import build_monitors, read_configs
-from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
-from tests.integration.streams import canonical
+from monitor.ops.datasets import build_example
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.events import PredictionEvent, decode_event
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import decode_state, encode_state
+from tests.support.streams import canonical
 
 WINDOW = 64
 TS = datetime(2026, 1, 1, tzinfo=UTC)

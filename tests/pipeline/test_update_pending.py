@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from monitor.calibration import Calibration
-from monitor.config import StreamConfig
-from monitor.events import decode_event
-from monitor.runner import build_monitors, read_configs
-from monitor.state import decode_state, encode_state
-from monitor.stream import StreamMonitor
-from tests.integration.streams import canonical
-from tests.pipeline.revision_example import WINDOW, revision_example, run_worker_with_update
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.events import decode_event
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import decode_state, encode_state
+from tests.support.revision_example import WINDOW, revision_example, run_worker_with_update
+from tests.support.streams import canonical
 
 TS = datetime(2026, 1, 1, tzinfo=UTC)
 

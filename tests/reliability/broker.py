@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.kafka_harness import mock_kafka_cluster
+from connectors.mock_kafka import mock_kafka_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

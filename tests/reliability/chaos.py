@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from tests.integration.processes import (
+from tests.reliability.workload import produce
+from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     group_offsets,
     wait_until,
 )
-from tests.integration.streams import Example, end_offsets
-from tests.reliability.workload import produce
+from tests.support.streams import Example, end_offsets
 
 
 @dataclass

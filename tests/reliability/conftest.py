@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.conftest import postgres_database
-from tests.integration.streams import Example, Snapshot, reference_run
-from tests.kafka_harness import kafka_broker, kafka_broker_module  # noqa: F401
 from tests.reliability.broker import BrokerProcess
-from tests.reliability.pgcluster import PrivatePostgres
 from tests.reliability.workload import build_workload
+from tests.support.kafka import kafka_broker, kafka_broker_module  # noqa: F401
+from tests.support.pgcluster import PrivatePostgres
+from tests.support.streams import Example, Snapshot, reference_run
 
 
 @pytest.fixture(scope="session")

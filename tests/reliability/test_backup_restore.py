@@ -22,14 +22,15 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from connectors import FileSource
-from monitor.pipeline import Pipeline
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import StopFlag, Worker
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import StopFlag, Worker
+from monitor.streams.setup import build_monitors, read_configs
 from tests.conftest import postgres_database
-from tests.integration.processes import OffsetWatch, wait_until
-from tests.integration.streams import Example, Snapshot, reference_run, snapshot
-from tests.reliability.pgcluster import find_pg_bin
 from tests.reliability.workload import build_workload, differences
+from tests.support.pgcluster import find_pg_bin
+from tests.support.processes import OffsetWatch, wait_until
+from tests.support.streams import Example, Snapshot, reference_run, snapshot
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,15 @@ from sqlalchemy import select
 from connectors import MemorySource
 from monitor.db.engine import make_engine
 from monitor.db.models import DeadLetterRow
-from monitor.pipeline import Pipeline
-from monitor.records import DeadLetter
-from monitor.runner import DatabaseSink, build_monitors, read_configs
-from monitor.worker import NullSink, RetryPolicy, Worker
-from tests.integration.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
-from tests.integration.streams import (
+from monitor.db.sink import DatabaseSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.worker import NullSink, RetryPolicy, Worker
+from monitor.streams.records import DeadLetter
+from monitor.streams.setup import build_monitors, read_configs
+from tests.reliability.badinput import BadEvent, Mixed, Templates, generate, mix
+from tests.reliability.workload import differences, produce
+from tests.support.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
+from tests.support.streams import (
     Example,
     Snapshot,
     canonical,
@@ -44,8 +47,6 @@ from tests.integration.streams import (
     reference_run,
     snapshot,
 )
-from tests.reliability.badinput import BadEvent, Mixed, Templates, generate, mix
-from tests.reliability.workload import differences, produce
 
 pytestmark = pytest.mark.postgres
 
@@ -224,7 +225,7 @@ def test_an_event_id_the_database_cannot_store_does_not_stop_the_worker(
 
 
 def test_an_event_id_with_a_nul_character_is_invalid() -> None:
-    from monitor.events import InvalidEvent, decode_event
+    from monitor.streams.events import InvalidEvent, decode_event
 
     with pytest.raises(InvalidEvent, match="field 'id'"):
         decode_event(b'{"kind": "label", "stream": "s", "id": "e-1\\u0000", "label": 1.0}')
@@ -245,7 +246,7 @@ def test_huge_finite_features_leave_the_good_results_unchanged(good: Example) ->
 ], ids=["numeric-strings", "bool-feature", "string-prediction", "bool-prediction",
         "string-label", "integer-ts"])
 def test_wrong_types_are_not_coerced(change: dict[str, object]) -> None:
-    from monitor.events import InvalidEvent, decode_event
+    from monitor.streams.events import InvalidEvent, decode_event
 
     event = {"kind": "prediction", "stream": "s", "id": "e-1", "ts": "2026-01-01T00:00:00Z",
              "features": [1.0, 2.0, 3.0, 4.0, 5.0], "prediction": 2.5} | change

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.streams import Snapshot, reference_run, snapshot
 from tests.reliability.badinput import Templates, generate
 from tests.reliability.chaos import CrashRun, duplicates, replay_with_kills
 from tests.reliability.workload import build_workload, differences, with_extra
+from tests.support.streams import Snapshot, reference_run, snapshot
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

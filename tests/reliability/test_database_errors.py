@@ -23,12 +23,12 @@ import pytest
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from monitor.cli import main
-from monitor.datasets import build_example
+from monitor.cli.main import main
+from monitor.cli.runs import register_stream, run_source
 from monitor.db.migrate import upgrade
-from monitor.runner import register_stream, run_source
+from monitor.engine.worker import DatabaseUnavailableError, RetryPolicy
+from monitor.ops.datasets import build_example
 from monitor.settings import Settings
-from monitor.worker import DatabaseUnavailableError, RetryPolicy
 from tests.conftest import postgres_database
 from tests.reliability.test_startup_errors import ROOT, _closed_port, one_line
 
@@ -98,7 +98,7 @@ def revoked_url(postgres_admin: Engine, example: dict[str, Path]) -> Iterator[st
 @pytest.mark.postgres
 def test_revoked_privileges_end_in_one_line(revoked_url: str, example: dict[str, Path]) -> None:
     """The real process: its whole stderr is the one line."""
-    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     result = subprocess.run(
         [sys.executable, "-c", code, *_run_argv(revoked_url, example)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,

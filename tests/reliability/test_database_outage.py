@@ -25,16 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.processes import (
+from tests.reliability.workload import differences, produce
+from tests.support.pgcluster import PrivatePostgres
+from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     group_offsets,
     wait_until,
 )
-from tests.integration.streams import Example, Snapshot, end_offsets, snapshot
-from tests.reliability.pgcluster import PrivatePostgres
-from tests.reliability.workload import differences, produce
+from tests.support.streams import Example, Snapshot, end_offsets, snapshot
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -45,7 +45,7 @@ def free_port() -> int:
 
 def serve(url: str, fd_limit: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     env = os.environ | {
         "PYTHONPATH": str(ROOT),
         "MONITOR_API_TOKENS": f"read:{READ_TOKEN}",

@@ -24,9 +24,9 @@ import pytest
 from sqlalchemy import Engine
 
 from connectors import FileSource
-from monitor.pipeline import Pipeline
-from monitor.runner import build_monitors, read_configs
-from monitor.state import encode_state
+from monitor.engine.pipeline import Pipeline
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import encode_state
 from tests.conftest import postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]

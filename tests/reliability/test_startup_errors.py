@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from monitor.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +121,7 @@ def test_missing_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
 def test_the_real_process_prints_one_line() -> None:
     """Nothing but the message reaches stderr (no log lines, no warnings, no traceback)."""
     url = f"postgresql+psycopg://postgres@127.0.0.1:{_closed_port()}/monitor"
-    code = "import sys; from monitor.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     result = subprocess.run(
         [sys.executable, "-c", code, "--db", url, "run", "--source", "file:x.jsonl"],
         capture_output=True, text=True, timeout=60,

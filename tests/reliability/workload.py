@@ -1,12 +1,13 @@
 """Replays for the reliability tests: several real-data streams spread evenly over partitions.
 
-Each stream is a ``monitor.datasets.build_example`` stream (the bundled Shuttle data with scripted
+Each stream is a ``monitor.ops.datasets.build_example`` stream (the bundled Shuttle data with
+scripted
 shifts, so every stream raises alarms), with its own seed, phases and label delay. Stream names are
 chosen so that murmur2 (kafka-python's and Java's partitioner; librdkafka's ``murmur2_random``)
 spreads them evenly over the mock broker's 4 partitions: its 5 MiB per partition then holds a
 100 000-event replay without deleting anything before it is read (docs/kafka.md).
 
-The result is a :class:`tests.integration.streams.Example` (the merged JSONL file and the keyed
+The result is a :class:`tests.support.streams.Example` (the merged JSONL file and the keyed
 Kafka records), so the integration tests' reference run and snapshots apply unchanged.
 :func:`produce` writes it to a topic (tombstones allowed); :func:`differences` says in words how
 two runs' stored results differ.
@@ -24,9 +25,9 @@ from typing import Any
 import confluent_kafka
 import yaml
 
-from monitor.datasets import build_example
-from tests.integration.streams import Example, Snapshot
-from tests.kafka_harness import MockRetentionExceeded, low_watermarks
+from connectors.mock_kafka import MockRetentionExceeded, low_watermarks
+from monitor.ops.datasets import build_example
+from tests.support.streams import Example, Snapshot
 
 _log = logging.getLogger("tests.reliability.producer")
 

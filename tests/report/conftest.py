@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
-from monitor.records import Alarm
+from monitor.streams.records import Alarm
 from tests.report.real_alarms import attribution, directions, shuttle_records
 
 

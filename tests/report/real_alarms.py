@@ -11,17 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from monitor.calibration import Calibration
-from monitor.config import StreamConfig
-from monitor.datasets import (
+from monitor.ops.datasets import (
     SHUTTLE_FEATURES,
     ScriptedStream,
     load_shuttle_regression,
     make_stream,
 )
-from monitor.events import PredictionEvent
-from monitor.records import Alarm, TracePoint
-from monitor.stream import StreamMonitor
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.events import PredictionEvent
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.records import Alarm, TracePoint
 
 STREAM = "shuttle"
 PHASES = (("stable", 300), ("benign_covariate+concept", 300), ("extreme_covariate", 300))

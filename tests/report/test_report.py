@@ -1,4 +1,4 @@
-"""The alarm report (monitor/report.py) on real alarms of the Shuttle stream, and
+"""The alarm report (monitor/ops/report.py) on real alarms of the Shuttle stream, and
 ``monitor report``."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.cli import main
+from monitor.cli.main import main
 from monitor.db.errors import AlarmNotFoundError
-from monitor.report import (
+from monitor.ops.report import (
     _render_html,
     check_performance,
     render_html,

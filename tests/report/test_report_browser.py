@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.report import report_context, write_report
+from monitor.ops.report import report_context, write_report
 from tests.report.browser import find_chromium, open_page
 from tests.report.conftest import ReportDatabase
 from tests.report.real_alarms import performance_windows

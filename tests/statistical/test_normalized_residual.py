@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from bench.bench_normalized_residual import detection_summary, ville_rate
-from monitor.calibration import Calibration, CalibrationError
-from monitor.config import StreamConfig
-from monitor.events import InvalidEvent, decode_event
-from monitor.runner import DatabaseSink, monitors_for_run, register_stream_version
+from monitor.cli.runs import monitors_for_run, register_stream_version
+from monitor.db.sink import DatabaseSink
 from monitor.settings import Settings
-from monitor.stream import StreamMonitor
+from monitor.streams.calibration import Calibration, CalibrationError
+from monitor.streams.config import StreamConfig
+from monitor.streams.events import InvalidEvent, decode_event
+from monitor.streams.monitor import StreamMonitor
 
 
 def _rows(scale: bool) -> list[dict[str, object]]:

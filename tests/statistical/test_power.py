@@ -1,4 +1,4 @@
-"""Power and diagnosis on WATCH-style scripted shifts of real data (``monitor.datasets``).
+"""Power and diagnosis on WATCH-style scripted shifts of real data (``monitor.ops.datasets``).
 
 Acceptance (the slow test, 100 seeds): concept and extreme covariate shifts are detected within
 500 events in >= 90 % of seeds; a benign covariate shift raises no harmful (conditional) alarm

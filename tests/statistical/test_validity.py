@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from bench.bench_statistical import run_length, validity
-from monitor.datasets import load_shuttle_regression, make_stream
-from monitor.martingales import conformal_p_values, make_alarm_rule, make_betting
-from monitor.ood import make_scorer
+from monitor.core.martingales import conformal_p_values, make_alarm_rule, make_betting
+from monitor.core.ood import make_scorer
+from monitor.ops.datasets import load_shuttle_regression, make_stream
 
 ALPHA = 0.05
 WORKERS = 2  # processes: CI has 2 cores

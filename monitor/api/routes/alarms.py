@@ -21,11 +21,11 @@ from monitor.api.schemas import (
     DetectorName,
 )
 from monitor.api.timeutil import RevisedSince, Since, Until, check_range
-from monitor.config import NAME_PATTERN
 from monitor.db import repositories as repo
 from monitor.db.errors import AlarmNotFoundError
 from monitor.db.models import AlarmRow
-from monitor.report import render_html, report_context
+from monitor.ops.report import render_html, report_context
+from monitor.streams.config import NAME_PATTERN
 
 router = APIRouter(
     prefix="/alarms", tags=["alarms"], dependencies=[Security(bearer)], responses=READ_ERRORS

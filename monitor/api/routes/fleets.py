@@ -10,11 +10,11 @@ from fastapi import APIRouter, Path, Security, status
 from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.schemas import FleetCreate, FleetPublic, FleetsPublic
-from monitor.config import NAME_PATTERN
 from monitor.db import repositories as repo
 from monitor.db.errors import FleetExistsError, FleetNotFoundError
 from monitor.db.models import FleetRow
-from monitor.fleet_runner import create_fleet
+from monitor.engine.fleet_runner import create_fleet
+from monitor.streams.config import NAME_PATTERN
 
 router = APIRouter(
     prefix="/fleets", tags=["fleets"], dependencies=[Security(bearer)], responses=READ_ERRORS

@@ -25,10 +25,10 @@ from monitor.api.schemas import (
     TracePublic,
 )
 from monitor.api.timeutil import Since, Until, check_range
-from monitor.calibration import Calibration, CalibrationError
-from monitor.config import NAME_PATTERN, StreamConfig
 from monitor.db import repositories as repo
 from monitor.db.models import AlarmRow, CalibrationEventRow, CheckpointRow, StreamRow
+from monitor.streams.calibration import Calibration, CalibrationError
+from monitor.streams.config import NAME_PATTERN, StreamConfig
 
 router = APIRouter(
     prefix="/streams", tags=["streams"], dependencies=[Security(bearer)], responses=READ_ERRORS

@@ -16,8 +16,8 @@ from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
 from monitor.db.engine import SQLITE_BEGIN, make_engine
+from monitor.db.grafana_reader import drop_views, make_views
 from monitor.db.models import Base
-from monitor.db.reader import drop_views, make_views
 from monitor.db.types import UTCDateTime
 
 config = context.config

@@ -28,13 +28,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from monitor.pipeline import Pipeline
+from monitor.runner import DatabaseSink, _monitors_for_run  # the previous release's names
+from monitor.worker import StopFlag, Worker
 from sqlalchemy import MetaData, select
 
 from connectors import FileSource
 from monitor.db.engine import make_engine
-from monitor.pipeline import Pipeline
-from monitor.runner import DatabaseSink, _monitors_for_run  # the previous release's names
-from monitor.worker import StopFlag, Worker
 
 STREAMS = ("bikes", "taxis", "loans")
 

@@ -106,7 +106,7 @@ def _checkpoint_order(bind: sa.Connection, name: str) -> tuple[list[str] | None,
     ).scalar()
     if text is None:
         return None, None
-    # monitor.state's format, {"format": 1, "state": <Checkpoint payload>}, whose payload is
+    # monitor.streams.state's format, {"format": 1, "state": <Checkpoint payload>}, whose payload is
     # {"state": <the stream's state>, "arrays": ...}; the names are a plain JSON list in it.
     state: dict[str, Any] = json.loads(text)["state"]["state"]
     attribution = state.get("attribution")

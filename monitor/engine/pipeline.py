@@ -1,0 +1,354 @@
+"""The per-record pipeline: decode → validate → route by stream → detectors → result records.
+
+Pure computation over records handed in by a source; no I/O. The worker (``monitor.engine.worker``)
+persists what :meth:`Pipeline.process` returns together with the source offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from monitor.streams.events import Event, InvalidEvent, decode_batch, decode_event
+from monitor.streams.monitor import FeatureOrderError, StreamMonitor
+from monitor.streams.records import (
+    Alarm,
+    AlarmEvidence,
+    DeadLetter,
+    OODWindow,
+    PerformanceWindow,
+    TracePoint,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """What the pipeline needs of a source record (``connectors.Record`` fits this shape)."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class BatchOutput:
+    """Everything one batch produced, to be persisted in one transaction."""
+
+    alarms: list[Alarm] = field(default_factory=list)
+    trace_points: list[TracePoint] = field(default_factory=list)
+    ood_windows: list[OODWindow] = field(default_factory=list)
+    performance_windows: list[PerformanceWindow] = field(default_factory=list)
+    alarm_evidence: list[AlarmEvidence] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    events: int = 0
+    #: Records of streams bound to another writer, by stream, that the worker took out of the
+    #: dead letters (they are not stored: monitor.engine.worker).
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def add_records(
+        self,
+        alarms: list[Alarm],
+        trace_points: list[TracePoint],
+        ood_windows: list[OODWindow],
+        performance_windows: Sequence[PerformanceWindow] = (),
+        alarm_evidence: Sequence[AlarmEvidence] = (),
+    ) -> None:
+        self.alarms += alarms
+        self.trace_points += trace_points
+        self.ood_windows += ood_windows
+        self.performance_windows += performance_windows
+        self.alarm_evidence += alarm_evidence
+
+    def read(self, records: Iterable[Any]) -> None:
+        """Advance the next offset of each partition past ``records``."""
+        for record in records:
+            key = (record.topic, record.partition)
+            self.offsets[key] = max(self.offsets.get(key, 0), record.offset + 1)
+
+
+log = logging.getLogger(__name__)
+
+
+class BatchStepError(Exception):
+    """A stream's batch step failed on something other than the data (a bug): its state may be
+    half-advanced. The worker reloads the streams from the last checkpoint and processes the
+    records one at a time, where the failing record becomes an ``internal error`` dead letter
+    and the others go on, as on the per-event path."""
+
+    def __init__(self, stream: str, cause: Exception) -> None:
+        super().__init__(f"stream {stream!r}: {type(cause).__name__}: {cause}")
+        self.stream = stream
+
+
+class Pipeline:
+    """Routes raw records to the monitors of their streams.
+
+    Parameters
+    ----------
+    streams
+        The monitored streams by name. Records of any other stream go to the dead letters.
+    source
+        Name of the source, stored with dead letters (e.g. ``file:/data/events.jsonl``).
+    max_event_bytes
+        Larger records go to the dead letters unread.
+    stopped
+        Registered streams that cannot be run as stored: name → (configuration version, why);
+        their events go to the dead letters saying why (:meth:`stop`).
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, StreamMonitor],
+        source: str = "",
+        max_event_bytes: int = 256 * 1024,
+        per_event: bool = False,
+        stopped: Mapping[str, tuple[int, str]] | None = None,
+    ) -> None:
+        self.streams = dict(streams)
+        #: Streams that cannot be run as stored
+        #: (:class:`~monitor.streams.monitor.FeatureOrderError`):
+        #: name → (configuration version, why). Their events go to the dead letters saying why.
+        self.stopped: dict[str, tuple[int, str]] = {}
+        self.source = source
+        self.max_event_bytes = max_event_bytes
+        self.per_event = per_event
+        for name, (version, reason) in (stopped or {}).items():
+            self.stop(name, version, reason)
+
+    def stop(self, name: str, version: int, reason: str) -> None:
+        """Stop monitoring ``name`` (its events become dead letters with ``reason``; logged
+        once, as one line); the other streams go on."""
+        self.streams.pop(name, None)
+        if self.stopped.get(name) != (version, reason):
+            log.error("%s", reason)
+        self.stopped[name] = (version, reason)
+
+    def resume(self, name: str, monitor: StreamMonitor, state: dict[str, Any] | None) -> bool:
+        """Monitor ``name`` with ``monitor``, resumed from ``state`` (none: from its
+        calibration); a state it cannot resume stops the stream instead (:meth:`stop`).
+        Whether it runs."""
+        try:
+            if state is not None:
+                monitor.load_state(state)
+        except FeatureOrderError as exc:
+            self.stop(name, monitor.config_version, str(exc))
+            return False
+        self.stopped.pop(name, None)
+        self.streams[name] = monitor
+        return True
+
+    def _not_monitored(self, stream: str) -> str | None:
+        """Why events of ``stream`` are not monitored here (``None``: they are)."""
+        if stream in self.streams:
+            return None
+        stopped = self.stopped.get(stream)
+        return unknown_stream_reason(stream) if stopped is None else stopped[1]
+
+    def process(self, records: Sequence[Any]) -> BatchOutput:
+        """Process records in order; bad records become dead letters, never exceptions.
+
+        The batch is decoded at once, routed by stream, and each stream takes its share in one
+        :meth:`StreamMonitor.step`. ``per_event=True`` runs the reference path instead (each
+        record decoded and observed on its own): the same results, kept for the tests.
+        """
+        if self.per_event:
+            return self._process_per_event(records)
+        out = BatchOutput()
+        decoded = decode_batch([record.value for record in records], self.max_event_bytes)
+        routed: dict[str, tuple[list[int], list[Event]]] = {}
+        dead: list[tuple[int, DeadLetter]] = []
+        for k, (record, event) in enumerate(zip(records, decoded, strict=True)):
+            if isinstance(event, InvalidEvent):
+                reason = str(event)
+            elif (why := self._not_monitored(event.stream)) is not None:
+                reason = why
+            else:
+                positions, events = routed.setdefault(event.stream, ([], []))
+                positions.append(k)
+                events.append(event)
+                continue
+            known = None if isinstance(event, InvalidEvent) else event
+            dead.append((k, _dead_letter(self.source, record, reason, known)))
+        for name, (positions, events) in routed.items():
+            monitor = self.streams[name]
+
+            def fallback(i: int, positions: list[int] = positions) -> datetime:
+                return _record_time(records[positions[i]])
+
+            # A poll of one record (the worker isolating records after a failed step, or a
+            # trickle of events) keeps the stream's state to undo a failed step.
+            before = monitor.state_dict() if len(records) == 1 else None
+            try:
+                rejected = monitor.step(events, fallback)
+            except Exception as exc:  # a bug, not the data: the worker isolates the records
+                if before is None:
+                    raise BatchStepError(name, exc) from exc
+                log.exception("internal error on %s", _where(records[positions[0]]))
+                monitor.load_state(before)
+                rejected = [(0, _internal_error(exc))]
+            for i, reason in rejected:
+                record = records[positions[i]]
+                dead.append((positions[i], _dead_letter(
+                    self.source, record, reason, events[i], name
+                )))
+            if len(rejected) < len(events):
+                out.events += len(events) - len(rejected)
+                out.touched.add(name)
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
+        dead.sort(key=lambda item: item[0])
+        out.dead_letters = [letter for _, letter in dead]
+        out.read(records)
+        return out
+
+    def _process_per_event(self, records: Sequence[Any]) -> BatchOutput:
+        out = BatchOutput()
+        decoded = [self._decode(record) for record in records]
+        self._prepare(decoded)
+        for item in decoded:
+            self._observe(item, out)
+        out.read(records)
+        for name in out.touched:
+            stream = self.streams[name]
+            out.add_records(*stream.drain(), *stream.drain_explanations())
+        return out
+
+    def flush(self) -> BatchOutput:
+        """Close partial OOD windows (end of a finite source)."""
+        out = BatchOutput()
+        for name, monitor in self.streams.items():
+            if monitor.flush():
+                out.touched.add(name)
+                out.add_records(*monitor.drain(), *monitor.drain_explanations())
+        return out
+
+    def _decode(self, record: Any) -> _Decoded:
+        try:
+            return _Decoded(record, decode_event(record.value, self.max_event_bytes))
+        except Exception as exc:  # InvalidEvent, or an internal error reported in _observe
+            return _Decoded(record, exc)
+
+    def _prepare(self, decoded: list[_Decoded]) -> None:
+        """Let each stream score its share of the batch at once (identical results, faster)."""
+        by_stream: dict[str, list[Event]] = {}
+        for item in decoded:
+            if not isinstance(item.event, Exception):
+                by_stream.setdefault(item.event.stream, []).append(item.event)
+        for name, events in by_stream.items():
+            monitor = self.streams.get(name)
+            if monitor is None:
+                continue
+            try:
+                monitor.prepare(events)
+            except Exception:  # only a shortcut: the events are then scored one by one
+                log.exception("preparing a batch of stream %r failed", name)
+
+    def _observe(self, item: _Decoded, out: BatchOutput) -> None:
+        record, event = item
+        stream = None  # known once the event decodes: stored with its dead letter, if any
+        try:
+            if isinstance(event, Exception):
+                raise event
+            why = self._not_monitored(event.stream)
+            if why is not None:
+                raise InvalidEvent(why)
+            monitor = self.streams[event.stream]
+            stream = event.stream
+            # The record's time is only the fallback of an event without ``ts``.
+            monitor.observe(event, _record_time(record) if event.ts is None else event.ts)
+        except InvalidEvent as exc:
+            known = None if isinstance(event, Exception) else event
+            out.dead_letters.append(_dead_letter(self.source, record, str(exc), known, stream))
+            return
+        except Exception as exc:  # the worker never dies on data: keep the record and go on
+            log.exception("internal error on %s", _where(record))
+            known = None if isinstance(event, Exception) else event
+            reason = _internal_error(exc)
+            out.dead_letters.append(_dead_letter(self.source, record, reason, known, stream))
+            return
+        out.events += 1
+        out.touched.add(event.stream)
+
+
+class _Decoded(NamedTuple):
+    """A record with its decoded event (or why it did not decode)."""
+
+    record: Any
+    event: Event | Exception
+
+
+def unknown_stream_reason(stream: str) -> str:
+    """The dead-letter reason of an event of a stream the pipeline does not monitor."""
+    return f"unknown stream {stream!r}"
+
+
+def _internal_error(exc: Exception) -> str:
+    """The dead-letter reason of a record whose processing failed on a bug."""
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def _where(record: Any) -> str:
+    return f"{record.topic}:{record.partition}@{record.offset}"
+
+
+def _record_time(record: Any) -> datetime:
+    """Event time fallback: the record's broker timestamp, else ingest time."""
+    return record_time(record)[0]
+
+
+def record_time(record: Any, event: Any = None) -> tuple[datetime, str]:
+    """A dead letter's time and where it came from (docs/persistence.md, "One time base"): the
+    event's own ``ts`` where it can be read (``"event"``: from the decoded event, else from the
+    raw record's ``ts`` field), else the broker's timestamp (``"broker"``), else now
+    (``"ingest"``)."""
+    ts = getattr(event, "ts", None)
+    if ts is None:
+        ts = _raw_ts(getattr(record, "value", None))
+    if isinstance(ts, datetime):
+        return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)), "event"
+    ts_ms = getattr(record, "timestamp_ms", None)
+    if ts_ms is not None and ts_ms > 0:
+        return datetime.fromtimestamp(ts_ms / 1000.0, tz=UTC), "broker"
+    return datetime.now(UTC), "ingest"
+
+
+def _raw_ts(value: Any) -> datetime | None:
+    """The ``ts`` field of a record that did not decode as an event, when it reads as one."""
+    if not isinstance(value, bytes | bytearray) or len(value) > DeadLetter.MAX_PAYLOAD * 64:
+        return None
+    try:
+        data = json.loads(value)
+        ts = data.get("ts") if isinstance(data, dict) else None
+        if not isinstance(ts, str):
+            return None
+        parsed = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return parsed if math.isfinite(parsed.timestamp()) else None
+
+
+def _dead_letter(
+    source: str, record: Any, reason: str, event: Any = None, stream: str | None = None
+) -> DeadLetter:
+    # Keyed like the stored offsets: "<scheme>:<topic>" (``kafka:predictions``,
+    # ``file:/data/events.jsonl``), or the bare topic for sources without a name (``http``).
+    scheme = source.split(":", 1)[0]
+    ts, ts_source = record_time(record, event)
+    return DeadLetter(
+        source=f"{scheme}:{record.topic}" if scheme and record.topic else (source or record.topic),
+        partition=record.partition,
+        offset=record.offset,
+        reason=reason,
+        payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
+        ts=ts,
+        stream=stream,
+        ts_source=ts_source,
+    )

@@ -1,0 +1,310 @@
+"""Delayed-label join: predictions wait for their labels, and early labels wait for predictions.
+
+Both waiting rooms are bounded by count and by event time. An entry pushed out by either bound is
+*expired*: it is counted (``expired_predictions`` / ``expired_labels``), never silently dropped.
+The whole store is part of the stream's checkpointed state.
+
+A configuration update marks the predictions still waiting with the version they were made
+under and that version's features (:meth:`LabelJoin.mark_made_under`): when the new version
+monitors other features, the stream refuses their labels with a reason instead of feeding old
+features to the new detectors (``monitor.streams.monitor``).
+
+The store also remembers, within the same bounds, the ids of the pairs it joined
+(:meth:`LabelJoin.processed`), so that a replay of dead letters can refuse an event the stream has
+already processed (``monitor.engine.dead_letters``); live processing does not consult it.
+
+The join's clock is event time, made robust to a single wrong timestamp: it is the median of
+the last :data:`CLOCK_WINDOW` events' times (the lower median while fewer have been seen), and it
+never goes back. One event stamped far in the future (a producer's clock bug) therefore cannot
+expire every waiting prediction; a real jump in time moves the clock once most of the window has
+jumped, i.e. after ⌈CLOCK_WINDOW/2⌉ events. Deterministic, so a replay expires exactly the same
+entries.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, NamedTuple
+
+import numpy as np
+
+Label = int | float | str
+
+#: Event times the join's clock is the median of (see the module docstring).
+CLOCK_WINDOW = 5
+
+
+class Pending(NamedTuple):
+    """A prediction waiting for its label (a named tuple: built once per event, so cheaply)."""
+
+    event_id: str
+    event_index: int
+    ts: float
+    features: tuple[float, ...]
+    prediction: float | tuple[float, ...]
+    #: The model's predicted scale of its error, when the event carried one.
+    scale: float | None = None
+    #: The configuration version the prediction was made under, when a later version is in
+    #: force (set by :meth:`LabelJoin.mark_made_under`); None: the version in force.
+    version: int | None = None
+
+
+class Joined(NamedTuple):
+    """A prediction with its label, ready for the conditional monitor."""
+
+    pending: Pending
+    label: Label
+
+
+class LabelJoin:
+    """Bounded store joining predictions and labels by event id.
+
+    Parameters
+    ----------
+    max_pending
+        Most predictions (and, separately, most early labels) held at once; the oldest is expired
+        when a new one would exceed it.
+    max_delay_seconds
+        Entries older than this (the join's clock minus the entry's time) expire; the clock is
+        the median of the last few events' times, never going back (module docstring).
+
+    Examples
+    --------
+    >>> join = LabelJoin(max_pending=2, max_delay_seconds=60)
+    >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
+    >>> join.add_label("a", 3.0, ts=1.0)
+    >>> [(j.pending.event_id, j.label) for j in join.drain()]
+    [('a', 3.0)]
+    >>> join.add_label("b", 1.0, ts=2.0)    # early label: held until its prediction arrives
+    >>> join.pending_labels
+    1
+    """
+
+    def __init__(self, max_pending: int = 100_000, max_delay_seconds: float = 7 * 24 * 3600.0):
+        if max_pending < 1:
+            raise ValueError("max_pending must be >= 1")
+        if max_delay_seconds <= 0:
+            raise ValueError("max_delay_seconds must be > 0")
+        self.max_pending = max_pending
+        self.max_delay_seconds = max_delay_seconds
+        self._predictions: OrderedDict[str, Pending] = OrderedDict()
+        self._labels: OrderedDict[str, tuple[Label, float]] = OrderedDict()
+        self._ready: list[Joined] = []
+        #: Ids of the pairs joined, with their prediction's time, kept within the same bounds as
+        #: the waiting entries (count and event time): what :meth:`processed` knows beyond them.
+        self._joined_ids: OrderedDict[str, float] = OrderedDict()
+        #: The feature names of the versions marked predictions were made under (None: not
+        #: known, a state written before the names were kept).
+        self._made_under: dict[int, tuple[str, ...] | None] = {}
+        self._recent: deque[float] = deque(maxlen=CLOCK_WINDOW)
+        self._clock = float("-inf")
+        self.expired_predictions = 0
+        self.expired_labels = 0
+        self.joined = 0
+
+    @property
+    def pending_predictions(self) -> int:
+        return len(self._predictions)
+
+    @property
+    def pending_labels(self) -> int:
+        return len(self._labels)
+
+    def has_prediction(self, event_id: str) -> bool:
+        return event_id in self._predictions
+
+    def processed(self, kind: str, event_id: str) -> bool:
+        """Whether an event of ``kind`` (``prediction`` or ``label``) with ``event_id`` is known
+        to the store: waiting for its counterpart, or joined within the store's bounds.
+
+        >>> join = LabelJoin(max_pending=1)
+        >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
+        >>> join.processed("prediction", "a"), join.processed("label", "a")
+        (True, False)
+        >>> join.add_label("a", 3.0, ts=1.0)
+        >>> join.processed("prediction", "a"), join.processed("label", "a")
+        (True, True)
+        >>> join.add_prediction(Pending("b", 1, 2.0, (1.0,), 2.0))
+        >>> join.add_label("b", 3.0, ts=3.0)  # pushes "a" out (max_pending=1)
+        >>> join.processed("label", "a"), join.processed("label", "b")
+        (False, True)
+        """
+        waiting = self._predictions if kind == "prediction" else self._labels
+        return event_id in waiting or event_id in self._joined_ids
+
+    def waiting(self, event_id: str) -> Pending | None:
+        """The prediction ``event_id`` waiting for its label, if any."""
+        return self._predictions.get(event_id)
+
+    def mark_made_under(self, version: int, feature_names: tuple[str, ...] | None) -> int:
+        """At a configuration update: mark the waiting predictions not marked yet as made under
+        ``version``, whose features are ``feature_names``; returns how many were marked.
+
+        >>> join = LabelJoin()
+        >>> join.add_prediction(Pending("a", 0, 0.0, (1.0, 2.0), 0.5))
+        >>> join.mark_made_under(1, ("x0", "x1")), join.mark_made_under(2, ("x0",))
+        (1, 0)
+        >>> join.made_under("a"), join.made_under("b")
+        ((1, ('x0', 'x1')), None)
+        """
+        predictions = self._predictions
+        marked = 0
+        for key, pending in predictions.items():
+            if pending.version is None:
+                predictions[key] = pending._replace(version=version)
+                marked += 1
+        if marked:
+            self._made_under[version] = feature_names
+        return marked
+
+    @property
+    def marked(self) -> bool:
+        """Whether a configuration update marked predictions (some may still wait)."""
+        return bool(self._made_under)
+
+    def made_under(self, event_id: str) -> tuple[int, tuple[str, ...] | None] | None:
+        """The version (and its feature names) a waiting prediction was made under, when a
+        configuration update marked it; else None."""
+        pending = self._predictions.get(event_id)
+        if pending is None or pending.version is None:
+            return None
+        return pending.version, self._made_under.get(pending.version)
+
+    def add_prediction(self, pending: Pending) -> None:
+        """Hold a prediction, or join it at once with an early label."""
+        early = self._labels.pop(pending.event_id, None)
+        if early is not None:
+            self._join(pending, early[0])
+        else:
+            self._predictions[pending.event_id] = pending
+        self._expire(pending.ts)
+
+    def add_label(self, event_id: str, label: Label, ts: float) -> None:
+        """Join a label with its waiting prediction, or hold it until the prediction arrives."""
+        pending = self._predictions.pop(event_id, None)
+        if pending is not None:
+            self._join(pending, label)
+        else:
+            self._labels[event_id] = (label, ts)
+        self._expire(ts)
+
+    def drain(self) -> list[Joined]:
+        """Joined pairs in the order they were completed, removed from the store."""
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _join(self, pending: Pending, label: Label) -> None:
+        self._ready.append(Joined(pending, label))
+        self.joined += 1
+        self._joined_ids[pending.event_id] = pending.ts
+
+    @property
+    def clock(self) -> float:
+        """The join's event-time clock (-inf before the first event)."""
+        return self._clock
+
+    def _expire(self, ts: float) -> None:
+        self._recent.append(ts)
+        recent = sorted(self._recent)
+        median = recent[(len(recent) - 1) // 2]
+        if median > self._clock:
+            self._clock = median
+        horizon = self._clock - self.max_delay_seconds
+        # Most events expire nothing: look at the oldest entries before calling _evict.
+        predictions, labels, cap = self._predictions, self._labels, self.max_pending
+        if predictions and (len(predictions) > cap or _pts(_oldest(predictions)) < horizon):
+            self.expired_predictions += _evict(predictions, cap, horizon, _pts)
+        if labels and (len(labels) > cap or _lts(_oldest(labels)) < horizon):
+            self.expired_labels += _evict(labels, cap, horizon, _lts)
+        joined = self._joined_ids
+        if joined and (len(joined) > cap or _oldest(joined) < horizon):
+            _evict(joined, cap, horizon, float)  # forgotten, not expired: nothing waited
+
+    def state_dict(self) -> dict[str, Any]:
+        predictions = self._predictions.values()
+        state: dict[str, Any] = {
+            "version": 2,
+            # a sixth item, the scale, only when there is one, and a seventh, the version a
+            # prediction was made under, only when marked: older readers see the same rows
+            "predictions": [
+                [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
+                + ([] if p.scale is None and p.version is None else [p.scale])
+                + ([] if p.version is None else [p.version])
+                for p in predictions
+            ],
+            "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
+            "counts": [self.expired_predictions, self.expired_labels, self.joined],
+            "recent": list(self._recent),
+            "clock": self._clock if self._clock != float("-inf") else None,
+        }
+        if self._joined_ids:  # no key without: the state of a stream without labels is as before
+            # ids as one list and times as one array (binary in the blob): up to max_pending
+            # entries, written at every checkpoint
+            joined = self._joined_ids
+            state["joined"] = {"ids": list(joined),
+                               "ts": np.fromiter(joined.values(), np.float64, len(joined))}
+        if self._made_under:
+            used = {p.version for p in predictions if p.version is not None}
+            state["made_under"] = [
+                [version, None if names is None else list(names)]
+                for version, names in sorted(self._made_under.items()) if version in used
+            ]
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") not in (1, 2):
+            raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
+        self._predictions = OrderedDict(
+            (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4]),
+                             row[5] if len(row) > 5 else None, row[6] if len(row) > 6 else None))
+            for row in state["predictions"]
+        )
+        self._made_under = {
+            int(version): None if names is None else tuple(names)
+            for version, names in state.get("made_under", ())
+        }
+        self._labels = OrderedDict((k, (label, ts)) for k, label, ts in state["labels"])
+        # a state written before the joined ids were kept knows only the waiting entries
+        joined = state.get("joined", {"ids": (), "ts": ()})
+        self._joined_ids = OrderedDict(zip(joined["ids"], map(float, joined["ts"]), strict=True))
+        self.expired_predictions, self.expired_labels, self.joined = state["counts"]
+        # version 1 kept no clock: start it afresh (it only delays expiry by a few events)
+        self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)
+        clock = state.get("clock")
+        self._clock = float("-inf") if clock is None else float(clock)
+        self._ready = []
+
+
+def _oldest(store: OrderedDict[str, Any]) -> Any:
+    return next(iter(store.values()))
+
+
+def _pts(entry: Pending) -> float:
+    return entry.ts
+
+
+def _lts(entry: tuple[Label, float]) -> float:
+    return entry[1]
+
+
+def _evict(store: OrderedDict[str, Any], cap: int, horizon: float, ts_of: Any) -> int:
+    """Expire the oldest entries beyond ``cap`` and every entry older than ``horizon``."""
+    expired = 0
+    while len(store) > cap:
+        store.popitem(last=False)
+        expired += 1
+    while store:
+        key = next(iter(store))
+        if ts_of(store[key]) >= horizon:
+            break
+        del store[key]
+        expired += 1
+    return expired
+
+
+def _plain(prediction: float | tuple[float, ...]) -> float | list[float]:
+    return list(prediction) if isinstance(prediction, tuple) else prediction
+
+
+def _tuple(prediction: float | list[float]) -> float | tuple[float, ...]:
+    return tuple(prediction) if isinstance(prediction, list) else prediction
