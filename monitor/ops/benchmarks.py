@@ -33,7 +33,7 @@ def bench_dir() -> Path:
     >>> bench_dir().name
     'bench'
     """
-    return Path(__file__).resolve().parents[1] / "bench"
+    return Path(__file__).resolve().parents[2] / "bench"
 
 
 def _harness() -> ModuleType:

@@ -132,7 +132,7 @@ def default_dashboards_dir() -> Path:
     working directory (the image runs from ``/app``, which holds ``dashboards/``).
     """
     for candidate in (
-        Path(__file__).resolve().parents[1] / "dashboards",
+        Path(__file__).resolve().parents[2] / "dashboards",
         Path.cwd() / "dashboards",
     ):
         if candidate.is_dir():

@@ -243,12 +243,12 @@ class LabelJoin:
             joined = self._joined_ids
             state["joined"] = {"ids": list(joined),
                                "ts": np.fromiter(joined.values(), np.float64, len(joined))}
-        if self._made_under:
+        if self._made_under:  # the versions a waiting prediction was made under (no key without)
             used = {p.version for p in predictions if p.version is not None}
-            state["made_under"] = [
-                [version, None if names is None else list(names)]
-                for version, names in sorted(self._made_under.items()) if version in used
-            ]
+            made_under = [[version, None if names is None else list(names)]
+                          for version, names in sorted(self._made_under.items()) if version in used]
+            if made_under:
+                state["made_under"] = made_under
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:

@@ -61,5 +61,5 @@ def test_state_round_trip_and_errors() -> None:
     np.testing.assert_array_equal(again.p_values(X), fc.p_values(X))
     with pytest.raises(ValueError, match="at least 4 rows"):
         FullConformalKNN(KNN(k=3)).fit(rng.normal(size=(3, 6)))
-    with pytest.raises(TypeError, match=r"monitor\.ood\.KNN"):
+    with pytest.raises(TypeError, match=r"monitor\.core\.ood\.KNN"):
         FullConformalKNN("knn")  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ from tests.support.streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 TopicPartition = tuple[str, int]
-_ASSIGNED = re.compile(r"monitor\.worker: assigned (\[.*?\]); resuming at (.*)$")
+_ASSIGNED = re.compile(r"monitor\.engine\.worker: assigned (\[.*?\]); resuming at (.*)$")
 
 
 def assignments(worker: WorkerProcess) -> list[tuple[set[int], str]]:

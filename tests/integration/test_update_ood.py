@@ -32,7 +32,7 @@ from monitor.streams.config import StreamConfig
 from monitor.streams.setup import load_calibration, read_configs
 from tests.conftest import postgres_database
 from tests.support.processes import WorkerProcess, wait_until
-from tests.support.streams import Snapshot, snapshot
+from tests.support.streams import Snapshot, differences, snapshot
 
 CUT = 350  # the line after which version 2 is stored
 WINDOW = 64
@@ -104,7 +104,8 @@ def _stored(url: str) -> Snapshot:
 
 def _same(got: Snapshot, want: Snapshot) -> None:
     assert got.alarms == want.alarms
-    assert got.checkpoints == want.checkpoints
+    assert got.checkpoints == want.checkpoints, [
+        differences(got.checkpoints[s], want.checkpoints[s]) for s in want.checkpoints]
     assert got.trace_points == want.trace_points
     assert got.ood_windows == want.ood_windows
     assert got.ood_flags == want.ood_flags

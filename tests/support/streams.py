@@ -278,12 +278,44 @@ def assert_same_results(got: Snapshot, want: Snapshot) -> None:
     assert got.alarms == want.alarms
     assert sorted(got.checkpoints) == sorted(want.checkpoints)
     for stream, state in want.checkpoints.items():
-        assert got.checkpoints[stream] == state, f"checkpoint of {stream} differs"
+        assert got.checkpoints[stream] == state, \
+            f"checkpoint of {stream} differs: {differences(got.checkpoints[stream], state)}"
     assert got.trace_points == want.trace_points
     assert got.ood_windows == want.ood_windows
     assert got.ood_flags == want.ood_flags
     assert got.dead_letters == want.dead_letters
     assert got.dead_letter_rows == len(POISON)
+
+
+def differences(got: Any, want: Any, path: str = "", limit: int = 5) -> list[str]:
+    """Where two :func:`canonical` values differ (the first ``limit`` places), for messages."""
+    if isinstance(got, dict) and isinstance(want, dict) and "mapping" in got and "mapping" in want:
+        out: list[str] = []
+        a, b = dict(got["mapping"]), dict(want["mapping"])
+        for key in sorted(set(a) | set(b)):
+            out += differences(a.get(key), b.get(key), f"{path}/{key}", limit - len(out))
+            if len(out) >= limit:
+                break
+        return out
+    if isinstance(got, tuple) and isinstance(want, tuple) and got[:1] == want[:1] == ("ndarray",):
+        x, y = np.frombuffer(got[3], got[1]), np.frombuffer(want[3], want[1])
+        if got[2] != want[2]:
+            return [f"{path}: shape {got[2]} != {want[2]}"]
+        where = np.flatnonzero(x != y)
+        return [] if not where.size else [
+            f"{path}: {where.size} of {x.size} differ, first at {where[0]}: {x[where[0]]!r} "
+            f"!= {y[where[0]]!r}"]
+    if isinstance(got, tuple) and isinstance(want, tuple) and len(got) == len(want) == 2 \
+            and isinstance(got[1], list) and isinstance(want[1], list):
+        if len(got[1]) != len(want[1]):
+            return [f"{path}: length {len(got[1])} != {len(want[1])}"]
+        out = []
+        for i, (x, y) in enumerate(zip(got[1], want[1], strict=True)):
+            out += differences(x, y, f"{path}[{i}]", limit - len(out))
+            if len(out) >= limit:
+                break
+        return out
+    return [] if got == want else [f"{path}: {str(got)[:120]} != {str(want)[:120]}"]
 
 
 def canonical(value: Any) -> Any:

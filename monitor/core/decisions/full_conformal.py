@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike
 
 from monitor.core.decisions.base import FloatArray
 from monitor.core.ood import KNN
-from monitor.core.ood._distances import kth_smallest_rows
+from monitor.core.ood._distances import kth_smallest_rows, row_products
 
 #: Largest block of squared distances (rows × calibration rows) held at once: 32 MiB of float64.
 _BLOCK_ELEMENTS = 1 << 22
@@ -129,9 +129,14 @@ class FullConformalKNN:
 
 def _sq_distances(queries: FloatArray, scorer: KNN) -> FloatArray:
     """Squared distances (rows × bank) by ‖q‖² − 2 q·r + ‖r‖², clipped at 0; the same formula
-    for calibration and test rows, so that an exact duplicate gets the same value either way."""
+    for calibration and test rows, so that an exact duplicate gets the same value either way.
+
+    The cross products are summed in one fixed order (:func:`row_products`), not by BLAS, whose
+    last bits depend on the thread count and on the other rows of the batch: the calibration's
+    leave-one-out distances, stored in every checkpoint, are then the same in every process (a
+    worker restarted with other threads refits a new configuration version bit for bit)."""
     bank = scorer.bank_.astype(np.float64, copy=False)
-    sq = queries @ (-2.0 * bank.T)
+    sq = row_products(queries, -2.0 * bank.T)
     sq += scorer.sq_norms_[None, :]
     sq += np.einsum("ij,ij->i", queries, queries)[:, None]
     return np.maximum(sq, 0.0)
