@@ -25,6 +25,7 @@ test-full: $(STAMP)  ## everything, including the slow full-size statistical and
 lint: $(STAMP)
 	$(BIN)/ruff check monitor connectors tests bench alembic
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)  ## every benchmark at full size, figures and doc tables (minutes)
 	$(BIN)/monitor bench

@@ -35,9 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import StreamDetectors
 from monitor.ops.datasets import load_shuttle_regression, make_stream
 from monitor.streams.config import BUDGET_SHARE, DEFAULT_THRESHOLD, StreamConfig
+from monitor.streams.detectors import StreamDetectors
 
 N_CALIBRATION = 1000
 N_BEFORE = 500

@@ -35,8 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors
 from monitor.ops.datasets import ScriptedStream, load_shuttle_regression, make_stream
+from monitor.streams.detectors import DetectorAlarm, StreamDetectors
 
 N_CALIBRATION = 1000
 N_BEFORE = 500

@@ -105,7 +105,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
      "decode_batch"),
     ("  StreamMonitor.step (a stream's batch)", "monitor/streams/monitor.py", "step"),
     ("    StreamDetectors.update_batch (both monitors)",
-     "monitor/core/detectors/stream_detectors.py",
+     "monitor/streams/detectors.py",
      "update_batch"),
     ("      CovariateMonitor.update_batch (kNN + CTM)", "monitor/core/detectors/covariate.py",
      "update_batch"),

@@ -548,8 +548,8 @@ def _cmd_streams_rebind(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_fleets_create(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.fleet_runner import create_fleet, load_fleet_config
     from monitor.db.sink import DatabaseSink
-    from monitor.engine.fleet_runner import create_fleet, load_fleet_config
     from monitor.streams.config import ConfigError
 
     try:
@@ -569,8 +569,8 @@ def _cmd_fleets_run(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import UTC, datetime
 
     from monitor.alerts.routing import routing_from_settings
+    from monitor.db.fleet_runner import FleetNotFoundError, evaluate_fleet
     from monitor.db.sink import DatabaseSink
-    from monitor.engine.fleet_runner import FleetNotFoundError, evaluate_fleet
 
     routing = routing_from_settings(_with_alerts(args, settings))
     sessions = DatabaseSink(settings.database_url, settings.auto_migrate).sessions
@@ -667,7 +667,7 @@ def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _dead_letter_filter(args: argparse.Namespace) -> Any:
-    from monitor.engine.dead_letters import DeadLetterFilter
+    from monitor.cli.dead_letters import DeadLetterFilter
 
     return DeadLetterFilter(
         stream=args.stream,
@@ -678,8 +678,8 @@ def _dead_letter_filter(args: argparse.Namespace) -> Any:
 
 
 def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.cli.dead_letters import list_dead_letters
     from monitor.db.sink import DatabaseSink
-    from monitor.engine.dead_letters import list_dead_letters
 
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     try:
@@ -705,7 +705,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-#: Why a replay skips a dead letter, by :attr:`monitor.engine.dead_letters.ReplaySkip.rule`.
+#: Why a replay skips a dead letter, by :attr:`monitor.cli.dead_letters.ReplaySkip.rule`.
 _SKIP_WHY = {
     "refused_writer": "stored by a writer refused for the stream; the stream's own writer reads "
                       "these records, so replaying them would count them twice",
@@ -722,9 +722,9 @@ def _print_skipped(report: Any, verb: str) -> None:
 
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.alerts import AlertRoutingError, routing_from_settings
+    from monitor.cli.dead_letters import replay_dead_letters
     from monitor.db.sink import DatabaseSink
     from monitor.db.store import CheckpointMovedError
-    from monitor.engine.dead_letters import replay_dead_letters
     from monitor.streams.setup import RunError
 
     try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them
@@ -879,7 +879,7 @@ def _cmd_dashboards_push(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.ops.demo import run_demo
+    from monitor.cli.demo import run_demo
 
     return run_demo(args.out, settings, seed=args.seed, serve=args.serve, as_json=args.json)
 

@@ -64,7 +64,7 @@ def run_source(
     A source that never ends keeps only the last 10 000 alarms and OOD flags in the summary.
 
     ``metrics_port`` (None: off; 0: any free port) serves the worker's ``/healthz`` and
-    ``/metrics`` on ``metrics_host`` while it runs (:mod:`monitor.engine.health`; ``health_bound_s``
+    ``/metrics`` on ``metrics_host`` while it runs (:mod:`monitor.ops.health`; ``health_bound_s``
     bounds how long the loop, the database or the broker may fail before ``/healthz`` is 503).
     """
     from connectors import open_source
@@ -133,7 +133,7 @@ def _watch(
     """Wrap the run's source and sink to record its health, and serve it (None: no port)."""
     if port is None:
         return None
-    from monitor.engine.health import (
+    from monitor.ops.health import (
         HealthServer,
         StreamEvents,
         WatchedSink,

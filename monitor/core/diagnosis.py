@@ -39,7 +39,7 @@ near an abrupt change on most streams but can lie hundreds of events before it, 
 statistic can cross its threshold a few events after the change. Under no shift
 half of the last k ≥ 5 inputs being outside has probability below 1e-4 per window.
 
-:class:`monitor.core.detectors.stream_detectors.StreamDetectors` combines both monitors and this
+:class:`monitor.streams.detectors.StreamDetectors` combines both monitors and this
 diagnosis for one
 stream.
 """

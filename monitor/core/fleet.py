@@ -32,7 +32,7 @@ that re-baselines an admitted stream (its detector restarts at R = 0) tells the 
 :meth:`FleetDecider.reset`; restarting keeps each stream an e-detector (the restarted SR sums R
 over completed cycles plus the current one, still minus t a martingale), and under
 e-d-Bonferroni the count of false alarms by T is then also ≤ α·(K₀/K)·E[T]. The database runner
-(:mod:`monitor.engine.fleet_runner`) does not re-baseline; it calls
+(:mod:`monitor.db.fleet_runner`) does not re-baseline; it calls
 :meth:`~FleetDecider.release` for a
 stream that leaves the rejection set. DR's e-d-Holm is not implemented.
 

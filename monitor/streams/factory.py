@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 from monitor.core.decisions import OODDecider
-from monitor.core.detectors.stream_detectors import StreamDetectors
 from monitor.core.ood import make_scorer
 from monitor.core.scores import (
     PAIR_RESIDUALS,
@@ -17,6 +16,7 @@ from monitor.core.scores import (
 )
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import StreamConfig
+from monitor.streams.detectors import StreamDetectors
 
 
 def calibration_scores(config: StreamConfig, calibration: Calibration) -> np.ndarray:

@@ -11,7 +11,7 @@ features to the new detectors (``monitor.streams.monitor``).
 
 The store also remembers, within the same bounds, the ids of the pairs it joined
 (:meth:`LabelJoin.processed`), so that a replay of dead letters can refuse an event the stream has
-already processed (``monitor.engine.dead_letters``); live processing does not consult it.
+already processed (``monitor.cli.dead_letters``); live processing does not consult it.
 
 The join's clock is event time, made robust to a single wrong timestamp: it is the median of
 the last :data:`CLOCK_WINDOW` events' times (the lower median while fewer have been seen), and it

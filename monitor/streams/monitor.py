@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from monitor.core.decisions.decider import OODDecider
-from monitor.core.detectors.stream_detectors import BatchResult, DetectorAlarm, StreamDetectors
 from monitor.core.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.core.scores import SCALED_RESIDUALS
 from monitor.streams.attribution import (
@@ -26,6 +25,7 @@ from monitor.streams.attribution import (
 )
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import BUDGET_SHARE, AlarmConfig, StreamConfig
+from monitor.streams.detectors import BatchResult, DetectorAlarm, StreamDetectors
 from monitor.streams.durations import format_duration
 from monitor.streams.events import Event, InvalidEvent, LabelEvent, PredictionEvent
 from monitor.streams.factory import build_detectors, build_ood, conditional_score
@@ -43,7 +43,7 @@ from monitor.streams.records import (
 STATE_VERSION = 1
 
 #: How the reason begins when a replay refuses an event the stream already processed
-#: (:attr:`StreamMonitor.refuse_processed`; ``monitor.engine.dead_letters`` counts these as
+#: (:attr:`StreamMonitor.refuse_processed`; ``monitor.cli.dead_letters`` counts these as
 #: skipped).
 ALREADY_PROCESSED = "already processed"
 

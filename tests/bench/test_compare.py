@@ -11,13 +11,13 @@ import pytest
 from river import drift
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import StreamDetectors
 from monitor.core.scores import one_minus_prob
 from monitor.ops.datasets import (
     ClassificationTask,
     load_banana_classification,
     load_shuttle_regression,
 )
+from monitor.streams.detectors import StreamDetectors
 
 SETTINGS = [("ville", 0.05), ("cusum", 20.0), ("shiryaev_roberts", 50.0)]
 

@@ -120,7 +120,7 @@ def test_a_time_budget_has_a_threshold_floor() -> None:
     for bad in (1.5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="min_threshold"):
             StreamConfig(**base, alarm={"false_alarm_every": "1d", "min_threshold": bad})
-    from monitor.core.detectors.stream_detectors import _time_budget
+    from monitor.streams.detectors import _time_budget
 
     assert default.alarm.budget_seconds is not None
     budget = _time_budget(default.alarm)

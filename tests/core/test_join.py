@@ -100,7 +100,7 @@ def test_a_predicted_scale_travels_through_the_join_and_its_state() -> None:
 
 
 def test_joined_ids_are_known_within_the_bounds_and_survive_the_state() -> None:
-    """What a replay refuses (monitor.engine.dead_letters): pairs joined no longer ago than the time
+    """What a replay refuses (monitor.cli.dead_letters): pairs joined no longer ago than the time
     bound, the most recent ``max_pending`` of them; kept through the checkpointed state."""
     join = LabelJoin(max_pending=3, max_delay_seconds=10)
     for i in range(5):

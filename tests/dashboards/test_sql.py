@@ -223,7 +223,7 @@ def _fleet_run(url: str, stream: str) -> None:
     """A fleet of the stream's two detectors under e-d-Bonferroni (bar K/alpha = 200), decided
     over the whole run as ``monitor fleets run`` does."""
     from monitor.db.engine import make_engine, session_factory
-    from monitor.engine.fleet_runner import create_fleet, evaluate_fleet
+    from monitor.db.fleet_runner import create_fleet, evaluate_fleet
 
     engine = make_engine(url)
     try:

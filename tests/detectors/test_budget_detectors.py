@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.core.detectors.stream_detectors import StreamDetectors
 from monitor.core.martingales import Ville
 from monitor.streams.config import StreamConfig
+from monitor.streams.detectors import StreamDetectors
 
 
 def detectors(alarm: dict[str, object]) -> StreamDetectors:

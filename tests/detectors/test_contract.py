@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import StreamDetectors
+from monitor.streams.detectors import StreamDetectors
 from monitor.streams.state import decode_state, encode_state
 from tests.detectors.conftest import Toy, make_toy
 

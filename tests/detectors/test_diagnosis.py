@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors, _evidence_share
 from monitor.core.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
 from monitor.streams.config import StreamConfig
+from monitor.streams.detectors import DetectorAlarm, StreamDetectors, _evidence_share
 from monitor.streams.records import ALARM_KINDS as RECORD_KINDS
 from tests.detectors.conftest import Toy, make_toy
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import DetectorAlarm, StreamDetectors
 from monitor.core.diagnosis import INSUFFICIENT_EVIDENCE, MIN_EVIDENCE
+from monitor.streams.detectors import DetectorAlarm, StreamDetectors
 
 
 def _detectors(seed: int, min_events: int = MIN_EVIDENCE) -> StreamDetectors:

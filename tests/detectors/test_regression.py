@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors.stream_detectors import StreamDetectors
 from monitor.ops.datasets import DEMO_PHASES, load_shuttle_regression, make_stream
+from monitor.streams.detectors import StreamDetectors
 
 Alarm = tuple[str, str, int, int | None]
 

@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 
 from monitor.api import create_app
 from monitor.db.migrate import upgrade
-from monitor.engine.health import HealthServer, StreamEvents, WorkerHealth
 from monitor.engine.pipeline import BatchOutput
+from monitor.ops.health import HealthServer, StreamEvents, WorkerHealth
 from tests.api.factories import READ, make_settings
 from tests.conftest import postgres_database
 from tests.health.test_worker_health import _get

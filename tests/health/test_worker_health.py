@@ -19,9 +19,9 @@ from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, mock_kafka_cluster, pro
 from monitor.cli.main import _metrics_port
 from monitor.cli.runs import run_source
 from monitor.db.sink import DatabaseSink
-from monitor.engine.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
 from monitor.engine.pipeline import BatchOutput
 from monitor.ops.datasets import build_example
+from monitor.ops.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
 from monitor.settings import Settings
 from tests.conftest import postgres_database
 

@@ -23,9 +23,9 @@ from connectors.mock_kafka import produce_kafka_python
 from monitor.api import create_app
 from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
+from monitor.db.fleet_runner import create_fleet
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlarmRow
-from monitor.engine.fleet_runner import create_fleet
 from tests.api.factories import READ, make_settings
 from tests.dashboards.conftest import load_dashboards, queries
 from tests.dashboards.grafana_sql import QueryContext, Variable, expand

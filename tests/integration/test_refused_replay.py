@@ -20,11 +20,11 @@ import pytest
 
 from connectors import KafkaSource
 from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, produce_kafka_python
+from monitor.cli.dead_letters import DeadLetterFilter, replay_dead_letters
 from monitor.cli.main import main
 from monitor.cli.runs import registered_monitors
 from monitor.db.migrate import upgrade
 from monitor.db.sink import DatabaseSink
-from monitor.engine.dead_letters import DeadLetterFilter, replay_dead_letters
 from monitor.engine.pipeline import BatchOutput, Pipeline
 from monitor.engine.worker import RunSummary, StopFlag, Worker
 from monitor.streams.records import DeadLetter

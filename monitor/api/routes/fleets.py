@@ -12,8 +12,8 @@ from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.schemas import FleetCreate, FleetPublic, FleetsPublic
 from monitor.db import repositories as repo
 from monitor.db.errors import FleetExistsError, FleetNotFoundError
+from monitor.db.fleet_runner import create_fleet
 from monitor.db.models import FleetRow
-from monitor.engine.fleet_runner import create_fleet
 from monitor.streams.config import NAME_PATTERN
 
 router = APIRouter(

@@ -226,7 +226,7 @@ class CovariateMonitor(MartingaleMonitor):
         """Count the rows of ``X`` as updates for the support flags only (:meth:`is_outside`;
         no p-value, no bet, no alarm): a monitor replaced by a new configuration version keeps
         the flags its pending alarms' diagnosis still reads
-        (:meth:`~monitor.core.detectors.stream_detectors.StreamDetectors.track_pending`)."""
+        (:meth:`~monitor.streams.detectors.StreamDetectors.track_pending`)."""
         flags = self.is_outside(X).tolist()
         self._support.extend(flags)
         self._n_seen += len(flags)
