@@ -18,7 +18,9 @@ A **mean test** checks "the mean of a bounded statistic is at most ``bound``" (a
 rate: the mean false-discovery proportion) with the normal approximation: it passes while the
 mean over the repetitions is at most bound + z·SE, with z = :data:`Z_FALSE_FAILURE` (the normal
 quantile of the false-failure probability) and SE the standard error measured in the run;
-:func:`mean_test_power` is its power against a true mean ``violation`` with that standard error.
+:func:`mean_test_power` is its power against a true mean ``violation`` with that standard error,
+and :func:`assert_fdr_within` applies it to an FDR Monte Carlo summary, failing as "no power"
+when the rule rejected nothing in any repetition.
 
 Examples
 --------
@@ -31,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scipy.stats import binom, norm
@@ -40,6 +43,7 @@ __all__ = [
     "MIN_POWER",
     "Z_FALSE_FAILURE",
     "RateTest",
+    "assert_fdr_within",
     "mean_test_power",
     "rate_test",
     "repetitions_for",
@@ -144,3 +148,27 @@ def mean_test_power(se: float, bound: float, violation: float,
     if se == 0.0:
         return 1.0 if violation > bound else 0.0
     return float(norm.sf(bound + z * se, loc=violation, scale=se))
+
+
+def assert_fdr_within(rule: str, stats: Mapping[str, float], bound: float,
+                      violation_factor: float = 1.5) -> float:
+    """Check one rule's FDR Monte Carlo summary against its bound; return the check's power.
+
+    ``stats`` holds ``fdr`` (mean false-discovery proportion), ``fdr_se`` and ``tpr`` (the mean
+    true-positive rate) over the repetitions. The check fails as "no power" when the rule
+    rejected nothing in any repetition (FDR and TPR both 0: its FDR of 0 says nothing), when the
+    mean FDP exceeds bound + z·SE, and when its power against an FDR of
+    ``violation_factor``·bound (the named violation: BH at 1.5·α·n₀/n) is below
+    :data:`MIN_POWER` at the measured SE.
+    """
+    if stats["fdr"] == 0.0 and stats["tpr"] == 0.0:
+        raise AssertionError(f"{rule}: no power — it rejected nothing in any repetition")
+    threshold = bound + Z_FALSE_FAILURE * stats["fdr_se"]
+    assert stats["fdr"] <= threshold, (
+        f"{rule}: FDR {stats['fdr']:.4f} > bound {bound:.4f} + {Z_FALSE_FAILURE:.2f} SE "
+        f"({threshold:.4f})")
+    power = mean_test_power(stats["fdr_se"], bound, violation_factor * bound)
+    assert power >= MIN_POWER, (
+        f"{rule}: power {power:.2f} against an FDR of {violation_factor * bound:.4f} "
+        f"(SE {stats['fdr_se']:.4f}): more repetitions are needed")
+    return power
