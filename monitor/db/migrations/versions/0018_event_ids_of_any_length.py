@@ -45,11 +45,11 @@ def downgrade() -> None:
     with op.batch_alter_table("ood_flags") as batch:
         batch.drop_column("full_event_id")
     for table in WHOLE_IDS:
-        column = sa.table(table, sa.column("event_id", sa.Text())).c.event_id
+        rows = sa.table(table, sa.column("event_id", sa.Text()))
         op.execute(
-            sa.update(column.table)
-            .where(sa.func.length(column) > 255)
-            .values(event_id=sa.func.substr(column, 1, 255))
+            rows.update()
+            .where(sa.func.length(rows.c.event_id) > 255)
+            .values(event_id=sa.func.substr(rows.c.event_id, 1, 255))
         )
         with op.batch_alter_table(table) as batch:
             batch.alter_column("event_id", type_=sa.String(255), existing_type=sa.Text())
