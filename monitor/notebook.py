@@ -172,7 +172,7 @@ class NotebookMonitor:
         return self._step(events)
 
     def add_labels(
-        self, ids: Sequence[str | int], labels: Sequence[Any], *, ts: Times = None
+        self, ids: Sequence[str | int], labels: Sequence[Any] | np.ndarray, *, ts: Times = None
     ) -> list[Alarm]:
         """Labels that arrive after their predictions, by event id; return the new alarms."""
         names = [str(i) for i in ids]
