@@ -94,17 +94,26 @@ def validity_run(seed: int, n_events: int = 2000, alpha: float = 0.05) -> dict[s
 
 def validity(n_streams: int, alpha: float = 0.05, workers: int = 1) -> dict[str, Any]:
     """Share of exchangeable streams with any alarm, per detector, and the bound."""
-    runs = _parallel(validity_run, range(n_streams), workers)
+    runs = _parallel(_Validity(alpha), range(n_streams), workers)
     bound = _bound(alpha, n_streams)
     rates = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
     return {"n_streams": n_streams, "alpha": alpha, "bound": bound, "rates": rates}
 
 
+@dataclass(frozen=True)
+class _Validity:
+    alpha: float
+
+    def __call__(self, seed: int) -> dict[str, bool]:
+        return validity_run(seed, alpha=self.alpha)
+
+
 # ---------------------------------------------------------------------------- run length
-def run_length_run(
-    seed: int, rule: str = "shiryaev_roberts", threshold: float = 100.0, horizon: int = 4000
-) -> dict[str, int]:
-    """Run length of the CTM and the covariate monitor to the first alarm (capped at horizon)."""
+def _first_alarm(
+    seed: int, rule: str, threshold: float, horizon: int
+) -> dict[str, CovariateMonitor | ConditionalMonitor]:
+    """The covariate monitor and the CTM run over one stationary stream of ``horizon`` events,
+    the CTM stopped at its first alarm."""
     data, cal_scores, scores = _stream(seed, [("stable", horizon)])
     params: dict[str, Any] = {"rule": rule, "threshold": threshold, "rebaseline": 0, "seed": seed}
     covariate = CovariateMonitor("knn", data.X_calibration, **params)
@@ -114,8 +123,20 @@ def run_length_run(
         ctm.update(None, s)
         if ctm.n_alarms:
             break
-    first = {"covariate": covariate, "ctm": ctm}
+    return {"covariate": covariate, "ctm": ctm}
+
+
+def run_length_run(
+    seed: int, rule: str = "shiryaev_roberts", threshold: float = 100.0, horizon: int = 4000
+) -> dict[str, int]:
+    """Run length of the CTM and the covariate monitor to the first alarm (capped at horizon)."""
+    first = _first_alarm(seed, rule, threshold, horizon)
     return {k: (m.last_alarms[0].index + 1 if m.n_alarms else horizon) for k, m in first.items()}
+
+
+def early_alarm_run(seed: int, rule: str, threshold: float, horizon: int) -> dict[str, bool]:
+    """Whether the CTM and the covariate monitor alarm within the first ``horizon`` events."""
+    return {k: m.n_alarms > 0 for k, m in _first_alarm(seed, rule, threshold, horizon).items()}
 
 
 def run_length(
@@ -137,6 +158,28 @@ def run_length(
             "censored": int(np.sum(lengths >= horizon)),
         }
     return out
+
+
+def early_alarm_rate(
+    n_streams: int, rule: str, threshold: float, horizon: int, workers: int = 1
+) -> dict[str, float]:
+    """Share of stationary streams with an alarm within ``horizon`` events, per detector.
+
+    Under the null P(T ≤ L) ≤ L/c for CUSUM and SR at threshold c (docs/algorithms.md,
+    "Average run length"); ``tests/statistical/test_validity.py`` checks it.
+    """
+    runs = _parallel(_EarlyAlarm(rule, threshold, horizon), range(n_streams), workers)
+    return {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+
+
+@dataclass(frozen=True)
+class _EarlyAlarm:
+    rule: str
+    threshold: float
+    horizon: int
+
+    def __call__(self, seed: int) -> dict[str, bool]:
+        return early_alarm_run(seed, self.rule, self.threshold, self.horizon)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
-from monitor.streams.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent
+from monitor.streams.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent, epoch_time
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
 from monitor.streams.state import decode_state, encode_state
@@ -41,6 +42,9 @@ TRACE_FIELDS: tuple[str, ...] = (
 )
 
 _MIN_CALIBRATION = 20
+
+#: Event times of a batch: one for every event or one per event; datetimes or epoch numbers.
+Times = datetime | float | Sequence[datetime | float] | None
 
 
 def watch(
@@ -141,15 +145,17 @@ class NotebookMonitor:
         predictions: Any = None,
         labels: Any = None,
         *,
-        ids: Sequence[str] | None = None,
-        ts: datetime | Sequence[datetime] | None = None,
+        ids: Sequence[str | int] | None = None,
+        ts: Times = None,
     ) -> list[Alarm]:
         """Feed a batch of predictions (with their labels when known); return the new alarms.
 
         ``data`` is a features array ``(n, d)`` (then ``predictions`` is required and ``labels``
         optional, NaN or None marking a label not yet known), or a DataFrame / list of dict rows
         with the calibration's columns (an ``id`` column is used when present). Events get ids
-        ``str(event_index)`` unless ``ids`` are given; ``ts`` defaults to now. Raises
+        ``str(event_index)`` unless ``ids`` are given (an integer id is its decimal string, as on
+        the wire); ``ts`` (datetimes, or numbers of epoch seconds — milliseconds from 1e11, as
+        on the wire) defaults to now. Raises
         :class:`ValueError` before any change when the batch does not fit the calibration.
         """
         batch = self.columns.batch(data, predictions, labels, ids, self.stream.event_index)
@@ -166,22 +172,22 @@ class NotebookMonitor:
         return self._step(events)
 
     def add_labels(
-        self, ids: Sequence[str], labels: Sequence[Any], *, ts: datetime | None = None
+        self, ids: Sequence[str | int], labels: Sequence[Any] | np.ndarray, *, ts: Times = None
     ) -> list[Alarm]:
         """Labels that arrive after their predictions, by event id; return the new alarms."""
-        ids = [str(i) for i in ids]
-        if len(ids) != len(labels):
-            raise ValueError(f"got {len(ids)} ids but {len(labels)} labels")
+        names = [str(i) for i in ids]
+        if len(names) != len(labels):
+            raise ValueError(f"got {len(names)} ids but {len(labels)} labels")
         values: list[int | float] = []
         for value in labels:
             known = _label(value, self.stream.calibration.n_classes)
             if known is None:
                 raise ValueError("labels must be known (no NaN or None) in add_labels")
             values.append(known)
-        when = _times(ts, len(ids))
+        when = _times(ts, len(names))
         events: list[Event] = [
             LabelEvent(stream=self.stream.name, id=i, ts=when[k], label=values[k])
-            for k, i in enumerate(ids)
+            for k, i in enumerate(names)
         ]
         return self._step(events)
 
@@ -356,7 +362,7 @@ class _Columns:
         return cls(names, data["prediction"], data["label"], data["n_features"],
                    data["n_classes"])
 
-    def batch(self, data: Any, predictions: Any, labels: Any, ids: Sequence[str] | None,
+    def batch(self, data: Any, predictions: Any, labels: Any, ids: Sequence[str | int] | None,
               first: int) -> _Batch:
         if _is_table(data):
             if predictions is not None or labels is not None:
@@ -550,8 +556,8 @@ def _wire_features(features: Any, names: tuple[str, ...] | None, i: int) -> list
     return list(features)
 
 
-def _times(ts: datetime | Sequence[datetime] | None, n: int) -> list[datetime | None]:
-    if ts is None or isinstance(ts, datetime):
+def _times(ts: Times, n: int) -> list[datetime | None]:
+    if not isinstance(ts, Iterable):  # None, a datetime or a number: the same for every event
         return [_aware(ts)] * n
     times = [_aware(t) for t in ts]
     if len(times) != n:
@@ -564,8 +570,11 @@ def _aware(ts: Any) -> datetime | None:
         return None
     if hasattr(ts, "to_pydatetime"):  # a pandas Timestamp
         ts = ts.to_pydatetime()
+    if isinstance(ts, Real) and not isinstance(ts, bool | np.bool_):
+        # the wire format's rule: epoch milliseconds from 1e11, else epoch seconds
+        return epoch_time(int(ts) if isinstance(ts, Integral) else float(ts))
     if not isinstance(ts, datetime):
-        raise ValueError(f"timestamps must be datetimes, got {type(ts).__name__}")
+        raise ValueError(f"timestamps must be datetimes or epoch numbers, got {type(ts).__name__}")
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 

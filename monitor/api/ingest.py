@@ -35,7 +35,7 @@ from monitor.db.models import (
     IngestedEventRow,
     IngestRequestRow,
     StreamRow,
-    source_key,
+    event_key,
     utcnow,
 )
 from monitor.db.sink import DatabaseSink
@@ -267,7 +267,7 @@ class Ingestor:
         with self.sink.sessions() as session:
             for start in range(0, len(ordered), 500):
                 chunk = ordered[start : start + 500]
-                wanted = {(s, k, source_key(i)): (s, k, i) for s, k, i in chunk}
+                wanted = {(s, k, event_key(i)): (s, k, i) for s, k, i in chunk}
                 query = select(
                     IngestedEventRow.stream, IngestedEventRow.kind, IngestedEventRow.event_id
                 ).where(

@@ -429,7 +429,7 @@ def ood_page(
     flags: dict[int, list[str]] = {w.window_index: [] for w in windows}
     if windows:
         for flag in session.scalars(repo.ood_flags_query(stream, list(flags))):
-            flags[flag.window_index].append(flag.event_id)
+            flags[flag.window_index].append(flag.flagged_id)
     items = [(w, tuple(flags[w.window_index])) for w in windows]
     token = (
         repo.encode_cursor({"k": "ood", "o": "desc", "w": windows[-1].window_index})

@@ -52,6 +52,8 @@ __all__ = [
     "TracePointRow",
     "WebhookDeliveryRow",
     "WriterFenceRow",
+    "bounded_key",
+    "event_key",
     "source_key",
 ]
 
@@ -66,32 +68,47 @@ NAMING_CONVENTION = {
 
 NAME = String(128)  # stream names: config.NAME_PATTERN allows up to 128 characters
 SHORT = String(64)  # enumerations: detector, kind, rule, task
-LABEL = String(255)  # sources, event ids, user names
+LABEL = String(255)  # sources, user names, keys of event ids
 
 
-#: Longest stored source key (the ``source`` columns).
+#: Longest stored key of a source's name (the ``source`` columns).
 SOURCE_KEY_LENGTH = 255
+#: Longest stored key of an event id (``ood_flags``, ``ingested_events``).
+EVENT_KEY_LENGTH = 255
 
 
-def source_key(name: str) -> str:
-    """The bounded key under which a source's offsets and dead letters are stored.
+def bounded_key(text: str, length: int) -> str:
+    """A key of at most ``length`` characters that identifies ``text`` of any length.
 
-    The name itself when it fits in :data:`SOURCE_KEY_LENGTH` characters (so rows stored before
-    keys existed keep matching); else a readable prefix of it, ``~`` and the SHA-256 of the whole
-    name. The whole name is stored beside the key (``source_name``).
+    ``text`` itself when it fits (so rows stored before keys existed keep matching); else a
+    readable prefix of it, ``~sha256:`` and the SHA-256 of the whole text.
 
     Examples
     --------
-    >>> source_key("file:/data/events.jsonl")
+    >>> bounded_key("file:/data/events.jsonl", 255)
     'file:/data/events.jsonl'
-    >>> key = source_key("file:/" + "d" * 300)
+    >>> key = bounded_key("file:/" + "d" * 300, 255)
     >>> len(key), key[:8], key[183:191]
     (255, 'file:/dd', '~sha256:')
     """
-    if len(name) <= SOURCE_KEY_LENGTH:
-        return name
-    digest = "~sha256:" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
-    return name[: SOURCE_KEY_LENGTH - len(digest)] + digest
+    if len(text) <= length:
+        return text
+    digest = "~sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if length < len(digest):
+        raise ValueError(f"a key needs at least {len(digest)} characters, got {length}")
+    return text[: length - len(digest)] + digest
+
+
+def source_key(name: str) -> str:
+    """The bounded key under which a source's offsets and dead letters are stored
+    (:func:`bounded_key`); the whole name is stored beside it (``source_name``)."""
+    return bounded_key(name, SOURCE_KEY_LENGTH)
+
+
+def event_key(event_id: str) -> str:
+    """The bounded key under which an event id is stored where it is a key (:func:`bounded_key`:
+    the id itself up to 255 characters)."""
+    return bounded_key(event_id, EVENT_KEY_LENGTH)
 
 
 def utcnow() -> datetime:
@@ -143,7 +160,7 @@ class CalibrationEventRow(Base):
         NAME, ForeignKey("streams.name", ondelete="CASCADE"), primary_key=True
     )
     idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    event_id: Mapped[str | None] = mapped_column(LABEL)
+    event_id: Mapped[str | None] = mapped_column(Text)  # the whole id: no key (revision 0018)
     features: Mapped[Any] = mapped_column(JSONType)
     prediction: Mapped[Any] = mapped_column(JSONType)
     label: Mapped[Any | None] = mapped_column(JSONType)
@@ -179,7 +196,7 @@ class AlarmRow(Base):
     stream: Mapped[str] = mapped_column(NAME)
     detector: Mapped[str] = mapped_column(SHORT)
     kind: Mapped[str] = mapped_column(SHORT)
-    event_id: Mapped[str] = mapped_column(LABEL)
+    event_id: Mapped[str] = mapped_column(Text)  # the whole id: no key (revision 0018)
     event_index: Mapped[int] = mapped_column(BigInteger)
     ts: Mapped[datetime] = mapped_column(UTCDateTime())
     changepoint: Mapped[int | None] = mapped_column(BigInteger)
@@ -340,7 +357,11 @@ class OODWindowRow(Base):
 
 
 class OODFlagRow(Base):
-    """An event that a window's OOD decision rule flagged."""
+    """An event that a window's OOD decision rule flagged.
+
+    ``event_id`` is the bounded key of the event's id (:func:`event_key`: the id itself up to
+    255 characters); ``full_event_id`` the whole id when the key is not the id, else NULL.
+    :attr:`flagged_id` is the id."""
 
     __tablename__ = "ood_flags"
     __table_args__ = (
@@ -354,6 +375,12 @@ class OODFlagRow(Base):
     stream: Mapped[str] = mapped_column(NAME, primary_key=True)
     window_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     event_id: Mapped[str] = mapped_column(LABEL, primary_key=True)
+    full_event_id: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def flagged_id(self) -> str:
+        """The flagged event's whole id."""
+        return self.event_id if self.full_event_id is None else self.full_event_id
 
 
 class CheckpointRow(Base):
@@ -417,7 +444,7 @@ class DeadLetterRow(Base):
 class IngestedEventRow(Base):
     """An event ``POST /events`` processed: ``(stream, kind, id)``, kept for the ingest
     de-duplication window so that a retried event is not counted twice (``event_id`` is
-    :func:`source_key` of the id: ids of any length)."""
+    :func:`event_key` of the id: ids of any length)."""
 
     __tablename__ = "ingested_events"
     __table_args__ = (Index("ix_ingested_events_created_at", "created_at"),)

@@ -475,7 +475,7 @@ def list_ood_windows(
     flags: dict[int, list[str]] = {w.window_index: [] for w in windows}
     if windows:
         for flag in session.scalars(ood_flags_query(stream, list(flags))):
-            flags[flag.window_index].append(flag.event_id)
+            flags[flag.window_index].append(flag.flagged_id)
     return [(w, tuple(flags[w.window_index])) for w in windows]
 
 
@@ -727,12 +727,18 @@ def _store_calibration(
         events = config.calibration if isinstance(config.calibration, list) else []
     stream.feature_names = feature_order(events)
     rows = [
-        {"stream": config.name, "idx": i, "event_id": event.get("id")}
+        {"stream": config.name, "idx": i, "event_id": _calibration_id(event.get("id"))}
         | {name: event.get(name) for name in CALIBRATION_FIELDS}
         for i, event in enumerate(events)
     ]
     if rows:
         session.execute(insert(CalibrationEventRow), rows)
+
+
+def _calibration_id(value: Any) -> str | None:
+    """A calibration row's id as a stored string: an integer id as its decimal string, as the
+    wire format reads it (the rows were validated as events before)."""
+    return None if value is None else str(value)
 
 
 # --- dead letters, offsets, checkpoints -------------------------------------------------------

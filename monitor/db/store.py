@@ -46,6 +46,7 @@ from monitor.db.models import (
     SourceOffsetRow,
     StreamRow,
     TracePointRow,
+    event_key,
     source_key,
     utcnow,
 )
@@ -201,7 +202,7 @@ def persist_batch(
         now = utcnow()
         if ingested:
             keyed = [
-                {"stream": s, "kind": k, "event_id": source_key(i), "created_at": now}
+                {"stream": s, "kind": k, "event_id": event_key(i), "created_at": now}
                 for s, k, i in ingested
             ]
             session.execute(_insert(dialect, _table(IngestedEventRow)).on_conflict_do_nothing(),
@@ -426,7 +427,6 @@ def _alarm_row(alarm: Alarm, now: datetime) -> Row:
     for name in ("statistic", "threshold"):
         if math.isnan(getattr(alarm, name)):
             raise InvalidRecordError(f"alarm {alarm.id} ({alarm.stream}) has a NaN {name}")
-    _check_length(alarm.event_id, 255, f"alarm {alarm.id} event_id")
     return {
         "id": alarm.id,
         "stream": alarm.stream,
@@ -544,8 +544,9 @@ def _alarm_of(row: AlarmRow) -> Alarm:
 
 
 def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
-    _check_length(event_id, 255, f"OOD flag of {window.stream} window {window.window_index}")
-    return {"stream": window.stream, "window_index": window.window_index, "event_id": event_id}
+    key = event_key(event_id)
+    return {"stream": window.stream, "window_index": window.window_index, "event_id": key,
+            "full_event_id": None if key == event_id else event_id}
 
 
 def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
@@ -594,10 +595,6 @@ def _offset_rows(offsets: Sequence[SourceOffset], now: datetime) -> list[Row]:
 def _nan_to_none(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
-
-def _check_length(text: str, limit: int, what: str) -> None:
-    if len(text) > limit:
-        raise InvalidRecordError(f"{what} is {len(text)} characters long (at most {limit})")
 
 
 # --- dead-letter replay -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from monitor.streams.events import Event, InvalidEvent, decode_batch, decode_event
+from monitor.streams.events import Event, InvalidEvent, decode_batch, decode_event, epoch_time
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
 from monitor.streams.records import (
     Alarm,
@@ -327,6 +327,8 @@ def _raw_ts(value: Any) -> datetime | None:
     try:
         data = json.loads(value)
         ts = data.get("ts") if isinstance(data, dict) else None
+        if isinstance(ts, int | float) and not isinstance(ts, bool):
+            return epoch_time(ts)
         if not isinstance(ts, str):
             return None
         parsed = datetime.fromisoformat(ts.replace("Z", "+00:00"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
@@ -37,7 +38,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import TzInfo
+from pydantic_core import PydanticCustomError, TzInfo
 
 from monitor.streams.config import NAME_PATTERN
 
@@ -56,17 +57,74 @@ Label = Annotated[int, Field(strict=True)] | Number
 Scale = Annotated[float, Field(allow_inf_nan=False, strict=True, gt=0, le=MAX_MAGNITUDE)]
 
 
+#: A numeric ``ts`` of at least this magnitude is epoch milliseconds, a smaller one epoch
+#: seconds: 1e11 seconds is the year 5138, 1e11 milliseconds 1973-03-03 (README "Event format").
+EPOCH_MILLISECONDS_FROM = 1e11
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: A number written as a string (pydantic's datetime parser would read it by a rule of its own).
+_NUMERIC_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def epoch_time(value: float) -> datetime:
+    """The UTC time of a number of epoch seconds, or of milliseconds when ``|value| >= 1e11``.
+
+    Raises
+    ------
+    ValueError
+        When the time is not finite or lies outside the years 1 to 9999.
+
+    Examples
+    --------
+    >>> epoch_time(1767225600), epoch_time(1767225600000)
+    (datetime.datetime(2026, 1, 1, 0, 0, tzinfo=datetime.timezone.utc), \
+datetime.datetime(2026, 1, 1, 0, 0, tzinfo=datetime.timezone.utc))
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    unit = "milliseconds" if abs(value) >= EPOCH_MILLISECONDS_FROM else "seconds"
+    try:
+        # timedelta is exact for integers and rounds a float to the microsecond
+        return _EPOCH + timedelta(**{unit: value})
+    except OverflowError:
+        # an integer beyond the float range has no short form
+        number = f"{value:.6g}" if abs(value) < 1e300 else "of more than 300 digits"
+        raise ValueError(f"epoch {unit} {number} are out of range (years 1 to 9999)") from None
+
+
 def _timestamp(value: Any) -> Any:
-    # Only ISO 8601 strings: lax parsing would read an integer as Unix seconds.
-    if value is not None and not isinstance(value, str | datetime):
-        raise ValueError("must be an ISO 8601 string")
+    # Strict: a boolean is no number, and pydantic's own reading of numbers (seconds up to 2e10,
+    # then milliseconds) is not the documented rule.
+    if isinstance(value, bool) or not isinstance(value, int | float | str | datetime | None):
+        raise PydanticCustomError(
+            "timestamp_type",
+            "wrong type: expected an ISO 8601 string or a number of epoch seconds or milliseconds",
+        )
+    if isinstance(value, str) and _NUMERIC_TEXT.fullmatch(value):
+        value = float(value)
+    if isinstance(value, int | float):
+        try:
+            return epoch_time(value)
+        except ValueError as exc:
+            raise PydanticCustomError("timestamp_range", str(exc)) from None
     return value
 
 
 Timestamp = Annotated[datetime | None, BeforeValidator(_timestamp)]
 
 
-#: No control characters in ids (PostgreSQL text cannot hold NUL).
+def _event_id(value: Any) -> Any:
+    # A JSON integer is its decimal string: a label with id "123" joins the prediction 123.
+    if type(value) is int:
+        return str(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError("id_type", "wrong type: expected string or integer")
+    return value
+
+
+#: No control characters in ids (PostgreSQL text cannot hold NUL). Ids have no length limit but
+#: the event's (``max_bytes``); the store keeps a bounded key of long ones (monitor.db.models).
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
 
@@ -78,7 +136,7 @@ class _EventModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     stream: Annotated[str, Field(pattern=NAME_PATTERN)]
-    id: Annotated[str, Field(min_length=1, max_length=255, pattern=_ID_PATTERN)]
+    id: Annotated[str, BeforeValidator(_event_id), Field(min_length=1, pattern=_ID_PATTERN)]
     ts: Timestamp = None
 
 
@@ -121,9 +179,8 @@ def _end_anchored(pattern: str) -> str:
 
 
 _FastStream = Annotated[str, msgspec.Meta(pattern=_end_anchored(NAME_PATTERN))]
-_FastId = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=255, pattern=_end_anchored(_ID_PATTERN))
-]
+#: Integer ids and numeric times are refused here: the reference converts them.
+_FastId = Annotated[str, msgspec.Meta(min_length=1, pattern=_end_anchored(_ID_PATTERN))]
 
 
 class _EventStruct(

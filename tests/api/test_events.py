@@ -19,6 +19,7 @@ from monitor.alerts import SEVERITY_OF_KIND
 from monitor.alerts.webhooks import verify
 from monitor.api import create_app
 from monitor.db.models import (
+    CalibrationEventRow,
     CheckpointRow,
     DeadLetterRow,
     SourceOffsetRow,
@@ -30,6 +31,8 @@ from tests.api.factories import READ, WRITE, calibration_rows, make_settings, st
 #: Alarm when the conditional test martingale reaches 1/alpha = 100 (Ville), so a clear shift
 #: alarms within a few dozen events.
 VILLE = {"rule": "ville", "alpha": 0.01}
+#: 2026-11-30T12:00:00Z in epoch seconds: the time of ``events(start=0)``.
+NOON = 1_796_040_000
 
 
 def events(
@@ -215,6 +218,41 @@ def test_duplicate_prediction_ids_are_dead_letters(client: TestClient, session: 
     body = post(client, batch + batch)
     assert body["accepted"] == 1
     assert "duplicate prediction id" in body["dead_letters"][0]["reason"]
+
+
+def test_integer_ids_epoch_times_and_long_ids_are_ingested(
+    client: TestClient, session: Session
+) -> None:
+    """Issue #31: an integer id is its decimal string (a label with the string joins it), ``ts``
+    may be epoch milliseconds or seconds, and ids have no length limit — in calibration rows,
+    events, the de-duplication of retried events and the alarms."""
+    long = "tenant-7/order/" + "y" * 400
+    rows = [{**r, "id": i if i % 2 else f"{long}/c{i}"} for i, r in enumerate(
+        calibration_rows(200))]
+    body = stream_config("bikes", calibration=rows, alarm=VILLE)
+    assert client.post("/streams", json=body, headers=WRITE).status_code == 201
+    stored = session.scalars(select(CalibrationEventRow.event_id)
+                             .order_by(CalibrationEventRow.idx)).all()
+    assert stored[:3] == [f"{long}/c0", "1", f"{long}/c2"]
+    post(client, events(100, seed=5))
+    shifted = events(100, seed=6, shift=4.0, start=100)
+    labels = []
+    for i, event in enumerate(shifted):
+        event["id"] = 1000 + i if i % 2 else f"{long}/{i}"
+        event["ts"] = (NOON + 100 + i) * 1000  # epoch milliseconds, after the first 100 events
+        labels.append({"kind": "label", "stream": "bikes", "id": str(event["id"]),
+                       "ts": NOON + 100 + i + 0.5, "label": event.pop("label")})
+    assert post(client, shifted)["dead_letters"] == []
+    answer = post(client, labels)
+    assert (answer["accepted"], answer["dead_letters"], answer["duplicates"]) == (100, [], [])
+    retried = post(client, labels[:3])  # the ingest keys of long ids tell retries apart
+    assert (retried["accepted"], len(retried["duplicates"])) == (0, 3)
+    (raised,) = [a for a in answer["alarms"] if a["kind"] == "concept_shift"]
+    wire_ids = {str(e["id"]) for e in shifted}
+    assert raised["event_id"] in wire_ids
+    assert client.get(f"/alarms/{raised['id']}", headers=READ).json()["event_id"] == (
+        raised["event_id"])
+    assert session.get(CheckpointRow, "bikes").event_index == 200  # type: ignore[union-attr]
 
 
 # --- webhooks ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ from them: regenerate with ``python bench/harness.py --report`` after a run."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import figures
 import harness
 import pytest
 from bench_compare import BETTINGS, RIVER_GRID
+
+from tests.statistical.sizing import Z_FALSE_FAILURE
 
 DOCS = harness.load_results(harness.RESULTS)
 TEXT = harness.DOC.read_text()
@@ -75,6 +78,23 @@ def test_ood_table_cells_are_the_monte_carlo_means() -> None:
         picked = [cell[lond.replace("lond", "bh")], cell["eg_bh"], cell[lond]]
         expected = [r[k] for r in picked for k in ("fdr", "tpr")]
         assert [number(c) for c in cells] == pytest.approx(expected, abs=5.01e-4)
+
+
+def test_ood_doc_counts_the_fdr_rows_with_power() -> None:
+    """docs/ood.md says how many FDR rows have power — a rejection in some repetition (TPR or
+    FDR above 0) — instead of counting a row that rejected nothing as a pass."""
+    fdr = data("ood")["fdr"]
+    with_power = sum(r["fdr"] > 0 or r["tpr"] > 0 for r in fdr)
+    text = " ".join((harness.ROOT / "docs" / "ood.md").read_text().split())
+    claim = re.search(r"in all (\d+) rule × m × α rows — but only (\d+) of the (\d+) rows have "
+                      r"power: in the other (\d+) the rule rejected nothing", text)
+    assert claim, "docs/ood.md no longer states how many FDR rows have power"
+    assert [int(g) for g in claim.groups()] == [len(fdr), with_power, len(fdr),
+                                                len(fdr) - with_power]
+    ood = data("ood")
+    n0_over_n = ood["n_null"] / (ood["n_null"] + ood["n_ood"])
+    above = [r for r in fdr if r["fdr"] > r["alpha"] * n0_over_n + Z_FALSE_FAILURE * r["fdr_se"]]
+    assert not above, f"rows above the proved α·n₀/n + z SE, which docs/ood.md denies: {above}"
 
 
 def test_throughput_and_memory_cells_are_the_measurements() -> None:

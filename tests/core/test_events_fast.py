@@ -164,6 +164,14 @@ EXAMPLES: list[Raw] = [
     dump(ts="2026-11-30T12:00:00+23:59"), dump(ts="2026-11-30T24:00:00Z"),
     dump(ts="2026-11-30T23:59:60Z"), dump(ts="1700000000"), dump(ts=1_700_000_000),
     dump(ts="0000-01-01T00:00:00Z"), dump(ts="2026-11-30T12:00"), dump(ts=""),
+    # epoch seconds below 1e11, milliseconds from it; no booleans (issue #31)
+    dump(ts=1_767_225_600_000), dump(ts=1_767_225_600.5), dump(ts=99_999_999_999),
+    dump(ts=100_000_000_000), dump(ts=-1), dump(ts=10**20), dump(ts=True), dump(ts="1e12"),
+    b'{"kind":"label","stream":"s","id":"1","label":1,"ts":1e400}',
+    # integer ids are their decimal string; ids of any length
+    dump(id=123), dump(id=-0), dump(id=10**40), dump(id=1.0), dump(id=False), dump(id="x" * 10_000),
+    b'{"kind":"label","stream":"s","id":1e2,"label":1}',
+    b'{"kind":"label","stream":"s","id":-0,"label":1}',
     # numbers
     dump(label=True), dump(label="57"), dump(label=10**30), dump(label=-(2**64)), dump(label=1e100),
     dump(label=1e101), dump(label=-0.0), dump(label=0), dump(prediction=10**100),
@@ -241,7 +249,7 @@ def test_dict_input_keeps_python_values() -> None:
     assert isinstance(event, PredictionEvent)
     assert event.ts == ts and event.ts.tzinfo is ts.tzinfo and event.features == [1.0, 2.0]
     with pytest.raises(InvalidEvent, match="field 'ts'"):
-        decode_event({**GOOD, "ts": 1})
+        decode_event({**GOOD, "ts": True})
 
 
 def test_feature_vector() -> None:

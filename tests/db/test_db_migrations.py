@@ -165,3 +165,73 @@ def test_stored_time_budgets_keep_the_floor_they_had(empty_database_url: str) ->
         assert alarms() == {"budgeted": (budget, None), "fixed": (fixed, budget)}
     finally:
         engine.dispose()
+
+
+def test_event_ids_of_any_length_after_0017(empty_database_url: str) -> None:
+    """Migration 0018 (issue #31): rows stored before keep their ids; from it an alarm and a
+    calibration row hold an id of any length, an OOD flag its key and the whole id; the downgrade
+    cuts the long ids to 255 characters and keeps the flags' keys."""
+    from datetime import UTC, datetime
+
+    from monitor.db.models import event_key
+
+    upgrade(empty_database_url, "0017")
+    engine = make_engine(empty_database_url)
+    ts = datetime(2026, 12, 2, tzinfo=UTC)
+    long_id = "order/" + "x" * 9_994
+
+    def tables() -> dict[str, Table]:
+        meta = MetaData()
+        names = ("alarms", "calibration_events", "streams", "ood_windows", "ood_flags")
+        return {name: Table(name, meta, autoload_with=engine) for name in names}
+
+    def alarm(event_id: str, index: int) -> dict[str, Any]:
+        return {"id": f"a-{index}", "stream": "s", "detector": "conditional",
+                "kind": "concept_shift", "event_id": event_id, "event_index": index, "ts": ts,
+                "statistic": 1.0, "threshold": 1.0, "rule": "cusum", "evidence": {}}
+
+    def ids(t: dict[str, Table]) -> dict[str, list[Any]]:
+        with engine.connect() as conn:
+            return {
+                "alarms": sorted(conn.execute(select(t["alarms"].c.event_id)).scalars()),
+                "calibration": sorted(
+                    conn.execute(select(t["calibration_events"].c.event_id)).scalars()),
+                "flags": sorted(conn.execute(select(t["ood_flags"].c.event_id)).scalars()),
+            }
+
+    try:
+        old = tables()
+        with engine.begin() as conn:
+            conn.execute(insert(old["streams"]), [{"name": "s", "task": "regression",
+                                                   "config": {}}])
+            conn.execute(insert(old["alarms"]), [alarm("e-1", 1)])
+            conn.execute(insert(old["calibration_events"]), [
+                {"stream": "s", "idx": 0, "event_id": "c-0", "features": [1.0],
+                 "prediction": 1.0, "label": 1.0}])
+            conn.execute(insert(old["ood_windows"]), [
+                {"stream": "s", "window_index": 0, "start_index": 0, "end_index": 9, "ts": ts,
+                 "n": 10, "n_flagged": 2, "threshold": 0.1, "rule": "eg_bh", "alpha": 0.1}])
+            conn.execute(insert(old["ood_flags"]), [
+                {"stream": "s", "window_index": 0, "event_id": "e-3"}])
+        upgrade(empty_database_url)
+        new = tables()
+        assert ids(new) == {"alarms": ["e-1"], "calibration": ["c-0"], "flags": ["e-3"]}
+        with engine.begin() as conn:
+            conn.execute(insert(new["alarms"]), [alarm(long_id, 2)])
+            conn.execute(insert(new["calibration_events"]), [
+                {"stream": "s", "idx": 1, "event_id": long_id, "features": [1.0],
+                 "prediction": 1.0, "label": 1.0}])
+            conn.execute(insert(new["ood_flags"]), [
+                {"stream": "s", "window_index": 0, "event_id": event_key(long_id),
+                 "full_event_id": long_id}])
+            full = conn.execute(select(new["ood_flags"].c.full_event_id)).scalars().all()
+        assert sorted(full, key=str) == sorted([None, long_id], key=str)
+        assert ids(new) == {"alarms": ["e-1", long_id], "calibration": ["c-0", long_id],
+                            "flags": sorted(["e-3", event_key(long_id)])}
+        downgrade(empty_database_url, "0017")
+        assert ids(tables()) == {"alarms": ["e-1", long_id[:255]],
+                                 "calibration": ["c-0", long_id[:255]],
+                                 "flags": sorted(["e-3", event_key(long_id)])}
+        upgrade(empty_database_url)
+    finally:
+        engine.dispose()

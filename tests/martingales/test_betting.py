@@ -1,7 +1,9 @@
-"""Betting functions are test martingales: exact one-step quadrature and Monte Carlo."""
+"""Betting functions are test martingales: exact one-step quadrature of ``log_factor``, which is
+pinned to the compiled steps the service runs, and Monte Carlo."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import pickle
@@ -21,8 +23,10 @@ from monitor.core.martingales import (
     PowerBetting,
     SimpleJumper,
     SimpleMixture,
+    Ville,
     make_betting,
 )
+from monitor.core.martingales._batch import run_test
 from monitor.core.martingales.betting.base import P_FLOOR
 from monitor.core.martingales.betting.mixture import log_mixture
 
@@ -83,6 +87,49 @@ def test_agrapa_factor_integrates_to_one(make: Callable[[], BettingFunction]) ->
                        for v, w in zip(GLAG_V, GLAG_W, strict=True))
         assert abs(integral - 1.0) < QUAD_TOL
         assert bet.log_martingale == before  # log_factor does not change the state
+
+
+#: Every betting function in the forms the quadrature tests integrate.
+QUADRATURE_FORMS: list[tuple[str, Callable[[], BettingFunction]]] = [
+    ("simple", SimpleJumper), ("simple-J0.3", lambda: SimpleJumper(jump=0.3)),
+    ("composite", CompositeJumper), ("composite-custom", lambda: CompositeJumper(jumps=(0.0, 0.5))),
+    ("power-0.05", lambda: PowerBetting(epsilon=0.05)), ("power-0.7", lambda: PowerBetting(0.7)),
+    ("agrapa", AGrapaBetting), ("agrapa-fast-0.9", lambda: AGrapaBetting((0.5, 0.05), 0.9)),
+    ("plug_in_power", PlugInPower),
+    ("plug_in_power-last-0.01", lambda: PlugInPower(forgets=(1.0, 0.01), min_epsilon=0.01)),
+    ("mixture", SimpleMixture),
+]
+P_GRID = np.r_[0.0, P_FLOOR, np.logspace(-300, -1, 24), np.linspace(0.1, 0.9, 9),
+               1.0 - np.logspace(-1, -12, 6), 1.0]
+
+
+def _stepped(bet: BettingFunction, p: float) -> tuple[float, float, float]:
+    """log S after p from copies of ``bet``: by ``update`` (the compiled per-event step),
+    ``update_many`` (the compiled path) and the detectors' batch kernel (``run_test``)."""
+    one, many, batch = (copy.deepcopy(bet) for _ in range(3))
+    one.update(p)
+    path = many.update_many([p])
+    out_m, out_s = np.empty(1), np.empty(1)
+    run_test(batch, Ville(1e-300), np.array([p]), 0, 1, out_m, out_s)
+    return one.log_martingale, float(path[-1]), float(out_m[0])
+
+
+@pytest.mark.parametrize("make", [make for _, make in QUADRATURE_FORMS],
+                         ids=[name for name, _ in QUADRATURE_FORMS])
+def test_log_factor_is_the_compiled_step(make: Callable[[], BettingFunction]) -> None:
+    """The quadrature tests integrate the pure-Python ``log_factor``; the service runs compiled
+    steps. On a grid of p from 0 to 1 and random reachable states, log S + log_factor(p) equals
+    log S after ``update(p)``, ``update_many([p])`` and the detectors' ``run_test`` kernel, so
+    the quadrature is about the production step (a bet fitted with the current p-value, say,
+    fails here)."""
+    for bet in itertools.islice(random_states(make, seed=12), 60):
+        before = bet.log_martingale
+        for p in P_GRID.tolist():
+            expected = before + bet.log_factor(p)
+            tol = 1e-12 + 1e-14 * abs(expected)
+            for path, got in zip(("update", "update_many", "run_test"), _stepped(bet, p),
+                                 strict=True):
+                assert abs(got - expected) <= tol, (path, p, got, expected)
 
 
 def test_agrapa_bets_only_on_small_p_values_and_adapts() -> None:

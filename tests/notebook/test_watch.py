@@ -181,6 +181,25 @@ def test_labels_later_by_id() -> None:
     assert ("conditional", "concept_shift") in [(a[0], a[1]) for a in expected]
 
 
+def test_integer_ids_and_epoch_times_as_on_the_wire(by_arrays: NotebookMonitor) -> None:
+    """Issue #31: integer ids are their decimal strings (labels given later by the string join
+    them) and times may be epoch seconds or milliseconds (from 1e11), numpy numbers too."""
+    data = scripted_stream()
+    m = monitor.watch(_calibration(), covariate_alarm=COVARIATE_ALARM)
+    epoch = int(T0.timestamp())
+    for start in (0, 300, 600):
+        part = slice(start, start + 300)
+        ids = np.arange(start, start + 300)  # numpy integers
+        millis = (epoch + ids) * 1000
+        m.update(data.X[part], data.pred[part], ids=list(ids), ts=list(millis))
+        m.add_labels([str(i) for i in ids], data.y[part], ts=[float(epoch + i) for i in ids])
+    assert _summary(m) == _summary(by_arrays)
+    assert [a.ts for a in m.alarms] == [a.ts for a in by_arrays.alarms]
+    assert [a.event_id for a in m.alarms] == [str(a.event_index) for a in by_arrays.alarms]
+    with pytest.raises(ValueError, match="timestamps must be datetimes or epoch numbers"):
+        m.update(data.X[:1], data.pred[:1], ts=[True])
+
+
 def test_save_and_load_resume_exactly(by_arrays: NotebookMonitor, tmp_path: Path) -> None:
     data = scripted_stream()
     m = monitor.watch(_calibration(), covariate_alarm=COVARIATE_ALARM)
