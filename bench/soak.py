@@ -216,7 +216,7 @@ class Probe:
 def run_soak(db: str, events: Path, config: Path, interval_s: float = 5.0,
              batch_size: int = 500, log: Path | None = None) -> tuple[int, float, list[Sample]]:
     """Run ``monitor run`` over ``events`` into ``db``, sampling until it exits."""
-    argv = [sys.executable, "-m", "monitor.cli.main", "--db", db, "run", "--source",
+    argv = [sys.executable, "-m", "monitor.cli", "--db", db, "run", "--source",
             f"file:{events}", "--config", str(config), "--batch-size", str(batch_size)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
            "MONITOR_LOG_LEVEL": "WARNING"}

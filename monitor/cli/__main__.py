@@ -1,4 +1,4 @@
-"""``python -m monitor.cli.main``: the ``monitor`` command."""
+"""``python -m monitor.cli``: the ``monitor`` command."""
 
 import sys
 

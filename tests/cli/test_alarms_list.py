@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from monitor.cli.main import _alarm_table, main
+from monitor.cli.alarms_commands import _alarm_table
+from monitor.cli.main import main
 from monitor.core.diagnosis import ALARM_KINDS
 from tests.api.factories import alarm
 

@@ -97,7 +97,7 @@ def test_imported_from_the_wheel(installed: Path, tmp_path: Path) -> None:
 def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> None:
     env = _env(installed, tmp_path)
     url = f"sqlite:///{tmp_path}/fresh.db"
-    up = _python(["-m", "monitor.cli.main", "db", "upgrade", "--db", url], tmp_path, env)
+    up = _python(["-m", "monitor.cli", "db", "upgrade", "--db", url], tmp_path, env)
     assert up.returncode == 0, up.stderr
     assert "at revision head" in up.stdout
     check = _python(
@@ -112,7 +112,7 @@ def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> 
     )
     assert check.returncode == 0 and check.stdout.strip() not in ("", "None"), check.stderr
 
-    demo = _python(["-m", "monitor.cli.main", "demo", "--out", "demo", "--json"], tmp_path, env)
+    demo = _python(["-m", "monitor.cli", "demo", "--out", "demo", "--json"], tmp_path, env)
     assert demo.returncode == 0, demo.stderr
     summary = json.loads(demo.stdout.strip().splitlines()[-1])
     assert summary
@@ -138,11 +138,11 @@ def test_serve_from_the_wheel(installed: Path, tmp_path: Path) -> None:
     """`monitor serve` of the installed copy answers the API on a database it migrated."""
     env = _env(installed, tmp_path)
     url = f"sqlite:///{tmp_path}/served.db"
-    up = _python(["-m", "monitor.cli.main", "db", "upgrade", "--db", url], tmp_path, env)
+    up = _python(["-m", "monitor.cli", "db", "upgrade", "--db", url], tmp_path, env)
     assert up.returncode == 0, up.stderr
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "monitor.cli.main", "serve", "--db", url, "--port", str(port)],
+        [sys.executable, "-m", "monitor.cli", "serve", "--db", url, "--port", str(port)],
         cwd=tmp_path,
         env=env | {"MONITOR_API_TOKENS": "read:wheel-test"},
         stdout=subprocess.PIPE,

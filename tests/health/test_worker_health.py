@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from connectors.kafka import KafkaSource
 from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, mock_kafka_cluster, produce_kafka_python
-from monitor.cli.main import _metrics_port
+from monitor.cli.run_commands import _metrics_port
 from monitor.cli.runs import run_source
 from monitor.db.sink import DatabaseSink
 from monitor.engine.pipeline import BatchOutput

@@ -178,7 +178,7 @@ def test_rebind_moves_a_stream_and_the_new_writer_proceeds(
     assert set(bindings(pg_url).values()) == {(f"file:{first.resolve()}", "")}
     for spec in STREAMS:
         done = subprocess.run(
-            [sys.executable, "-m", "monitor.cli.main", "--db", pg_url, "streams", "rebind",
+            [sys.executable, "-m", "monitor.cli", "--db", pg_url, "streams", "rebind",
              spec.name, "--file", str(second)],
             cwd=ROOT, capture_output=True, text=True, check=False, timeout=60,
         )

@@ -42,7 +42,7 @@ class WorkerProcess:
             checkpoint_every: int = 1) -> WorkerProcess:
         """``monitor --db DB run --source SOURCE --group GROUP --config ... --batch-size N
         [--checkpoint-every K]``."""
-        argv = [sys.executable, "-m", "monitor.cli.main", "--db", db, "run", "--source", source,
+        argv = [sys.executable, "-m", "monitor.cli", "--db", db, "run", "--source", source,
                 "--group", group, *configs, "--batch-size", str(batch_size),
                 *_every(checkpoint_every)]
         return cls(argv, folder, name)

@@ -1,0 +1,112 @@
+"""``monitor alarms list`` and ``monitor report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from monitor.cli.common import UserError, positive_int
+from monitor.core.diagnosis import ALARM_KINDS
+from monitor.settings import Settings
+
+
+def add_alarms(sub: Any) -> None:
+    p = sub.add_parser("alarms", help="query stored alarms")
+    s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lst = s.add_parser("list", help="list alarms, newest first")
+    lst.add_argument("--stream")
+    lst.add_argument("--kind", choices=ALARM_KINDS)
+    lst.add_argument("--limit", type=positive_int, default=100)
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=_cmd_alarms_list)
+
+
+def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.cli.runs import list_alarms
+
+    alarms = list_alarms(settings, stream=args.stream, kind=args.kind, limit=args.limit)
+    if args.json:
+        print(json.dumps(alarms))
+        return 0
+    from rich.console import Console
+
+    console = Console()
+    console.print(_alarm_table(alarms, console.width))
+    return 0
+
+
+#: Terminals at least this wide get every column of the alarm table.
+
+
+_WIDE_TABLE = 120
+
+
+def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
+    """The alarms as a rich table for a terminal ``width`` columns wide.
+
+    Below 120 columns only what tells alarms apart is kept, each on one line: time (UTC, to
+    the second), stream, kind (which implies the detector), event index and statistic; the
+    event id, detector, changepoint and threshold are in the wide table and in ``--json``."""
+    from rich import box
+    from rich.table import Table
+
+    wide = width >= _WIDE_TABLE
+    table = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True
+    )
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("stream", overflow="fold", min_width=6)
+    if wide:
+        table.add_column("detector", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("event", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("changepoint", no_wrap=True, justify="right")
+    table.add_column("statistic", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("threshold", no_wrap=True, justify="right")
+    for a in alarms:
+        when = str(a["ts"]).replace("T", " ").removesuffix("Z")[:19]
+        event = f"{a['event_id']} (#{a['event_index']})" if wide else f"#{a['event_index']}"
+        statistic = "-" if a["statistic"] is None else f"{a['statistic']:.4g}"
+        cells = [when, a["stream"]]
+        if wide:
+            cells.append(a["detector"])
+        cells += [a["kind"], event]
+        if wide:
+            cells.append(str(a["changepoint"]))
+        cells.append(statistic)
+        if wide:
+            cells.append(f"{a['threshold']:.4g}")
+        table.add_row(*cells)
+    return table
+
+
+def add_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report", help="write one alarm's report: traces, diagnosis, evidence (HTML or PNG)"
+    )
+    p.add_argument("--alarm", required=True, metavar="ID", help="the alarm's id")
+    p.add_argument("--out", metavar="FILE", help="FILE.html or FILE.png "
+                   "(default: alarm-ID.html in the current folder)")
+    p.set_defaults(handler=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.db.errors import AlarmNotFoundError
+    from monitor.db.sink import DatabaseSink
+    from monitor.ops.report import report_context, write_report
+
+    out = args.out or f"alarm-{args.alarm}.html"
+    if not out.lower().endswith((".html", ".htm", ".png")):
+        raise UserError(f"--out must end in .html or .png, got {out!r}")
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    with sink.sessions() as session:
+        try:
+            context = report_context(session, args.alarm)
+        except AlarmNotFoundError as exc:
+            raise UserError(f"{exc} (see `monitor alarms list`)") from None
+    print(f"report of alarm {args.alarm}: {write_report(context, out)}")
+    return 0
