@@ -93,7 +93,7 @@ Hierarchy::
     │       the client left before its batch was processed; nothing was committed
     ├── IngestQueueFullError                        api.ingest
     │       more ingest requests wait than the queue holds (429 with ``Retry-After``)
-    ├── UserError                                   cli.main
+    ├── UserError                                   cli.common
     │       a problem the user can fix (bad file, bad configuration); printed without a traceback
     ├── SourceError                                 connectors.errors
     │   │   base class of every error a connector raises on purpose

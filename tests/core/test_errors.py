@@ -31,7 +31,8 @@ NOT_IMPORTABLE = {
 
 #: One class's line in the tree: glyphs, name, (built-in bases), then its module.
 TREE_LINE = re.compile(
-    r"^(?P<glyphs>[│├└─ ]*)(?P<name>[A-Z]\w*)(?: \((?P<builtins>[\w, ]+)\))? {2,}(?P<module>[\w.]+)$"
+    r"^(?P<glyphs>[│├└─ ]*)(?P<name>[A-Z]\w*)"
+    r"(?: \((?P<builtins>[\w, ]+)\))? {2,}(?P<module>[\w.]+)$"
 )
 GLYPHS_PER_LEVEL = 4  # "├── " and "│   "
 
