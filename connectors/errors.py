@@ -1,25 +1,16 @@
 """Exceptions raised by the source connectors.
 
-Every error a connector raises on purpose derives from :class:`SourceError`, so a caller can
-catch one class; the subclasses say what went wrong and what to do about it::
-
-    SourceError                    base class: something about a source failed
-    ├── SourceConfigError          the URL or an option cannot be used (also a ValueError)
-    ├── SourceUnavailableError     the file is missing, or no Kafka broker answered before the
-    │                              start-up deadline (retried with backoff until then)
-    ├── UnsupportedCompressionError  a producer compressed with a codec whose Python library is
-    │                              not installed (lz4, zstandard, python-snappy)
-    ├── PartitionNotAssignedError  seek or commit of a partition this consumer does not own
-    ├── OffsetRegressionError      a commit lower than an offset already committed (a bug in the
-    │                              caller: committed offsets only ever increase)
-    └── OffsetCommitError          the broker refused a commit, usually because the group
-                                   rebalanced and the partition now belongs to another member
+Every error a connector raises on purpose derives from :class:`SourceError` (and so from
+:class:`monitor.errors.MonitorError`), so a caller can catch one class; the subclasses say what
+went wrong and what to do about it (the tree, with when each is raised: :mod:`monitor.errors`).
 
 Exceptions raised by the caller's own ``on_assign`` / ``on_revoke`` callbacks are not wrapped:
 they propagate unchanged out of the ``poll`` call during which the rebalance happened.
 """
 
 from __future__ import annotations
+
+from monitor.errors import MonitorError
 
 __all__ = [
     "OffsetCommitError",
@@ -32,7 +23,7 @@ __all__ = [
 ]
 
 
-class SourceError(Exception):
+class SourceError(MonitorError):
     """Base class of every error raised on purpose by :mod:`connectors`."""
 
 

@@ -55,6 +55,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from monitor.errors import MonitorError
+
 __all__ = [
     "MOCK_CONSUMER_OPTIONS",
         "MockRetentionExceeded",
@@ -91,7 +93,7 @@ Value = bytes | str
 Key = bytes | str | None
 
 
-class MockRetentionExceeded(RuntimeError):
+class MockRetentionExceeded(MonitorError, RuntimeError):
     """The mock broker deleted records before anyone read them (5 MiB per partition)."""
 
 

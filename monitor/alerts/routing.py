@@ -34,6 +34,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from monitor.errors import MonitorError
 from monitor.settings import Settings
 from monitor.streams.records import ALARM_KINDS, Alarm
 
@@ -52,7 +53,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class AlertRoutingError(ValueError):
+class AlertRoutingError(MonitorError, ValueError):
     """A routing configuration that cannot be used; the message says where and why."""
 
 

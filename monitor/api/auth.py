@@ -23,6 +23,8 @@ from enum import StrEnum
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from monitor.errors import MonitorError
+
 __all__ = [
     "PUBLIC_PATHS",
     "AuthMiddleware",
@@ -108,7 +110,7 @@ class TokenStore:
         return None if found is None else Principal(found, digest.hex()[:12])
 
 
-class TokenConfigError(ValueError):
+class TokenConfigError(MonitorError, ValueError):
     """``MONITOR_API_TOKENS`` cannot be parsed; the message names the entry (never the token)
     and says how to fix it."""
 

@@ -41,6 +41,7 @@ from monitor.db.models import (
 from monitor.db.sink import DatabaseSink
 from monitor.db.store import load_offsets, stored_stream
 from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.errors import MonitorError
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
@@ -103,15 +104,15 @@ class IngestResult:
 HTTP_WRITER = Writer("http")
 
 
-class IdempotencyKeyReusedError(ValueError):
+class IdempotencyKeyReusedError(MonitorError, ValueError):
     """An ``Idempotency-Key`` sent again with another body (409)."""
 
 
-class ClientGoneError(Exception):
+class ClientGoneError(MonitorError):
     """The client left before its batch was processed: nothing was committed."""
 
 
-class IngestQueueFullError(Exception):
+class IngestQueueFullError(MonitorError):
     """More requests wait than the queue holds (429 with ``Retry-After``)."""
 
     def __init__(self, retry_after: int) -> None:

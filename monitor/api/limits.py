@@ -6,10 +6,12 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from monitor.errors import MonitorError
+
 __all__ = ["BodySizeLimitMiddleware"]
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(MonitorError):
     """Raised inside the middleware when a chunked body passes the limit."""
 
 

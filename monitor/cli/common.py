@@ -8,12 +8,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from monitor.errors import MonitorError
 from monitor.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
-class UserError(Exception):
+class UserError(MonitorError):
     """A problem the user can fix (bad file, bad configuration); printed without a traceback."""
 
 

@@ -1,23 +1,7 @@
 """Exceptions raised by the persistence layer.
 
-Hierarchy::
-
-    PersistenceError
-    ├── OffsetRegressionError      a source offset would move backwards (stale or zombie writer)
-    │   └── FencedError            a writer whose fencing token was superseded (a zombie)
-    ├── StreamBoundError           writing a stream bound to another writer (another group)
-    ├── InvalidRecordError         a record that cannot be stored as given (also a ValueError)
-    ├── InvalidCursorError         a pagination cursor not produced by this API (ValueError)
-    ├── UnsupportedDatabaseError   a database URL whose dialect is neither PostgreSQL nor SQLite
-    ├── StreamExistsError          creating a stream whose name is taken
-    │   └── StreamChangedError     ... with another configuration (update it instead)
-    ├── DeliveryNotDeadError       retrying an alert delivery that is not dead
-    ├── FleetExistsError           creating a fleet whose name is taken (also a ValueError)
-    └── NotFoundError              (also a LookupError)
-        ├── StreamNotFoundError
-        ├── AlarmNotFoundError
-        ├── DeliveryNotFoundError
-        └── FleetNotFoundError
+Every one derives from :class:`PersistenceError` (and so from :class:`monitor.errors.MonitorError`);
+the tree, with when each is raised, is in :mod:`monitor.errors`.
 
 The database's own errors reach callers as SQLAlchemy's ``DBAPIError`` subclasses;
 :func:`database_fault` says what one means for whoever runs the service (its cause, what to do,
@@ -33,13 +17,15 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from monitor.errors import MonitorError
 
-class PersistenceError(Exception):
+
+class PersistenceError(MonitorError):
     """Base class of the persistence layer's errors."""
 
 
-class OffsetRegressionError(PersistenceError):
-    """A batch tried to store an offset smaller than the one already stored.
+class StaleWriterError(PersistenceError):
+    """A stale writer: a batch tried to store an offset smaller than the one already stored.
 
     Offsets only ever increase: a smaller one means a stale writer (for example a worker that lost
     its partitions in a rebalance) is about to overwrite newer results. The batch is rolled back.
@@ -57,10 +43,10 @@ class OffsetRegressionError(PersistenceError):
         self.attempted = attempted
 
 
-class FencedError(OffsetRegressionError):
+class FencedError(StaleWriterError):
     """A writer's fencing token (the epoch it got when it was assigned the partition) is no longer
     the stored one: another worker was assigned the partition since. Nothing is written; the
-    worker handles it as it handles an offset regression (drops the batch and resynchronises)."""
+    worker handles it as any stale writer (drops the batch and resynchronises)."""
 
     def __init__(self, source: str, partition: int, stored: int, attempted: int,
                  why: str = "") -> None:

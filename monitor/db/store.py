@@ -10,7 +10,7 @@ trace points, OOD windows and flags and dead letters (unique per source location
 ``ON CONFLICT DO NOTHING``; checkpoints and offsets are upserted. An alarm's revision (a record
 with ``revision`` > 1) is inserted into ``alarm_revisions`` the same way and updates the alarm's
 row only when it is newer than the stored one. Offsets only ever increase: a
-batch carrying a smaller offset than the stored one raises :class:`OffsetRegressionError` and
+batch carrying a smaller offset than the stored one raises :class:`StaleWriterError` and
 writes nothing.
 """
 
@@ -29,7 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from monitor.db.engine import SQLITE_BEGIN
-from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
+from monitor.db.errors import InvalidRecordError, PersistenceError, StaleWriterError
 from monitor.db.fencing import Writer, check_bindings, check_fences
 from monitor.db.models import (
     AlarmRevisionRow,
@@ -143,7 +143,7 @@ def persist_batch(
 
     Raises
     ------
-    OffsetRegressionError
+    StaleWriterError
         An offset is smaller than the stored one (nothing is written).
     InvalidRecordError
         A record cannot be stored as given (nothing is written).
@@ -388,7 +388,7 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
     for o in offsets:
         previous = stored.get((o.source, o.partition))
         if previous is not None and o.offset < previous:
-            raise OffsetRegressionError(o.source, o.partition, previous, o.offset)
+            raise StaleWriterError(o.source, o.partition, previous, o.offset)
         stored[(o.source, o.partition)] = o.offset
 
 

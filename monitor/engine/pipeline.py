@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from monitor.errors import MonitorError
 from monitor.streams.events import Event, InvalidEvent, decode_batch, decode_event, epoch_time
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
 from monitor.streams.records import (
@@ -78,7 +79,7 @@ class BatchOutput:
 log = logging.getLogger(__name__)
 
 
-class BatchStepError(Exception):
+class BatchStepError(MonitorError):
     """A stream's batch step failed on something other than the data (a bug): its state may be
     half-advanced. The worker reloads the streams from the last checkpoint and processes the
     records one at a time, where the failing record becomes an ``internal error`` dead letter

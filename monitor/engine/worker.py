@@ -61,6 +61,7 @@ from monitor.engine.pipeline import (
     record_time,
     unknown_stream_reason,
 )
+from monitor.errors import MonitorError
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
 from monitor.streams.records import Alarm, DeadLetter, SourceOffset
 
@@ -85,7 +86,7 @@ TopicPartition = tuple[str, int]
 T = TypeVar("T")
 
 
-class WorkerError(Exception):
+class WorkerError(MonitorError):
     """Base class of the errors the worker raises on purpose."""
 
 
@@ -607,7 +608,7 @@ class Worker:
     def _persist(self, out: BatchOutput, records: Sequence[Any], checkpoint: bool) -> bool:
         """Store the batch (with, at a checkpoint, the states and offsets of every batch since
         the last one); False if it was not stored (and the worker has resynchronised)."""
-        from monitor.db.errors import InvalidRecordError, OffsetRegressionError, StreamBoundError
+        from monitor.db.errors import InvalidRecordError, StaleWriterError, StreamBoundError
 
         offsets: list[SourceOffset] = []
         states: dict[str, dict[str, Any]] = {}
@@ -626,7 +627,7 @@ class Worker:
         try:
             self._durably(lambda: self.sink.persist(out, offsets, states, **fencing),
                           "persisting a batch")
-        except OffsetRegressionError as exc:
+        except StaleWriterError as exc:
             log.warning("batch dropped: %s", exc)
             self._resync(records, out.touched)
             return False

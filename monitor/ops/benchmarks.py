@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from monitor.errors import MonitorError
 from monitor.settings import Settings
 
 __all__ = ["BenchmarksUnavailable", "bench_dir", "run_benchmarks"]
@@ -21,7 +22,7 @@ __all__ = ["BenchmarksUnavailable", "bench_dir", "run_benchmarks"]
 _MODULE = "monitor_bench_harness"
 
 
-class BenchmarksUnavailable(RuntimeError):
+class BenchmarksUnavailable(MonitorError, RuntimeError):
     """The ``bench/`` folder is not there (an installed package without its source checkout)."""
 
 

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from monitor.errors import MonitorError
+
 __all__ = [
     "FOLDER_UID",
     "POSTGRES_TYPE",
@@ -56,7 +58,7 @@ _POSTGRES_VERSION = 1500
 _SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
 
 
-class DashboardPushError(Exception):
+class DashboardPushError(MonitorError):
     """Grafana could not be provisioned; the message says why and what to change."""
 
 

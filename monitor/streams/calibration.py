@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from monitor.errors import MonitorError
 from monitor.streams.events import InvalidEvent, PredictionEvent, decode_event
 
 
-class CalibrationError(ValueError):
+class CalibrationError(MonitorError, ValueError):
     """Calibration data that cannot be used; the message says which line and why."""
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from monitor.errors import MonitorError
 from monitor.streams.durations import parse_duration
 
 Task = Literal["regression", "classification"]
@@ -46,7 +47,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-class ConfigError(ValueError):
+class ConfigError(MonitorError, ValueError):
     """A stream configuration that cannot be used; the message says which field and why."""
 
 

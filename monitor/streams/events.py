@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError, TzInfo
 
+from monitor.errors import MonitorError
 from monitor.streams.config import NAME_PATTERN
 
 #: The dead-letter reason of a record without a value (a Kafka tombstone).
@@ -128,7 +129,7 @@ def _event_id(value: Any) -> Any:
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(MonitorError, ValueError):
     """An event that cannot be processed; the message is the dead-letter reason."""
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from monitor.core.decisions.decider import OODDecider
 from monitor.core.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.core.scores import SCALED_RESIDUALS
+from monitor.errors import MonitorError
 from monitor.streams.attribution import (
     AlarmAttribution,
     CompletedAttribution,
@@ -48,7 +49,7 @@ STATE_VERSION = 1
 ALREADY_PROCESSED = "already processed"
 
 
-class FeatureOrderError(ValueError):
+class FeatureOrderError(MonitorError, ValueError):
     """A stream whose features cannot be read in the order its state or calibration needs (the
     message says which stream, the two orders and the fix): the stream is stopped, never run
     with its feature columns permuted."""

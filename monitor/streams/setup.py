@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from monitor.errors import MonitorError
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import ConfigError, StreamConfig, load_stream_config
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from monitor.db.store import StoredStream
 
 
-class RunError(Exception):
+class RunError(MonitorError):
     """A run that cannot start (bad configuration, calibration or source); message says why."""
 
 

@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from monitor.errors import MonitorError
+
 __all__ = [
     "BLOB_MAGIC",
     "STATE_FORMAT",
@@ -85,11 +87,11 @@ _AS_IS = frozenset({str, int, bool, type(None)})  # JSON values the encoder keep
 _CANONICAL_NAN_BITS = struct.unpack("<Q", struct.pack("<d", math.nan))[0]
 
 
-class StateEncodingError(TypeError):
+class StateEncodingError(MonitorError, TypeError):
     """A value in a detector state that the safe format cannot represent."""
 
 
-class StateFormatError(ValueError):
+class StateFormatError(MonitorError, ValueError):
     """Stored state text or blob that is corrupt or written by an unknown format version."""
 
 

@@ -22,7 +22,7 @@ from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
 from monitor.alerts.webhooks import verify
 from monitor.db.engine import session_factory
-from monitor.db.errors import OffsetRegressionError
+from monitor.db.errors import StaleWriterError
 from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow
 from monitor.db.repositories import retry_alert_delivery
 from monitor.db.sink import DatabaseSink
@@ -99,7 +99,7 @@ def test_deliveries_are_queued_in_the_results_transaction(
     assert len(deliveries(db_engine)) == 2
     # A batch the database refuses stores neither its alarm nor its deliveries.
     late = [alarm("bikes", 1, kind="concept_shift")]
-    with pytest.raises(OffsetRegressionError):
+    with pytest.raises(StaleWriterError):
         persist_batch(db_session, alarms=late, alerts=outbox_rows(late, routing(receiver)),
                       offsets=[SourceOffset("file:x", 0, 5)])
     assert len(deliveries(db_engine)) == 2

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from monitor.db.engine import session_factory
-from monitor.db.errors import InvalidRecordError, OffsetRegressionError, PersistenceError
+from monitor.db.errors import InvalidRecordError, PersistenceError, StaleWriterError
 from monitor.db.models import (
     AlarmRow,
     Base,
@@ -148,7 +148,7 @@ def test_an_error_mid_batch_leaves_nothing(db_session: Session) -> None:
 def test_offsets_only_increase(db_session: Session) -> None:
     persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 100)])
     persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 100)])  # equal: a replay
-    with pytest.raises(OffsetRegressionError, match="from 100 to 99") as info:
+    with pytest.raises(StaleWriterError, match="from 100 to 99") as info:
         persist_batch(db_session, alarms=[alarm(1)], offsets=[SourceOffset(SOURCE, 0, 99)])
     assert (info.value.stored, info.value.attempted) == (100, 99)
     assert row_counts(db_session)["alarms"] == 0  # the regressing batch wrote nothing
@@ -159,7 +159,7 @@ def test_offsets_only_increase(db_session: Session) -> None:
 
 def test_an_offset_regression_inside_one_batch_is_refused(db_session: Session) -> None:
     offsets = [SourceOffset(SOURCE, 0, 10), SourceOffset(SOURCE, 0, 5)]
-    with pytest.raises(OffsetRegressionError):
+    with pytest.raises(StaleWriterError):
         persist_batch(db_session, offsets=offsets)
     assert row_counts(db_session)["source_offsets"] == 0
 
@@ -171,7 +171,7 @@ def test_a_stale_writer_cannot_move_offsets_back(db_engine: Engine, db_session: 
         persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 10)])
         assert load_offsets(other, SOURCE) == {0: 10}
         persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 20)])
-        with pytest.raises(OffsetRegressionError):
+        with pytest.raises(StaleWriterError):
             persist_batch(other, offsets=[SourceOffset(SOURCE, 0, 15)])
     finally:
         other.close()

@@ -11,10 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from monitor.errors import MonitorError
+
 STATE_VERSION = 1
 
 
-class StateError(ValueError):
+class StateError(MonitorError, ValueError):
     """A state dict that does not belong to this class or uses an unknown layout version."""
 
 

@@ -16,12 +16,14 @@ from typing import Any, ClassVar, Literal, Self, get_args
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from monitor.errors import MonitorError
+
 InputKind = Literal["features", "logits", "embedding"]
 INPUT_KINDS: tuple[str, ...] = get_args(InputKind)
 FloatArray = NDArray[np.float64]
 
 
-class NotFittedError(RuntimeError):
+class NotFittedError(MonitorError, RuntimeError):
     """``score`` was called on a scorer that needs ``fit`` first."""
 
 
