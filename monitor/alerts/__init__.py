@@ -1,6 +1,8 @@
 """Alert routing and delivery: which alarms go to which receivers (:mod:`.routing`), in which
 format (:mod:`.payloads`), delivered at-least-once from the ``alert_outbox`` table
-(:mod:`.outbox`). See docs/operations.md, "Alert routing"."""
+(:mod:`.outbox`), each attempt signed (:mod:`.signing`) and retried (:mod:`.delivery`, which
+also holds the in-memory delivery of runs without a database). See docs/operations.md, "Alert
+routing"."""
 
 from monitor.alerts.outbox import AlertDelivery, outbox_rows
 from monitor.alerts.payloads import render
@@ -15,6 +17,7 @@ from monitor.alerts.routing import (
     load_alert_routing,
     routing_from_settings,
 )
+from monitor.alerts.signing import sign, verify
 
 __all__ = [
     "SEVERITY_OF_KIND",
@@ -29,4 +32,6 @@ __all__ = [
     "outbox_rows",
     "render",
     "routing_from_settings",
+    "sign",
+    "verify",
 ]

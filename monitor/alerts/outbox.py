@@ -12,12 +12,12 @@ Delivering: :class:`AlertDelivery` runs one background thread that repeatedly
    transaction holds the database's write lock), counting the attempt and pushing
    ``next_attempt_at`` past a lease — a process that dies mid-delivery leaves the row to be
    claimed again once the lease ends;
-2. POSTs the bodies (a few at a time), signed (:func:`monitor.alerts.webhooks.signed_headers`),
-outside
-   any transaction;
+2. POSTs the bodies (a few at a time), signed (:func:`monitor.alerts.delivery.post_signed`),
+   outside any transaction;
 3. *finishes* each row: ``delivered`` on a 2xx answer; ``dead`` on another final answer (3xx,
    4xx but 429) or once ``attempt_limit`` attempts failed; else back to ``pending``, due after an
-   exponential backoff with jitter (``Retry-After`` is honoured when longer). Every attempt is
+   exponential backoff with jitter (``Retry-After`` is honoured when longer:
+   :func:`monitor.alerts.delivery.retry_delay`). Every attempt is
    also recorded in ``webhook_deliveries`` (with the receiver's name).
 
 One alarm's versions reach each receiver in order: a row is not claimed while an earlier row of
@@ -34,7 +34,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,18 +42,19 @@ from typing import Any
 
 import httpx
 from sqlalchemy import exists, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from monitor.alerts.delivery import Answer, exponential_backoff, post_signed, retry_delay
 from monitor.alerts.payloads import render
 from monitor.alerts.routing import AlertRouting, Delivery
-from monitor.alerts.webhooks import MAX_RETRY_AFTER, idempotency_key, signed_headers
+from monitor.alerts.signing import idempotency_key
+from monitor.db.dialect import insert_missing
 from monitor.db.engine import SQLITE_BEGIN
-from monitor.db.models import AlertOutboxRow, Base, WebhookDeliveryRow, utcnow
+from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow, utcnow
 from monitor.streams.records import Alarm
 
-__all__ = ["AlertDelivery", "Claimed", "jittered_backoff", "outbox_rows"]
+__all__ = ["AlertDelivery", "Claimed", "outbox_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -88,26 +89,6 @@ def outbox_rows(
     ]
 
 
-def jittered_backoff(
-    delivery: Delivery, rng: random.Random
-) -> Callable[[int], float]:
-    """Seconds to wait after failed attempt ``n`` (1-based): ``min(cap, base * 2**(n-1))``
-    times a uniform factor in [1/2, 1] ("equal jitter": M. Brooker, *Exponential Backoff And
-    Jitter*, AWS Architecture Blog, 2015), so that receivers recovering from an outage are not
-    hit by every sender at the same instant, while each wait stays at least half the
-    exponential one.
-
-    Examples
-    --------
-    >>> wait = jittered_backoff(Delivery(backoff_seconds=1, max_backoff_seconds=60),
-    ...                         random.Random(0))
-    >>> [0.5 * 2**(n - 1) <= wait(n) <= 2**(n - 1) for n in range(1, 6)]
-    [True, True, True, True, True]
-    """
-    base, cap = delivery.backoff_seconds, delivery.max_backoff_seconds
-    return lambda n: min(cap, base * 2.0 ** (n - 1)) * rng.uniform(0.5, 1.0)
-
-
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """An outbox row taken for one attempt."""
@@ -119,22 +100,6 @@ class Claimed:
     body: str
     key: str
     attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    status_code: int | None
-    error: str | None
-    retry_after: float = 0.0
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status_code is not None and 200 <= self.status_code < 300
-
-    @property
-    def retryable(self) -> bool:
-        code = self.status_code
-        return code is None or code == 429 or code >= 500
 
 
 class AlertDelivery:
@@ -183,7 +148,11 @@ class AlertDelivery:
         self.lease_s = self.delivery.lease_seconds if lease_s is None else lease_s
         self.batch = batch
         self.concurrency = concurrency
-        self.backoff = jittered_backoff(self.delivery, rng or random.Random())
+        self.backoff = exponential_backoff(
+            self.delivery.backoff_seconds,
+            cap=self.delivery.max_backoff_seconds,
+            jitter=rng or random.Random(),
+        )
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._deadline = float("inf")
@@ -262,7 +231,7 @@ class AlertDelivery:
                                      row.idempotency_key, row.attempts))
             return taken
 
-    def finish(self, outcomes: Sequence[tuple[Claimed, _Answer]]) -> None:
+    def finish(self, outcomes: Sequence[tuple[Claimed, Answer]]) -> None:
         """Store the outcome of each attempt (a row re-claimed meanwhile is left to its new
         claimer unless this attempt delivered it) and record the attempts, in one transaction."""
         with self.sessions() as session, session.begin():
@@ -277,13 +246,10 @@ class AlertDelivery:
                 if row.attempts == claimed.attempt or answer.succeeded:
                     self._update(row, claimed, answer)
             # Two receivers may share a URL: their attempts are recorded once.
-            table = Base.metadata.tables[WebhookDeliveryRow.__tablename__]
-            dialect = session.get_bind().dialect.name
-            stmt = (postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table))
-            session.execute(stmt.on_conflict_do_nothing(),
-                            [_attempt_row(claimed, answer) for claimed, answer in outcomes])
+            insert_missing(session, WebhookDeliveryRow,
+                           [_attempt_row(claimed, answer) for claimed, answer in outcomes])
 
-    def _update(self, row: AlertOutboxRow, claimed: Claimed, answer: _Answer) -> None:
+    def _update(self, row: AlertOutboxRow, claimed: Claimed, answer: Answer) -> None:
         now = utcnow()
         row.last_status_code, row.last_error = answer.status_code, answer.error
         if answer.succeeded:
@@ -294,17 +260,12 @@ class AlertDelivery:
                         row.id, row.alarm_id, row.receiver, claimed.attempt,
                         answer.error or f"HTTP {answer.status_code}")
         else:
-            wait = max(self.backoff(claimed.attempt), min(answer.retry_after, MAX_RETRY_AFTER))
+            wait = retry_delay(self.backoff, claimed.attempt, answer)
             row.next_attempt_at = now + timedelta(seconds=wait)
 
-    def _post(self, claimed: Claimed) -> _Answer:
-        body = claimed.body.encode("utf-8")
-        headers = signed_headers(body, self.secret, claimed.key, claimed.attempt)
-        try:
-            response = self._client.post(claimed.url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return _Answer(None, f"{type(exc).__name__}: {exc}"[:1000])
-        return _Answer(response.status_code, None, _retry_after(response))
+    def _post(self, claimed: Claimed) -> Answer:
+        return post_signed(self._client, claimed.url, claimed.body.encode("utf-8"), self.secret,
+                           claimed.key, claimed.attempt)
 
     # -- the thread -----------------------------------------------------------------------------
 
@@ -325,7 +286,7 @@ class AlertDelivery:
                 self._wake.clear()
 
 
-def _attempt_row(claimed: Claimed, answer: _Answer) -> dict[str, Any]:
+def _attempt_row(claimed: Claimed, answer: Answer) -> dict[str, Any]:
     return {
         "alarm_id": claimed.alarm_id,
         "url": claimed.url,
@@ -336,10 +297,3 @@ def _attempt_row(claimed: Claimed, answer: _Answer) -> dict[str, Any]:
         "receiver": claimed.receiver,
     }
 
-
-def _retry_after(response: httpx.Response) -> float:
-    value = response.headers.get("retry-after", "")
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return 0.0  # HTTP-date form: our own backoff applies

@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -48,6 +49,7 @@ __all__ = [
     "Severity",
     "load_alert_routing",
     "routing_from_settings",
+    "webhook_urls",
 ]
 
 log = logging.getLogger(__name__)
@@ -256,13 +258,25 @@ def load_alert_routing(path: str | None, webhook_urls: Sequence[str] = ()) -> Al
 def routing_from_settings(settings: Settings) -> AlertRouting | None:
     """The routing of ``settings.alerts_file`` and ``settings.webhook_urls`` (None: neither),
     shared by ``monitor run`` and the API app; warns when deliveries would go unsigned."""
-    from monitor.alerts.webhooks import webhook_urls
-
     routing = load_alert_routing(settings.alerts_file, webhook_urls(settings.webhook_urls))
     if routing is not None and not settings.webhook_secret:
         log.warning("alert receivers are configured without MONITOR_WEBHOOK_SECRET: signatures "
                     "are computed with an empty key and prove nothing")
     return routing
+
+
+def webhook_urls(value: str | Sequence[str] | None) -> list[str]:
+    """URLs from a comma/space separated string or a list.
+
+    Examples
+    --------
+    >>> webhook_urls("http://a/hook, http://b/hook")
+    ['http://a/hook', 'http://b/hook']
+    """
+    if not value:
+        return []
+    items = re.split(r"[\s,]+", value) if isinstance(value, str) else list(value)
+    return [u.strip() for u in items if u and u.strip()]
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -95,7 +95,7 @@ def alerts_argument(p: Any) -> None:
 def with_alerts(args: argparse.Namespace, settings: Settings) -> Settings:
     """``settings`` with ``--alerts``, checked now: a bad routing file is one line, exit 2."""
     from monitor.alerts import AlertRoutingError, load_alert_routing
-    from monitor.alerts.webhooks import webhook_urls
+    from monitor.alerts.routing import webhook_urls
 
     if getattr(args, "alerts", None):
         settings = settings.model_copy(update={"alerts_file": args.alerts})

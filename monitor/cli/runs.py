@@ -176,7 +176,7 @@ def _alerts(settings: Settings, sink: Sink) -> _AlertHooks | None:
     delivery thread sends them (at-least-once); without one (``--no-store``), the in-memory
     dispatcher of ``MONITOR_WEBHOOK_URLS`` (at-most-once). None: no receiver."""
     from monitor.alerts import AlertDelivery, AlertRoutingError, routing_from_settings
-    from monitor.alerts.webhooks import dispatcher_from_settings
+    from monitor.alerts.delivery import dispatcher_from_settings
 
     try:
         routing = routing_from_settings(settings)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from monitor.db.dialect import insert_missing
 from monitor.db.errors import FencedError, StreamBoundError, StreamNotFoundError
 from monitor.db.models import (
     SourceOffsetRow,
@@ -66,16 +67,6 @@ class Writer:
 HTTP = Writer("http")
 
 
-def _insert(session: Session, model: type, **values: object) -> None:
-    """Insert a row unless its key exists (both dialects)."""
-    from monitor.db.store import _insert as dialect_insert
-    from monitor.db.store import _table
-
-    dialect = session.connection().dialect.name
-    session.execute(dialect_insert(dialect, _table(model)).values(**values)
-                    .on_conflict_do_nothing())
-
-
 def offset_key_for(session: Session, source: str, group: str) -> str:
     """The key under which ``group`` stores its offsets of ``source`` (read only)."""
     owner = session.scalar(select(WriterFenceRow.group_id).where(
@@ -89,13 +80,15 @@ def claim_partitions(
     """Take ``partitions`` of ``source`` for ``group`` and commit: the offset key to use and the
     new epoch (fencing token) of each partition."""
     with session.begin():
-        _insert(session, WriterFenceRow, source=source, partition=OWNER, group_id=group, epoch=0,
-                updated_at=utcnow())
+        insert_missing(session, WriterFenceRow, [{"source": source, "partition": OWNER,
+                                                  "group_id": group, "epoch": 0,
+                                                  "updated_at": utcnow()}])
         key = offset_key_for(session, source, group)
         epochs: dict[int, int] = {}
         for partition in sorted(partitions):
-            _insert(session, WriterFenceRow, source=key, partition=partition, group_id=group,
-                    epoch=0, updated_at=utcnow())
+            insert_missing(session, WriterFenceRow, [{"source": key, "partition": partition,
+                                                      "group_id": group, "epoch": 0,
+                                                      "updated_at": utcnow()}])
             row = session.execute(
                 select(WriterFenceRow.epoch).where(WriterFenceRow.source == key,
                                                    WriterFenceRow.partition == partition)
@@ -129,8 +122,9 @@ def check_bindings(session: Session, writer: Writer, streams: Iterable[str]) -> 
     """Bind unbound ``streams`` to ``writer``; raise :class:`StreamBoundError` for the first one
     bound to another writer (locking the binding rows until the transaction ends)."""
     for stream in sorted(set(streams)):
-        _insert(session, StreamWriterRow, stream=stream, source=writer.source,
-                group_id=writer.group, updated_at=utcnow())
+        insert_missing(session, StreamWriterRow, [{"stream": stream, "source": writer.source,
+                                                   "group_id": writer.group,
+                                                   "updated_at": utcnow()}])
         row = session.execute(
             select(StreamWriterRow.source, StreamWriterRow.group_id)
             .where(StreamWriterRow.stream == stream).with_for_update()

@@ -24,10 +24,10 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Table, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import InvalidRecordError, PersistenceError, StaleWriterError
 from monitor.db.fencing import Writer, check_bindings, check_fences
@@ -182,7 +182,7 @@ def persist_batch(
                             performance_windows)
     with session.begin():
         # SQLite: take the write lock now rather than fail upgrading a read transaction later.
-        dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
+        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
         if writer is not None:
             bound = {*streams, *checkpoints, *(a.stream for a in alarms),
                      *(t.stream for t in trace_points), *(w.stream for w in ood_windows),
@@ -191,25 +191,23 @@ def persist_batch(
             check_bindings(session, writer, bound)
             check_fences(session, fences or {}, writer.group)
         _check_offsets(session, offsets)
-        for table, table_rows in rows.inserts():
-            if table_rows:
-                session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        for model, model_rows in rows.inserts():
+            insert_missing(session, model, model_rows)
         _revise_alarms(session, rows.revised)
         completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, dialect, [*alerts, *(route([*alarms, *completed]) if route else ())])
-        _upsert_checkpoints(session, dialect, rows.checkpoints)
-        _upsert_offsets(session, dialect, rows.offsets)
+        _queue_alerts(session, [*alerts, *(route([*alarms, *completed]) if route else ())])
+        _upsert_checkpoints(session, rows.checkpoints)
+        _upsert_offsets(session, rows.offsets)
         now = utcnow()
         if ingested:
             keyed = [
                 {"stream": s, "kind": k, "event_id": event_key(i), "created_at": now}
                 for s, k, i in ingested
             ]
-            session.execute(_insert(dialect, _table(IngestedEventRow)).on_conflict_do_nothing(),
-                            keyed)
+            insert_missing(session, IngestedEventRow, keyed)
         if ingest_request is not None:
             key, digest, answer = ingest_request
-            session.execute(_insert(dialect, _table(IngestRequestRow)), [
+            session.execute(insert(session, IngestRequestRow), [
                 {"key": key, "body_sha256": digest, "response": dict(answer), "created_at": now}
             ])
 
@@ -338,34 +336,20 @@ class _BatchRows:
             performance_windows=[_performance_row(w) for w in performance_windows],
         )
 
-    def inserts(self) -> Iterable[tuple[Table, list[Row]]]:
+    def inserts(self) -> Iterable[tuple[type[Base], list[Row]]]:
         """Insert-if-absent tables in foreign-key order, with their rows."""
-        yield _table(AlarmRow), self.alarms
-        yield _table(AlarmRevisionRow), self.alarm_revisions
-        yield _table(TracePointRow), self.trace_points
-        yield _table(OODWindowRow), self.ood_windows
-        yield _table(OODFlagRow), self.ood_flags
-        yield _table(DeadLetterRow), self.dead_letters
-        yield _table(PerformanceWindowRow), self.performance_windows
+        yield AlarmRow, self.alarms
+        yield AlarmRevisionRow, self.alarm_revisions
+        yield TracePointRow, self.trace_points
+        yield OODWindowRow, self.ood_windows
+        yield OODFlagRow, self.ood_flags
+        yield DeadLetterRow, self.dead_letters
+        yield PerformanceWindowRow, self.performance_windows
 
 
-def _queue_alerts(session: Session, dialect: str, alerts: Sequence[Mapping[str, Any]]) -> None:
+def _queue_alerts(session: Session, alerts: Sequence[Mapping[str, Any]]) -> None:
     """Insert outbox rows not queued yet (unique per idempotency key and receiver)."""
-    if alerts:
-        table = _table(AlertOutboxRow)
-        session.execute(_insert(dialect, table).on_conflict_do_nothing(), [dict(a) for a in alerts])
-
-
-def _table(model: type[Base]) -> Table:
-    return Base.metadata.tables[model.__tablename__]
-
-
-def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
-    if dialect == "postgresql":
-        return postgresql.insert(table)
-    if dialect == "sqlite":
-        return sqlite.insert(table)
-    raise PersistenceError(f"unsupported database dialect {dialect!r}")
+    insert_missing(session, AlertOutboxRow, alerts)
 
 
 def _revise_alarms(session: Session, rows: list[Row]) -> None:
@@ -392,10 +376,10 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
         stored[(o.source, o.partition)] = o.offset
 
 
-def _upsert_checkpoints(session: Session, dialect: str, rows: list[Row]) -> None:
+def _upsert_checkpoints(session: Session, rows: list[Row]) -> None:
     if not rows:
         return
-    stmt = _insert(dialect, _table(CheckpointRow))
+    stmt = insert(session, CheckpointRow)
     columns = ("version", "event_index", "state", "arrays", "updated_at")
     stmt = stmt.on_conflict_do_update(
         index_elements=["stream"], set_={c: stmt.excluded[c] for c in columns}
@@ -403,10 +387,10 @@ def _upsert_checkpoints(session: Session, dialect: str, rows: list[Row]) -> None
     session.execute(stmt, rows)
 
 
-def _upsert_offsets(session: Session, dialect: str, rows: list[Row]) -> None:
+def _upsert_offsets(session: Session, rows: list[Row]) -> None:
     if not rows:
         return
-    stmt = _insert(dialect, _table(SourceOffsetRow))
+    stmt = insert(session, SourceOffsetRow)
     # The guard keeps offsets monotonic even against a writer that raced past _check_offsets.
     stmt = stmt.on_conflict_do_update(
         index_elements=["source", "partition"],
@@ -664,7 +648,7 @@ def persist_replay(
     rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, (), (),
                             performance_windows)
     with session.begin():
-        dialect = session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"}).dialect.name
+        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
         for stream in sorted(checkpoints):
             query = select(CheckpointRow.version, CheckpointRow.event_index).where(
                 CheckpointRow.stream == stream
@@ -673,13 +657,12 @@ def persist_replay(
             found = None if row is None else (row.version, row.event_index)
             if found != expected.get(stream):
                 raise CheckpointMovedError(stream, expected.get(stream), found)
-        for table, table_rows in rows.inserts():
-            if table_rows:
-                session.execute(_insert(dialect, table).on_conflict_do_nothing(), table_rows)
+        for model, model_rows in rows.inserts():
+            insert_missing(session, model, model_rows)
         _revise_alarms(session, rows.revised)
         completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, dialect, [*alerts, *(route([*alarms, *completed]) if route else ())])
-        _upsert_checkpoints(session, dialect, rows.checkpoints)
+        _queue_alerts(session, [*alerts, *(route([*alarms, *completed]) if route else ())])
+        _upsert_checkpoints(session, rows.checkpoints)
         deleted: set[int] = set()
         ids = list(replayed)
         for start in range(0, len(ids), 500):

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from monitor.alerts import AlertDelivery, AlertRouting, Delivery
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
-from monitor.alerts.webhooks import verify
+from monitor.alerts.signing import verify
 from monitor.db.engine import session_factory
 from monitor.db.errors import StaleWriterError
 from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow

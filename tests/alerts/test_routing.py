@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ from monitor.alerts import (
     load_alert_routing,
     render,
 )
-from monitor.alerts.outbox import jittered_backoff, outbox_rows
+from monitor.alerts.delivery import exponential_backoff
+from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
-from monitor.alerts.webhooks import sign, signed_headers, verify
+from monitor.alerts.signing import sign, signed_headers, verify
 from tests.api.factories import alarm
 
 ROUTING: dict[str, Any] = {
@@ -180,16 +182,22 @@ def test_signature_covers_the_timestamp_and_expires_outside_the_window() -> None
     assert sign(body, "s3cret", 1) != sign(body, "s3cret", 2)
 
 
+def _jittered(delivery: Delivery, rng: random.Random) -> Callable[[int], float]:
+    """The backoff of the outbox's delivery (``AlertDelivery.backoff``)."""
+    return exponential_backoff(delivery.backoff_seconds, cap=delivery.max_backoff_seconds,
+                               jitter=rng)
+
+
 def test_backoff_is_exponential_with_equal_jitter() -> None:
     delivery = Delivery(backoff_seconds=0.5, max_backoff_seconds=30)
     for seed in range(200):
-        wait = jittered_backoff(delivery, random.Random(seed))
+        wait = _jittered(delivery, random.Random(seed))
         for n in range(1, 10):
             full = min(30.0, 0.5 * 2 ** (n - 1))
             assert full / 2 <= wait(n) <= full
     # The jitter spreads the waits: over 2 000 draws the factor's mean is 3/4 (uniform on
     # [1/2, 1], standard deviation 0.144; the mean's is 0.0032, so 0.02 is over 6 of them).
-    wait = jittered_backoff(delivery, random.Random(7))
+    wait = _jittered(delivery, random.Random(7))
     factors = [wait(3) / 2.0 for _ in range(2000)]
     assert abs(sum(factors) / len(factors) - 0.75) < 0.02
     assert min(factors) < 0.52 and max(factors) > 0.98

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from monitor.alerts import SEVERITY_OF_KIND
-from monitor.alerts.webhooks import verify
+from monitor.alerts.signing import verify
 from monitor.api import create_app
 from monitor.db.models import (
     CalibrationEventRow,

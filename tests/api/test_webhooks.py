@@ -16,13 +16,8 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from monitor.alerts.webhooks import (
-    DeliveryAttempt,
-    WebhookDispatcher,
-    exponential_backoff,
-    sign,
-    verify,
-)
+from monitor.alerts.delivery import DeliveryAttempt, WebhookDispatcher, exponential_backoff
+from monitor.alerts.signing import sign, verify
 from monitor.db.engine import session_factory
 from monitor.db.models import WebhookDeliveryRow
 from monitor.streams.records import Alarm

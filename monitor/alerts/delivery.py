@@ -1,30 +1,18 @@
-"""Alarm webhooks: signed, idempotent, retried deliveries that never block detection.
+"""Delivering an alarm over HTTP: one signed attempt, the retry rule and the backoff, and the
+in-memory delivery of runs without a database.
 
-Every alarm delivery (to a webhook, Slack or Alertmanager receiver; :mod:`monitor.alerts`) is a
-POST with these headers:
-
-``X-Monitor-Timestamp: <unix seconds>``
-    When the request was signed.
-``X-Monitor-Signature: sha256=<hex>``
-    HMAC-SHA256, with the shared secret, of ``f"{timestamp}.{body}"`` (the timestamp header's
-    value, a dot, the exact request body). A receiver recomputes it over the raw bytes it
-    received, compares in constant time and refuses a timestamp more than 5 minutes from its
-    clock (:func:`verify`), so a captured request cannot be replayed later.
-``X-Monitor-Idempotency-Key: <alarm id>:<revision>``
-    The same on every attempt (alarm ids are deterministic), so a receiver can drop repeats.
-    Each revision of an alarm (``revision`` in the body: an ``insufficient_evidence`` alarm is
-    revised once its evidence is complete) is delivered as a new delivery with its own key.
-``X-Monitor-Attempt: <n>``
-    1 for the first attempt.
+One attempt (:func:`post_signed`) is a POST with the headers of :mod:`monitor.alerts.signing`.
+A 2xx answer ends the delivery. Connection errors, timeouts, 429 and 5xx are retried
+(:attr:`Answer.retryable`) after an exponential backoff (:func:`exponential_backoff`), or after
+the receiver's ``Retry-After`` when that is longer (at most :data:`MAX_RETRY_AFTER`:
+:func:`retry_delay`); any other answer (3xx, 4xx) is final.
 
 With a database, alarms are delivered from the ``alert_outbox`` table by
-:class:`monitor.alerts.AlertDelivery` (at-least-once across crashes, routed per receiver).
-:class:`WebhookDispatcher` is the delivery of runs without a database (``monitor run
---no-store``): an in-memory queue, so a crash loses what it holds. A 2xx answer ends the
-delivery. Connection errors, timeouts, 429 and 5xx are retried with exponential backoff
-(``Retry-After`` is honoured when longer) up to ``max_attempts``; any other answer (3xx, 4xx)
-is final. Every attempt, and every delivery dropped without an attempt (queue
-full, shutdown), is recorded (``webhook_deliveries`` with :class:`DatabaseRecorder`).
+:class:`monitor.alerts.AlertDelivery` (:mod:`monitor.alerts.outbox`: at-least-once across
+crashes, routed per receiver). :class:`WebhookDispatcher` is the delivery of runs without a
+database (``monitor run --no-store``): an in-memory queue, so a crash loses what it holds. It
+retries up to ``max_attempts``. Every attempt, and every delivery dropped without an attempt
+(queue full, shutdown), is recorded (``webhook_deliveries`` with :class:`DatabaseRecorder`).
 
 :meth:`WebhookDispatcher.submit` only appends to a bounded in-memory queue; the HTTP calls and the
 recording happen in one background thread, so a slow or dead receiver never delays detection.
@@ -32,12 +20,10 @@ recording happen in one background thread, so a slow or dead receiver never dela
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import hmac
 import itertools
 import logging
-import re
+import random
 import threading
 import time
 from collections import deque
@@ -49,6 +35,8 @@ from sqlalchemy import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from monitor.alerts.routing import webhook_urls
+from monitor.alerts.signing import idempotency_key, signed_headers
 from monitor.db.models import WebhookDeliveryRow
 from monitor.db.types import json_dumps
 from monitor.settings import Settings
@@ -56,112 +44,97 @@ from monitor.streams.records import Alarm
 
 __all__ = [
     "DROPPED",
+    "MAX_RETRY_AFTER",
+    "Answer",
     "DatabaseRecorder",
     "DeliveryAttempt",
     "WebhookDispatcher",
+    "dispatcher_from_settings",
     "exponential_backoff",
-    "idempotency_key",
-    "sign",
-    "signed_headers",
-    "verify",
+    "post_signed",
+    "retry_delay",
 ]
 
 log = logging.getLogger(__name__)
 
 #: ``error`` of a recorded delivery that was dropped without being attempted starts with this.
 DROPPED = "dropped"
-SIGNATURE_HEADER = "X-Monitor-Signature"
-TIMESTAMP_HEADER = "X-Monitor-Timestamp"
-#: Seconds a signature's timestamp may be from the receiver's clock (:func:`verify`).
-SIGNATURE_TOLERANCE = 300.0
-IDEMPOTENCY_HEADER = "X-Monitor-Idempotency-Key"
-ATTEMPT_HEADER = "X-Monitor-Attempt"
 #: Longest wait a receiver's ``Retry-After`` can impose between two attempts, in seconds.
 MAX_RETRY_AFTER = 300.0
 
 
-def sign(body: bytes, secret: str, timestamp: int) -> str:
-    """The ``X-Monitor-Signature`` value of ``body`` sent at ``timestamp`` (unix seconds):
-    HMAC-SHA256 of ``f"{timestamp}.{body}"``, the scheme of Stripe's and Slack's webhooks.
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one attempt got: an HTTP status, or the error that prevented one."""
 
-    Examples
-    --------
-    >>> sign(b'{"id":"a"}', "s3cret", 1764547200)
-    'sha256=4e32e33c7eaac67cca690e1f97c7c4f2a448a86d85ee8e26db0499dbb4b4dbca'
-    """
-    message = str(int(timestamp)).encode("ascii") + b"." + body
-    return "sha256=" + hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+    status_code: int | None
+    error: str | None
+    #: Seconds the receiver asked us to wait (its ``Retry-After``; 0 when it gave none).
+    retry_after: float = 0.0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+    @property
+    def retryable(self) -> bool:
+        code = self.status_code
+        return code is None or code == 429 or code >= 500
 
 
-def verify(
-    body: bytes,
-    secret: str,
-    signature: str,
-    timestamp: str | int,
-    *,
-    tolerance: float = SIGNATURE_TOLERANCE,
-    now: float | None = None,
-) -> bool:
-    """What a receiver does with a delivery: refuse a timestamp (``X-Monitor-Timestamp``) more
-    than ``tolerance`` seconds from its clock ``now``, recompute the signature over the raw body
-    and that timestamp, and compare it with ``X-Monitor-Signature`` in constant time.
-
-    Examples
-    --------
-    >>> signature = sign(b"{}", "s3cret", 1764547200)
-    >>> verify(b"{}", "s3cret", signature, "1764547200", now=1764547260)
-    True
-    >>> verify(b"{ }", "s3cret", signature, "1764547200", now=1764547260)  # body changed
-    False
-    >>> verify(b"{}", "s3cret", signature, "1764547200", now=1764547200 + 301)  # replayed late
-    False
-    """
+def post_signed(
+    client: httpx.Client, url: str, body: bytes, secret: str, key: str, attempt: int
+) -> Answer:
+    """POST ``body`` to ``url`` as attempt ``attempt`` of the delivery ``key``, signed with
+    ``secret``; a connection error or timeout is an answer without a status."""
+    headers = signed_headers(body, secret, key, attempt)
     try:
-        sent = int(timestamp)
-    except (TypeError, ValueError):
-        return False
-    clock = time.time() if now is None else now
-    if not abs(clock - sent) <= tolerance:
-        return False
-    return hmac.compare_digest(sign(body, secret, sent), signature)
-
-
-def signed_headers(
-    body: bytes, secret: str, key: str, attempt: int, now: float | None = None
-) -> dict[str, str]:
-    """Every header of a delivery: content type, timestamp, signature, idempotency key and
-    attempt number."""
-    timestamp = int(time.time() if now is None else now)
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": "monitor-webhooks/2",
-        TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(body, secret, timestamp),
-        IDEMPOTENCY_HEADER: key,
-        ATTEMPT_HEADER: str(attempt),
-    }
-
-
-def idempotency_key(alarm: Alarm) -> str:
-    """``{alarm id}:{revision}`` (revision 1 for an alarm record without revisions)."""
-    return f"{alarm.id}:{getattr(alarm, 'revision', 1)}"
+        response = client.post(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return Answer(None, f"{type(exc).__name__}: {exc}"[:1000])
+    return Answer(response.status_code, None, _retry_after(response))
 
 
 def exponential_backoff(
-    base: float = 1.0, factor: float = 2.0, cap: float = 60.0
+    base: float = 1.0,
+    factor: float = 2.0,
+    cap: float = 60.0,
+    *,
+    jitter: random.Random | None = None,
 ) -> Callable[[int], float]:
     """Delay before the retry that follows attempt ``n`` (1-based): ``base * factor**(n-1)``,
-    at most ``cap`` seconds.
+    at most ``cap`` seconds. With ``jitter``, that delay times a uniform factor in [1/2, 1]
+    drawn from it ("equal jitter": M. Brooker, *Exponential Backoff And Jitter*, AWS
+    Architecture Blog, 2015), so that receivers recovering from an outage are not hit by every
+    sender at the same instant, while each wait stays at least half the exponential one.
 
     Examples
     --------
     >>> [exponential_backoff()(n) for n in range(1, 5)]
     [1.0, 2.0, 4.0, 8.0]
+    >>> wait = exponential_backoff(1.0, cap=60.0, jitter=random.Random(0))
+    >>> [0.5 * 2**(n - 1) <= wait(n) <= 2**(n - 1) for n in range(1, 6)]
+    [True, True, True, True, True]
     """
     if base < 0 or factor < 1 or cap < 0:
         raise ValueError("backoff needs base >= 0, factor >= 1 and cap >= 0")
-    return lambda n: min(cap, base * factor ** (n - 1))
+    if jitter is None:
+        return lambda n: min(cap, base * factor ** (n - 1))
+    return lambda n: min(cap, base * factor ** (n - 1)) * jitter.uniform(0.5, 1.0)
 
+
+def retry_delay(backoff: Callable[[int], float], attempt: int, answer: Answer) -> float:
+    """Seconds to wait after failed attempt ``attempt``: the backoff's, or the receiver's
+    ``Retry-After`` when longer (at most :data:`MAX_RETRY_AFTER`)."""
+    return max(backoff(attempt), min(answer.retry_after, MAX_RETRY_AFTER))
+
+
+def _retry_after(response: httpx.Response) -> float:
+    value = response.headers.get("retry-after", "")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 0.0  # HTTP-date form: fall back to our own backoff
 
 @dataclass(frozen=True, slots=True)
 class DeliveryAttempt:
@@ -365,32 +338,16 @@ class WebhookDispatcher:
             self._safe_record(attempt)
 
     def _deliver(self, client: httpx.Client, job: _Job) -> None:
-        headers = signed_headers(job.body, self.secret, job.key, job.attempt)
-        retry_after = 0.0
-        try:
-            response = client.post(job.url, content=job.body, headers=headers)
-            status, error = response.status_code, None
-            retry = status == 429 or status >= 500
-            retry_after = _retry_after(response)
-        except httpx.HTTPError as exc:
-            status, error, retry = None, f"{type(exc).__name__}: {exc}"[:1000], True
-        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, status, error, job.key))
-        if retry and job.attempt < self.max_attempts:
-            delay = max(self.backoff(job.attempt), min(retry_after, MAX_RETRY_AFTER))
+        answer = post_signed(client, job.url, job.body, self.secret, job.key, job.attempt)
+        self._safe_record(_attempt(job.alarm_id, job.url, job.attempt, answer.status_code,
+                                   answer.error, job.key))
+        if answer.retryable and job.attempt < self.max_attempts:
+            due = time.monotonic() + retry_delay(self.backoff, job.attempt, answer)
+            retry = _Job(due, next(self._seq), job.alarm_id, job.url, job.body, job.key,
+                         job.attempt + 1)
             with self._cond:
-                heapq.heappush(
-                    self._jobs,
-                    _Job(
-                        time.monotonic() + delay,
-                        next(self._seq),
-                        job.alarm_id,
-                        job.url,
-                        job.body,
-                        job.key,
-                        job.attempt + 1,
-                    ),
-                )
-        elif retry:
+                heapq.heappush(self._jobs, retry)
+        elif answer.retryable:
             log.warning(
                 "webhook %s gave up on alarm %s after %d attempts",
                 job.url,
@@ -411,14 +368,6 @@ def _attempt(
     return DeliveryAttempt(alarm_id, url, n, status, error, idempotency_key=key)
 
 
-def _retry_after(response: httpx.Response) -> float:
-    value = response.headers.get("retry-after", "")
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return 0.0  # HTTP-date form: fall back to our own backoff
-
-
 def dispatcher_from_settings(
     settings: Settings, record: Callable[[DeliveryAttempt], None] | sessionmaker[Session]
 ) -> WebhookDispatcher | None:
@@ -435,15 +384,3 @@ def dispatcher_from_settings(
     return WebhookDispatcher(urls, settings.webhook_secret, record)
 
 
-def webhook_urls(value: str | Sequence[str] | None) -> list[str]:
-    """URLs from a comma/space separated string or a list.
-
-    Examples
-    --------
-    >>> webhook_urls("http://a/hook, http://b/hook")
-    ['http://a/hook', 'http://b/hook']
-    """
-    if not value:
-        return []
-    items = re.split(r"[\s,]+", value) if isinstance(value, str) else list(value)
-    return [u.strip() for u in items if u and u.strip()]
