@@ -11,3 +11,10 @@ def test_the_imports_documented_before_the_layout_still_work() -> None:
 
     assert make_scorer is home and make_stream is datasets_home
     assert callable(load_shuttle_regression) and callable(load_last_layer)
+
+
+def test_a_receiver_verifies_a_signature_with_the_old_name() -> None:
+    import monitor.alerts
+    import monitor.webhooks
+
+    assert monitor.webhooks.verify is monitor.alerts.verify
