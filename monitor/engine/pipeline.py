@@ -12,10 +12,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from monitor.errors import MonitorError
-from monitor.streams.events import Event, InvalidEvent, decode_batch, decode_event, epoch_time
+from monitor.streams.events import Event, InvalidEvent, decode_batch, epoch_time
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
 from monitor.streams.records import (
     Alarm,
@@ -111,7 +111,6 @@ class Pipeline:
         streams: Mapping[str, StreamMonitor],
         source: str = "",
         max_event_bytes: int = 256 * 1024,
-        per_event: bool = False,
         stopped: Mapping[str, tuple[int, str]] | None = None,
     ) -> None:
         self.streams = dict(streams)
@@ -121,7 +120,6 @@ class Pipeline:
         self.stopped: dict[str, tuple[int, str]] = {}
         self.source = source
         self.max_event_bytes = max_event_bytes
-        self.per_event = per_event
         for name, (version, reason) in (stopped or {}).items():
             self.stop(name, version, reason)
 
@@ -158,11 +156,8 @@ class Pipeline:
         """Process records in order; bad records become dead letters, never exceptions.
 
         The batch is decoded at once, routed by stream, and each stream takes its share in one
-        :meth:`StreamMonitor.step`. ``per_event=True`` runs the reference path instead (each
-        record decoded and observed on its own): the same results, kept for the tests.
+        :meth:`StreamMonitor.step`.
         """
-        if self.per_event:
-            return self._process_per_event(records)
         out = BatchOutput()
         decoded = decode_batch([record.value for record in records], self.max_event_bytes)
         routed: dict[str, tuple[list[int], list[Event]]] = {}
@@ -210,18 +205,6 @@ class Pipeline:
         out.read(records)
         return out
 
-    def _process_per_event(self, records: Sequence[Any]) -> BatchOutput:
-        out = BatchOutput()
-        decoded = [self._decode(record) for record in records]
-        self._prepare(decoded)
-        for item in decoded:
-            self._observe(item, out)
-        out.read(records)
-        for name in out.touched:
-            stream = self.streams[name]
-            out.add_records(*stream.drain(), *stream.drain_explanations())
-        return out
-
     def flush(self) -> BatchOutput:
         """Close partial OOD windows (end of a finite source)."""
         out = BatchOutput()
@@ -230,61 +213,6 @@ class Pipeline:
                 out.touched.add(name)
                 out.add_records(*monitor.drain(), *monitor.drain_explanations())
         return out
-
-    def _decode(self, record: Any) -> _Decoded:
-        try:
-            return _Decoded(record, decode_event(record.value, self.max_event_bytes))
-        except Exception as exc:  # InvalidEvent, or an internal error reported in _observe
-            return _Decoded(record, exc)
-
-    def _prepare(self, decoded: list[_Decoded]) -> None:
-        """Let each stream score its share of the batch at once (identical results, faster)."""
-        by_stream: dict[str, list[Event]] = {}
-        for item in decoded:
-            if not isinstance(item.event, Exception):
-                by_stream.setdefault(item.event.stream, []).append(item.event)
-        for name, events in by_stream.items():
-            monitor = self.streams.get(name)
-            if monitor is None:
-                continue
-            try:
-                monitor.prepare(events)
-            except Exception:  # only a shortcut: the events are then scored one by one
-                log.exception("preparing a batch of stream %r failed", name)
-
-    def _observe(self, item: _Decoded, out: BatchOutput) -> None:
-        record, event = item
-        stream = None  # known once the event decodes: stored with its dead letter, if any
-        try:
-            if isinstance(event, Exception):
-                raise event
-            why = self._not_monitored(event.stream)
-            if why is not None:
-                raise InvalidEvent(why)
-            monitor = self.streams[event.stream]
-            stream = event.stream
-            # The record's time is only the fallback of an event without ``ts``.
-            monitor.observe(event, _record_time(record) if event.ts is None else event.ts)
-        except InvalidEvent as exc:
-            known = None if isinstance(event, Exception) else event
-            out.dead_letters.append(_dead_letter(self.source, record, str(exc), known, stream))
-            return
-        except Exception as exc:  # the worker never dies on data: keep the record and go on
-            log.exception("internal error on %s", _where(record))
-            known = None if isinstance(event, Exception) else event
-            reason = _internal_error(exc)
-            out.dead_letters.append(_dead_letter(self.source, record, reason, known, stream))
-            return
-        out.events += 1
-        out.touched.add(event.stream)
-
-
-class _Decoded(NamedTuple):
-    """A record with its decoded event (or why it did not decode)."""
-
-    record: Any
-    event: Event | Exception
-
 
 def unknown_stream_reason(stream: str) -> str:
     """The dead-letter reason of an event of a stream the pipeline does not monitor."""

@@ -342,11 +342,6 @@ class StreamDetectors:
             self.update_conditional(x, score, event_index, ts)
             self._new = raised + self._new
 
-    def prepare(self, X: ArrayLike) -> None:
-        """Score the inputs of prediction events about to arrive in one batch (a poll batch);
-        no state change, identical results (:meth:`CovariateMonitor.prepare`)."""
-        self.covariate.prepare(X)
-
     def update_covariate(
         self, x: ArrayLike, event_index: int | None = None, ts: float | None = None
     ) -> None:

@@ -24,6 +24,7 @@ entries.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -110,6 +111,20 @@ class LabelJoin:
     def pending_labels(self) -> int:
         return len(self._labels)
 
+    @property
+    def predictions(self) -> Mapping[str, Pending]:
+        """The predictions waiting for their labels, by event id, oldest first: a live,
+        read-only view (a batch binds it once and reads it per event; :meth:`load_state`
+        replaces it)."""
+        return self._predictions
+
+    @property
+    def ready(self) -> Sequence[Joined]:
+        """The pairs joined and not drained yet, in the order they were completed: a live,
+        read-only view (empty most of the time; a batch binds it once and tests it per event
+        before calling :meth:`drain`)."""
+        return self._ready
+
     def has_prediction(self, event_id: str) -> bool:
         return event_id in self._predictions
 
@@ -190,7 +205,8 @@ class LabelJoin:
 
     def drain(self) -> list[Joined]:
         """Joined pairs in the order they were completed, removed from the store."""
-        ready, self._ready = self._ready, []
+        ready = self._ready.copy()
+        self._ready.clear()  # in place: :attr:`ready` stays a view of the store
         return ready
 
     def _join(self, pending: Pending, label: Label) -> None:
@@ -272,7 +288,7 @@ class LabelJoin:
         self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)
         clock = state.get("clock")
         self._clock = float("-inf") if clock is None else float(clock)
-        self._ready = []
+        self._ready.clear()
 
 
 def _oldest(store: OrderedDict[str, Any]) -> Any:

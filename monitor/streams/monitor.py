@@ -28,7 +28,7 @@ from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import BUDGET_SHARE, AlarmConfig, StreamConfig
 from monitor.streams.detectors import BatchResult, DetectorAlarm, StreamDetectors
 from monitor.streams.durations import format_duration
-from monitor.streams.events import Event, InvalidEvent, LabelEvent, PredictionEvent
+from monitor.streams.events import Event, InvalidEvent, PredictionEvent
 from monitor.streams.factory import build_detectors, build_ood, conditional_score
 from monitor.streams.join import Joined, LabelJoin, Pending
 from monitor.streams.performance import ClosedWindow, PerformanceWindows
@@ -108,9 +108,6 @@ class StreamMonitor:
         self._performance: list[PerformanceWindow] = []
         #: Completed attributions, each with the event time of the prediction that completed it.
         self._attributed: list[tuple[CompletedAttribution, datetime]] = []
-        # The checked features of the last prepared batch's events, by id(event); the event is
-        # kept beside them so that its id cannot be reused while the entry lives.
-        self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
 
     @property
     def name(self) -> str:
@@ -125,78 +122,6 @@ class StreamMonitor:
         )
 
     # -- events -------------------------------------------------------------------------------
-
-    def prepare(self, events: Sequence[Event]) -> None:
-        """Score the inputs of a batch's prediction events at once, before they are observed
-        one by one (one matrix product per batch instead of one per event). No state changes
-        and the results are identical; events that do not fit the stream are left to
-        :meth:`observe` to reject."""
-        rows = []
-        self._prepared = prepared = {}
-        for event in events:
-            if isinstance(event, PredictionEvent):
-                try:
-                    x = self._features(event)
-                except InvalidEvent:
-                    continue
-                prepared[id(event)] = (event, x)
-                rows.append(x)
-        if rows:
-            self.detectors.prepare(np.vstack(rows))
-
-    def observe(self, event: Event, fallback_ts: datetime) -> None:
-        """Validate ``event`` against this stream, then update the monitors.
-
-        Raises :class:`InvalidEvent` before any state changes when the event does not fit.
-        """
-        ts = event.ts or fallback_ts
-        if ts.tzinfo is None:
-            ts = ts.replace(tzinfo=UTC)
-        if isinstance(event, PredictionEvent):
-            self._observe_prediction(event, ts)
-        else:
-            self._observe_label(event, ts)
-        self.last_ts = ts
-        for joined in self.join.drain():
-            self._observe_joined(joined, ts)
-
-    def _observe_prediction(self, event: PredictionEvent, ts: datetime) -> None:
-        found = self._prepared.pop(id(event), None)
-        x = found[1] if found is not None and found[0] is event else self._features(event)
-        prediction = self._prediction(event)
-        scale = self._scale(event)
-        inputs = self._ood_inputs(event, x)
-        if event.label is not None:
-            self._check_label(event.label)
-        self._check_not_processed("prediction", event.id)
-        if self.join.has_prediction(event.id):
-            raise InvalidEvent(
-                f"duplicate prediction id {event.id!r} (still waiting for its label)"
-            )
-        index = self.event_index
-        self.event_index += 1
-        self.detectors.update_covariate(x, index, ts.timestamp())
-        self._attributed += [(d, ts) for d in self.attribution.add(x.reshape(1, -1), index)]
-        self._collect_alarms(event.id, index, ts)
-        if self._retired:
-            self._revise_retired(x.reshape(1, -1), [index], _NO_ROWS, [], ts)
-        self._trace("covariate", index, ts)
-        if self.ood is not None:
-            self.ood.add(event.id, inputs)
-            self._collect_windows(ts)
-        seconds = ts.timestamp()
-        self.join.add_prediction(
-            Pending(event.id, index, seconds, tuple(x.tolist()), prediction, scale)
-        )
-        if event.label is not None:
-            self.join.add_label(event.id, event.label, seconds)
-
-    def _observe_label(self, event: LabelEvent, ts: datetime) -> None:
-        self._check_label(event.label)
-        self._check_not_processed("label", event.id)
-        if self.join.marked:
-            self._check_made_under(self.join.waiting(event.id))
-        self.join.add_label(event.id, event.label, ts.timestamp())
 
     def _check_not_processed(self, kind: str, event_id: str) -> None:
         """With :attr:`refuse_processed` (a replay), refuse an event of ``kind`` and
@@ -233,31 +158,13 @@ class StreamMonitor:
             f"detectors ({_listed(self.feature_names)}) cannot use"
         )
 
-    def _observe_joined(self, joined: Joined, ts: datetime) -> None:
-        # One time base: the conditional trace and its alarms carry the prediction's event time
-        # (the label's ``ts`` only says when the evidence arrived).
-        pending = joined.pending
-        ts = datetime.fromtimestamp(pending.ts, UTC)
-        score = conditional_score(self.config, pending.prediction, joined.label, pending.scale)
-        self.detectors.update_conditional(
-            np.asarray(pending.features), score, pending.event_index, ts.timestamp()
-        )
-        self.labeled += 1
-        self._collect_alarms(pending.event_id, pending.event_index, ts)
-        if self._retired:
-            row = np.asarray(pending.features, np.float64).reshape(1, -1)
-            self._revise_retired(_NO_ROWS, [], row, [pending.event_index], ts)
-        self._trace("conditional", pending.event_index, ts)
-        self._add_performance(
-            self.performance.add([pending.prediction], [joined.label], [pending.event_index], [ts])
-        )
-
     # -- batches ------------------------------------------------------------------------------
 
     def step(
         self, events: Sequence[Event], fallback_ts: Callable[[int], datetime]
     ) -> list[tuple[int, str]]:
-        """The batch path: the same results as :meth:`observe` of each event in order.
+        """The batch path: the same results as each event validated and observed in order
+        (the per-event reference the tests compare it with: ``tests/support/oracle.py``).
 
         One pass in Python validates the events, keeps the label store and lays out the
         batch's work as arrays (the predictions' inputs, the joined labels' scores, where each
@@ -271,7 +178,8 @@ class StreamMonitor:
         rejected: list[tuple[int, str]] = []
         ood_kinds = () if self.ood is None else self.ood.input_kinds
         join, config = self.join, self.config
-        waiting = join._predictions  # read only: a duplicate id is refused before any change
+        waiting = join.predictions  # read only: a duplicate id is refused before any change
+        ready = join.ready  # the pairs the last event joined (a live view, mostly empty)
         marked = join.marked  # predictions made under an earlier version may wait
         refuse = self.refuse_processed
         regression = self.calibration.n_classes is None
@@ -328,7 +236,7 @@ class StreamMonitor:
                 rejected.append((k, str(exc)))
                 continue
             self.last_ts = ts
-            if join._ready:
+            if ready:
                 for joined in join.drain():
                     batch.add_joined(joined, config)
         if batch.cov_index or batch.cond_index:
@@ -495,15 +403,6 @@ class StreamMonitor:
 
     # -- records ------------------------------------------------------------------------------
 
-    def _collect_alarms(self, event_id: str, index: int, ts: datetime) -> None:
-        for raised in self.detectors.new_alarms:
-            alarm = self._alarm_record(raised, event_id, index, ts)
-            self._alarms.append(alarm)
-            if raised.revision == 1:
-                self._traces.append(self._trace_point(raised.detector, index, ts))
-            if _opens_attribution(alarm):
-                self.attribution.open(alarm.id)
-
     def _alarm_record(
         self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
     ) -> Alarm:
@@ -522,23 +421,6 @@ class StreamMonitor:
         if raised.kind == INSUFFICIENT_EVIDENCE:
             self._unrevised[record.id] = record
         return record
-
-    def _revise_retired(
-        self, X_cov: np.ndarray, cov_index: list[int], X_cond: np.ndarray,
-        cond_index: list[int], ts: datetime,
-    ) -> None:
-        """The per-event path's update of the retired detectors: one prediction or one
-        labelled event (the other empty)."""
-        width = self.calibration.n_features
-        X_cov, X_cond = X_cov.reshape(-1, width), X_cond.reshape(-1, width)
-        for retired in self._retired:
-            for _, _, raised in retired.detectors.track_pending(X_cov, cov_index, X_cond,
-                                                                cond_index):
-                alarm = self._retired_revision(raised, ts)
-                self._alarms.append(alarm)
-                if _opens_attribution(alarm):
-                    self.attribution.open(alarm.id, *retired.window)
-        self._retired = [r for r in self._retired if r.detectors.pending]
 
     def _retired_revision(self, raised: DetectorAlarm, ts: datetime) -> Alarm:
         """The revision of an alarm raised under an earlier configuration version: decided by
@@ -618,34 +500,6 @@ class StreamMonitor:
             evidence["at_min_threshold"] = True
         return evidence
 
-    def _trace(self, detector: str, index: int, ts: datetime) -> None:
-        count = self.event_index if detector == "covariate" else self.labeled
-        if count % self.config.trace_every == 0:
-            self._traces.append(self._trace_point(detector, index, ts))
-
-    def _trace_point(self, detector: str, index: int, ts: datetime) -> TracePoint:
-        monitor = (
-            self.detectors.covariate if detector == "covariate" else self.detectors.conditional
-        )
-        ess = getattr(monitor, "weights_ess", None)
-        return TracePoint(
-            stream=self.name,
-            detector=detector,
-            event_index=index,
-            ts=ts,
-            log_martingale=_finite(monitor.log_martingale),
-            p_value=_finite(monitor.p_value),
-            log_statistic=_finite(monitor.log_statistic),
-            log_threshold=_finite(math.log(monitor.threshold)),
-            weights_ess=None if ess is None else _finite(ess),
-            config_version=self.config_version,
-        )
-
-    def _collect_windows(self, ts: datetime) -> None:
-        assert self.ood is not None
-        for decision in self.ood.windows():
-            self._windows.append(self._window_record(decision, ts))
-
     def _window_record(self, decision: Any, ts: datetime) -> OODWindow:
         record = OODWindow(
             stream=self.name,
@@ -664,9 +518,6 @@ class StreamMonitor:
         return record
 
     # -- validation ---------------------------------------------------------------------------
-
-    def _features(self, event: PredictionEvent) -> np.ndarray:
-        return np.asarray(self._feature_list(event), dtype=float)
 
     def _feature_list(self, event: PredictionEvent) -> list[float]:
         """The event's features in the stream's order, checked against its width (a list: the
@@ -728,13 +579,6 @@ class StreamMonitor:
                 raise InvalidEvent("regression stream expects a numeric 'label'")
         elif not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < n_classes:
             raise InvalidEvent(f"'label' must be a class index in [0, {n_classes})")
-
-    def _ood_inputs(self, event: PredictionEvent, x: np.ndarray) -> dict[str, np.ndarray]:
-        kinds = () if self.ood is None else self.ood.input_kinds
-        inputs = {"features": x}
-        for kind, value in self._ood_lists(event, kinds).items():
-            inputs[kind] = np.asarray(value, dtype=float)
-        return inputs
 
     # -- state --------------------------------------------------------------------------------
 
@@ -992,8 +836,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: What a detector's revision adds to its alarm's evidence (:meth:`StreamDetectors._revise`).
 _REVISION_KEYS = ("outside_support_fraction", "evidence_events", "evidence_until")
-
-_NO_ROWS = np.empty((0, 0), np.float64)
 
 
 @dataclass(slots=True)

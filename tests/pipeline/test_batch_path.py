@@ -1,12 +1,12 @@
 """The batch path equals the per-event reference path, bit for bit (issue #13).
 
 ``Pipeline.process`` decodes a poll batch at once, routes it by stream and advances each stream's
-monitors over its share in one call per monitor; ``Pipeline(per_event=True)`` decodes and observes
-each record on its own, as the worker did before. Every result — alarms (ids, indexes,
-statistics, changepoints, kinds, evidence), trace points, OOD windows, performance windows, the
-alarms' later evidence (feature attributions), dead letters and the streams' checkpointed
-states — must be the same for batches of 1, 37 and 5 000, on streams with interleaved and delayed
-labels, bad records and alarms in the middle of a batch.
+monitors over its share in one call per monitor; ``PerEventPipeline`` (``tests/support/oracle.py``)
+decodes and observes each record on its own, as the worker did before. Every result — alarms (ids,
+indexes, statistics, changepoints, kinds, evidence), trace points, OOD windows, performance windows,
+the alarms' later evidence (feature attributions), dead letters and the streams' checkpointed states
+— must be the same for batches of 1, 37 and 5 000, on streams with interleaved and delayed labels,
+bad records and alarms in the middle of a batch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from monitor.engine.pipeline import Pipeline, RawRecord
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
+from tests.support.oracle import PerEventPipeline
 from tests.support.streams import POISON, STREAMS, canonical
 
 ALARM = {"rule": "shiryaev_roberts", "threshold": 100}
@@ -29,8 +30,8 @@ ALARM = {"rule": "shiryaev_roberts", "threshold": 100}
 def run(configs: Sequence[Path], values: Sequence[bytes], batch: int, per_event: bool,
         flush: bool = True) -> dict[str, Any]:
     """Every output of one pipeline over ``values`` in batches of ``batch``, and its states."""
-    pipeline = Pipeline(build_monitors(read_configs(map(str, configs))), "file:events",
-                        per_event=per_event)
+    monitors = build_monitors(read_configs(map(str, configs)))
+    pipeline = (PerEventPipeline if per_event else Pipeline)(monitors, "file:events")
     records = [RawRecord("events", 0, i, v, timestamp_ms=1_700_000_000_000 + i)
                for i, v in enumerate(values)]
     got: dict[str, list[Any]] = {"alarms": [], "traces": [], "windows": [], "dead": [],

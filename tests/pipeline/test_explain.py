@@ -16,6 +16,7 @@ import yaml
 from monitor.engine.pipeline import Pipeline, RawRecord
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
+from tests.support.oracle import PerEventPipeline
 
 PERFORMANCE_WINDOW = 100
 
@@ -118,7 +119,7 @@ def test_classification_performance_windows(per_event: bool) -> None:
     monitor = StreamMonitor(config, Calibration.from_rows(rows))
     assert monitor.feature_names == ("a", "b")
     lines, proba, labels = classification_events(240, seed=1)
-    pipeline = Pipeline({"digits": monitor}, "file:events", per_event=per_event)
+    pipeline = (PerEventPipeline if per_event else Pipeline)({"digits": monitor}, "file:events")
     records = [RawRecord("events", 0, i, v) for i, v in enumerate(lines)]
     windows = [w for start in range(0, len(records), 64)
                for w in pipeline.process(records[start : start + 64]).performance_windows]

@@ -17,6 +17,7 @@ import pytest
 from monitor.engine.pipeline import Pipeline, RawRecord
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
+from tests.support.oracle import PerEventPipeline
 
 LATE = timedelta(hours=3)
 
@@ -44,8 +45,8 @@ def test_labels_hours_late_leave_both_traces_on_the_prediction_clock(
     by_index = list(times.values())  # event_index = position among the stream's predictions
     bad = b'{"kind": "prediction", "stream": "shuttle", "ts": "2026-01-01T05:00:00Z"}'
     values.append(bad)
-    pipeline = Pipeline(build_monitors(read_configs([str(config)])), "file:events",
-                        per_event=per_event)
+    monitors = build_monitors(read_configs([str(config)]))
+    pipeline = (PerEventPipeline if per_event else Pipeline)(monitors, "file:events")
     records = [RawRecord("events", 0, i, v, timestamp_ms=1_800_000_000_000 + i)
                for i, v in enumerate(values)]
     outs = [pipeline.process(records[i : i + 100]) for i in range(0, len(records), 100)]

@@ -27,6 +27,7 @@ from monitor.streams.join import LabelJoin, Pending
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import decode_state, encode_state
+from tests.support.oracle import PerEventPipeline
 from tests.support.revision_example import run_worker_with_update
 from tests.support.streams import canonical
 
@@ -101,7 +102,8 @@ def _version1(config: StreamConfig, values: list[bytes], batch: int, per_event: 
               ) -> tuple[int, Pipeline, dict[str, Any]]:
     """Version 1's pipeline after the records up to the cut: ``(cut, pipeline, results)``."""
     cut = _cut(values)
-    pipeline = Pipeline(build_monitors([config]), "file:events", per_event=per_event)
+    pipeline = (PerEventPipeline if per_event else Pipeline)(build_monitors([config]),
+                                                             "file:events")
     got: dict[str, Any] = {"alarms": [], "traces": [], "performance": [], "dead": [],
                            "reasons": [], "events": 0}
     _process(pipeline, _records(values[:cut], 0), batch, got)
@@ -128,7 +130,7 @@ def _run(config: StreamConfig, values: list[bytes], drop_feature: bool, batch: i
     """Version 1 up to the cut, version 2 after it; ``restart_at``: a restart from a
     checkpoint that many records after the cut."""
     cut, pipeline, got = _version1(config, values, batch, per_event)
-    got["in_flight"] = sorted(pipeline.streams[config.name].join._predictions)
+    got["in_flight"] = sorted(pipeline.streams[config.name].join.predictions)
     _update(pipeline, config, drop_feature, checkpoint)
     rest = _records(_after(values[cut:], drop_feature), cut)
     stop = len(rest) if restart_at is None else restart_at
@@ -144,7 +146,7 @@ def _run(config: StreamConfig, values: list[bytes], drop_feature: bool, batch: i
     got["state"] = canonical(monitor.state_dict())
     got["labeled"] = monitor.labeled
     got["join"] = monitor.join.state_dict()
-    got["waiting"] = sorted(monitor.join._predictions)
+    got["waiting"] = sorted(monitor.join.predictions)
     return got
 
 
@@ -213,7 +215,7 @@ def test_a_second_update_keeps_the_version_they_were_made_under(
     with v1's features, the other way round."""
     config, values = example
     cut, pipeline, got = _version1(config, values, batch=50)
-    v1 = sorted(pipeline.streams[config.name].join._predictions)
+    v1 = sorted(pipeline.streams[config.name].join.predictions)
     _update(pipeline, config, drop_feature=True, checkpoint=False)
     # Version 2's first three predictions, no label: then version 3.
     rest = _after(values[cut:], drop_feature=True)
@@ -313,7 +315,7 @@ def test_a_state_without_feature_names_compares_their_number(
     config, values = example
     cut, pipeline, got = _version1(config, values, batch=50)
     first = pipeline.streams[config.name]
-    in_flight = sorted(first.join._predictions)
+    in_flight = sorted(first.join.predictions)
     state = first.state_dict()
     del state["attribution"], state["performance"], state["attributed"]
     changed, calibration = _version2(config, drop_feature)

@@ -30,6 +30,7 @@ from monitor.streams.events import PredictionEvent, decode_event
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import decode_state, encode_state
+from tests.support.oracle import PerEventStream
 from tests.support.streams import canonical
 
 WINDOW = 64
@@ -60,14 +61,15 @@ def _version2(config: StreamConfig) -> StreamConfig:
 
 def _feed(monitor: StreamMonitor, values: list[bytes], batch: int | None
           ) -> dict[str, list[dict[str, Any]]]:
-    """The records of ``values`` in batches (``None``: the per-event path)."""
+    """The records of ``values`` in batches (``None``: one at a time, the per-event reference)."""
     events = [decode_event(v) for v in values]
+    per_event = PerEventStream(monitor)
     got: dict[str, list[Any]] = {"alarms": [], "traces": [], "windows": []}
     for start in range(0, len(events), batch or len(events)):
         chunk = events[start : start + (batch or len(events))]
         if batch is None:
             for event in chunk:
-                monitor.observe(event, TS)
+                per_event.observe(event, TS)
         else:
             rejected = monitor.step(chunk, lambda k: TS)
             assert rejected == []

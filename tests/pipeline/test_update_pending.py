@@ -25,6 +25,7 @@ from monitor.streams.events import decode_event
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import decode_state, encode_state
+from tests.support.oracle import PerEventStream
 from tests.support.revision_example import WINDOW, revision_example, run_worker_with_update
 from tests.support.streams import canonical
 
@@ -45,14 +46,15 @@ def _monitor(config: StreamConfig) -> StreamMonitor:
 
 def _feed(monitor: StreamMonitor, values: list[bytes], batch: int | None
           ) -> dict[str, list[dict[str, Any]]]:
-    """Alarms and late evidence of ``values`` in batches (``None``: the per-event path)."""
+    """Alarms and late evidence of ``values`` in batches (``None``: one at a time)."""
     events = [decode_event(v) for v in values]
+    per_event = PerEventStream(monitor)
     alarms, evidence = [], []
     for start in range(0, len(events), batch or len(events)):
         chunk = events[start : start + (batch or len(events))]
         if batch is None:
             for event in chunk:
-                monitor.observe(event, TS)
+                per_event.observe(event, TS)
         else:
             monitor.step(chunk, lambda k: TS)
         alarms += [a.to_json() for a in monitor.drain()[0]]

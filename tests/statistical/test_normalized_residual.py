@@ -56,8 +56,8 @@ def test_events_without_a_valid_scale_are_refused() -> None:
     monitor = StreamMonitor(_config(), Calibration.from_rows(_rows(scale=True)))
     event = decode_event({"kind": "prediction", "stream": "s", "id": "a", "features": [0.0],
                           "prediction": 0.0, "label": 1.0})
-    with pytest.raises(InvalidEvent, match="'scale' is missing"):
-        monitor.observe(event, datetime(2026, 1, 1, tzinfo=UTC))
+    [(_, reason)] = monitor.step([event], lambda k: datetime(2026, 1, 1, tzinfo=UTC))
+    assert "'scale' is missing" in reason
     for bad, reason in [(0, "greater than 0"), (-1.0, "greater than 0"), ("1", "number"),
                         (True, "number"), (1e101, r"±1e\+100")]:
         with pytest.raises(InvalidEvent, match=reason):
