@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from connectors import MemorySource
-from monitor.engine.pipeline import Pipeline
+from monitor.db.errors import InvalidRecordError
+from monitor.engine.pipeline import BatchOutput, Pipeline
+from monitor.engine.worker import NullSink, Worker
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
 
@@ -27,3 +32,33 @@ def test_dead_letters_name_their_stream_when_known(tmp_path: Path) -> None:
     assert letters[1].stream == "shuttle" and "wrong feature dimension" in letters[1].reason
     assert letters[2].stream is None and "not valid JSON" in letters[2].reason
     assert letters[3].stream is None and "unknown stream 'ghost'" in letters[3].reason
+
+
+class _RefusesFirstBatch(NullSink):
+    """A sink whose database refuses the content of the first batch (then stores anything)."""
+
+    def __init__(self) -> None:
+        self.stored: list[BatchOutput] = []
+
+    def persist(self, out: BatchOutput, offsets: Any, states: Any, **fencing: Any) -> None:
+        if not self.stored:
+            self.stored.append(BatchOutput())
+            raise InvalidRecordError("record 0: field 'x' cannot be stored")
+        self.stored.append(out)
+
+
+@pytest.mark.xfail(strict=True, reason="two dead-letter builders (issue 25): "
+                   "'memory:predictions' and 'memory:predictions:predictions'")
+def test_the_pipeline_and_the_worker_name_a_dead_letters_source_alike() -> None:
+    """One record, dead-lettered by the pipeline (it does not decode) and by the worker (its
+    results cannot be stored): both name its source as its offsets are keyed."""
+    source = MemorySource([b"{not json"], topic="predictions")
+    pipeline = Pipeline({}, source.name)
+    by_pipeline = pipeline.process(source.poll(10)).dead_letters
+    sink = _RefusesFirstBatch()
+    Worker(MemorySource([b"{not json"], topic="predictions"), Pipeline({}, source.name), sink,
+           source_kind="memory").run()
+    by_worker = [letter for out in sink.stored for letter in out.dead_letters]
+    assert [letter.reason for letter in by_worker] == [
+        "results cannot be stored: InvalidRecordError: record 0: field 'x' cannot be stored"]
+    assert {letter.source for letter in by_pipeline + by_worker} == {"memory:predictions"}
