@@ -173,7 +173,7 @@ class Pipeline:
                 events.append(event)
                 continue
             known = None if isinstance(event, InvalidEvent) else event
-            dead.append((k, _dead_letter(self.source, record, reason, known)))
+            dead.append((k, dead_letter(self.source, record, reason, known)))
         for name, (positions, events) in routed.items():
             monitor = self.streams[name]
 
@@ -193,7 +193,7 @@ class Pipeline:
                 rejected = [(0, _internal_error(exc))]
             for i, reason in rejected:
                 record = records[positions[i]]
-                dead.append((positions[i], _dead_letter(
+                dead.append((positions[i], dead_letter(
                     self.source, record, reason, events[i], name
                 )))
             if len(rejected) < len(events):
@@ -266,9 +266,20 @@ def _raw_ts(value: Any) -> datetime | None:
     return parsed if math.isfinite(parsed.timestamp()) else None
 
 
-def _dead_letter(
+def dead_letter(
     source: str, record: Any, reason: str, event: Any = None, stream: str | None = None
 ) -> DeadLetter:
+    """The dead letter of ``record`` from ``source`` (a source's ``name``), for ``reason``; the
+    one builder of the pipeline's dead letters and the worker's (a record whose results cannot
+    be stored). ``event`` (the record decoded, if it did) and ``stream`` (the monitored stream
+    it names, if any) add its time and its stream.
+
+    Examples
+    --------
+    >>> record = RawRecord("predictions", 0, 7, b"{not json")
+    >>> dead_letter("kafka:predictions", record, "not valid JSON").source
+    'kafka:predictions'
+    """
     # Keyed like the stored offsets: "<scheme>:<topic>" (``kafka:predictions``,
     # ``file:/data/events.jsonl``), or the bare topic for sources without a name (``http``).
     scheme = source.split(":", 1)[0]

@@ -58,7 +58,7 @@ from monitor.engine.pipeline import (
     BatchOutput,
     BatchStepError,
     Pipeline,
-    record_time,
+    dead_letter,
     unknown_stream_reason,
 )
 from monitor.errors import MonitorError
@@ -725,7 +725,7 @@ class Worker:
         reason = f"results cannot be stored: {_short(exc)}"
         log.error("%s[%d]@%d: %s; dead-lettered", record.topic, record.partition, record.offset,
                   reason)
-        out = BatchOutput(dead_letters=[_dead_letter(self.pipeline.source, record, reason)],
+        out = BatchOutput(dead_letters=[dead_letter(self.pipeline.source, record, reason)],
                           offsets={(record.topic, record.partition): record.offset + 1})
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
                                 record.offset + 1)]
@@ -863,20 +863,6 @@ class _Pending:
         self.touched |= out.touched
         self.summary.add(out)
         self.summary.batches += 1
-
-
-def _dead_letter(source: str, record: Any, reason: str) -> DeadLetter:
-    # Same location naming as the pipeline's dead letters (source name, then topic).
-    ts, ts_source = record_time(record)
-    return DeadLetter(
-        source=f"{source}:{record.topic}" if record.topic and source else (source or record.topic),
-        partition=record.partition,
-        offset=record.offset,
-        reason=reason,
-        payload=bytes((record.value or b"")[: DeadLetter.MAX_PAYLOAD]),
-        ts=ts,
-        ts_source=ts_source,
-    )
 
 
 def _transient(exc: BaseException) -> bool:

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from connectors import MemorySource
 from monitor.db.errors import InvalidRecordError
 from monitor.engine.pipeline import BatchOutput, Pipeline
@@ -47,8 +45,6 @@ class _RefusesFirstBatch(NullSink):
         self.stored.append(out)
 
 
-@pytest.mark.xfail(strict=True, reason="two dead-letter builders (issue 25): "
-                   "'memory:predictions' and 'memory:predictions:predictions'")
 def test_the_pipeline_and_the_worker_name_a_dead_letters_source_alike() -> None:
     """One record, dead-lettered by the pipeline (it does not decode) and by the worker (its
     results cannot be stored): both name its source as its offsets are keyed."""
