@@ -6,7 +6,8 @@ the tree, with when each is raised, is in :mod:`monitor.errors`.
 The database's own errors reach callers as SQLAlchemy's ``DBAPIError`` subclasses;
 :func:`database_fault` says what one means for whoever runs the service (its cause, what to do,
 whether a retry may cure it), by SQLSTATE on PostgreSQL and by message on SQLite and for failed
-connections (docs/operations.md "Database failures").
+connections (docs/operations.md "Database failures"); :func:`sink_fault` says what any error of
+the database's sink means to the worker (:class:`monitor.engine.sink.Fault`).
 
 State (de)serialisation errors live beside the format in :mod:`monitor.streams.state`.
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
+from monitor.engine.sink import Fault, FaultKind
 from monitor.errors import MonitorError
 
 
@@ -263,3 +265,36 @@ def database_fault(exc: BaseException) -> DatabaseFault | None:
                      isinstance(exc, OperationalError | InterfaceError))
     return DatabaseFault(cause, rule.remedy, rule.transient or exc.connection_invalidated,
                          rule.connecting)
+
+
+def sink_fault(exc: BaseException) -> Fault | None:
+    """What an error of the database's sink means to the worker (``None``: not a database error
+    nor a refusal of the persistence layer, a bug).
+
+    A transient database error is retried; a batch refused for its offsets or fencing token is
+    dropped; a stream bound elsewhere is set aside; a value or constraint the database refuses
+    (or :class:`InvalidRecordError`) is dead-lettered; any other database error stops the worker.
+
+    Examples
+    --------
+    >>> sink_fault(StreamBoundError("bikes", "kafka:bikes", "HTTP ingest", "--http")).kind
+    <FaultKind.BOUND: 'bound'>
+    >>> sink_fault(KeyError("bikes")) is None
+    True
+    """
+    if isinstance(exc, StaleWriterError):
+        return Fault(FaultKind.SUPERSEDED, str(exc))
+    if isinstance(exc, StreamBoundError):
+        return Fault(FaultKind.BOUND, str(exc), stream=exc.stream, bound=exc.bound)
+    if isinstance(exc, InvalidRecordError):
+        return Fault(FaultKind.CONTENT, str(exc))
+    fault = database_fault(exc)
+    if fault is None:
+        return None
+    if fault.transient:
+        kind = FaultKind.TRANSIENT
+    elif isinstance(exc, DataError | IntegrityError):
+        kind = FaultKind.CONTENT
+    else:
+        kind = FaultKind.PERMANENT
+    return Fault(kind, str(fault))

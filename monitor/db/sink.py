@@ -1,5 +1,7 @@
-"""The database behind the worker's :class:`~monitor.engine.worker.Sink`: each batch with its
-detector checkpoints and source offsets in one transaction."""
+"""The database behind the worker's :class:`~monitor.engine.sink.Sink`: each batch with its
+detector checkpoints and source offsets in one transaction, writer fencing
+(:mod:`monitor.db.fencing`), and the database's errors told to the worker as
+:class:`~monitor.engine.sink.Fault` kinds (:func:`monitor.db.errors.sink_fault`)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from monitor.db.errors import sink_fault
 from monitor.engine.pipeline import BatchOutput
-from monitor.engine.worker import TopicPartition
+from monitor.engine.sink import Fault, Fencing, TopicPartition
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.monitor import FeatureOrderError
@@ -66,14 +69,17 @@ class DatabaseSink:
         out: BatchOutput,
         offsets: list[SourceOffset],
         states: Mapping[str, dict[str, Any]],
+        fencing: Fencing | None = None,
         **ingest: Any,
     ) -> None:
-        """Store a batch atomically (``ingest``: HTTP ingest's ``ingested`` event keys and
-        ``ingest_request``, and the ``writer``, ``fences`` and ``streams`` of one writer per
-        stream; see :func:`monitor.db.store.persist_batch`)."""
+        """Store a batch atomically, checked against the worker's ``fencing`` (``ingest``: HTTP
+        ingest's ``ingested`` event keys and ``ingest_request``, and its ``writer`` and
+        ``streams``; see :func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
         from monitor.streams.state import Checkpoint
 
+        if fencing is not None:
+            ingest.update(_fencing_arguments(fencing))
         checkpoints = {
             name: Checkpoint(name, state["version"], state["event_index"], state)
             for name, state in states.items()
@@ -101,6 +107,10 @@ class DatabaseSink:
 
         with self.sessions() as session:
             return claim_partitions(session, source_key(source), group, partitions)
+
+    def fault(self, exc: BaseException) -> Fault | None:
+        """What the error ``exc`` means to the worker (:func:`monitor.db.errors.sink_fault`)."""
+        return sink_fault(exc)
 
     def register(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
         """Register the stream unless it is registered with this very configuration and
@@ -161,3 +171,13 @@ class DatabaseSink:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _fencing_arguments(fencing: Fencing) -> dict[str, Any]:
+    """The ``writer``, ``fences`` and ``streams`` of :func:`monitor.db.store.persist_batch` for
+    a worker's ``fencing``."""
+    from monitor.db.fencing import Writer
+    from monitor.db.models import source_key
+
+    return {"writer": Writer(source_key(fencing.source), fencing.group),
+            "fences": dict(fencing.fences), "streams": list(fencing.streams)}

@@ -145,6 +145,20 @@ class Pipeline:
         self.streams[name] = monitor
         return True
 
+    def drop(self, name: str) -> StreamMonitor | None:
+        """Stop monitoring ``name`` for now (its events become ``unknown stream`` dead letters,
+        e.g. while the stream is bound to another writer); its monitor, or None."""
+        return self.streams.pop(name, None)
+
+    def add(self, name: str, monitor: StreamMonitor) -> None:
+        """Monitor ``name`` with ``monitor`` (as it is), unless it is monitored already: the
+        way back for a stream dropped by :meth:`drop`."""
+        self.streams.setdefault(name, monitor)
+
+    def states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The detector states of the streams ``names``, to checkpoint."""
+        return {name: self.streams[name].state_dict() for name in names}
+
     def _not_monitored(self, stream: str) -> str | None:
         """Why events of ``stream`` are not monitored here (``None``: they are)."""
         if stream in self.streams:

@@ -49,9 +49,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from threadpoolctl import threadpool_limits
 
 from monitor.engine.pipeline import (
@@ -61,13 +60,10 @@ from monitor.engine.pipeline import (
     dead_letter,
     unknown_stream_reason,
 )
+from monitor.engine.sink import Fault, FaultKind, Fencing, NullSink, Sink, TopicPartition
 from monitor.errors import MonitorError
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
 from monitor.streams.records import Alarm, DeadLetter, SourceOffset
-
-if TYPE_CHECKING:
-    from monitor.streams.calibration import Calibration
-    from monitor.streams.config import StreamConfig
 
 __all__ = [
     "DatabaseUnavailableError",
@@ -82,7 +78,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 T = TypeVar("T")
 
 
@@ -96,57 +91,6 @@ class DatabaseUnavailableError(WorkerError):
     The batch in hand was neither persisted nor committed to the source, so a restarted worker
     resumes exactly at the last durable batch.
     """
-
-
-class Sink(Protocol):
-    """Where batches go: the database, or nowhere (``NullSink``)."""
-
-    def load_offsets(
-        self, keys: set[TopicPartition], source: Callable[[str], str]
-    ) -> dict[TopicPartition, int]:
-        """Stored next offsets of the partitions ``keys``; ``source`` maps a topic to its key."""
-        ...
-
-    def load_state(self, stream: str) -> dict[str, Any] | None:
-        """The stream's stored detector state, or None."""
-        ...
-
-    def persist(
-        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
-    ) -> None:
-        """Store a batch's results, states and offsets atomically (all or nothing)."""
-        ...
-
-    def stream_versions(self) -> dict[str, int] | None:
-        """The registered streams' configuration versions, or None without a registry."""
-        ...
-
-    def registered_stream(self, name: str) -> tuple[StreamConfig, Calibration, int] | None:
-        """One registered stream's configuration, calibration and version."""
-        ...
-
-
-class NullSink:
-    """Keeps nothing: for ``monitor run --no-store`` and benchmarks of the bare pipeline."""
-
-    def load_offsets(
-        self, keys: set[TopicPartition], source: Callable[[str], str]
-    ) -> dict[TopicPartition, int]:
-        return {}
-
-    def load_state(self, stream: str) -> dict[str, Any] | None:
-        return None
-
-    def persist(
-        self, out: BatchOutput, offsets: list[SourceOffset], states: Mapping[str, dict[str, Any]]
-    ) -> None:
-        return None
-
-    def stream_versions(self) -> dict[str, int] | None:
-        return None
-
-    def registered_stream(self, name: str) -> tuple[StreamConfig, Calibration, int] | None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -495,14 +439,12 @@ class Worker:
     def _housekeep(self) -> None:
         """Run the housekeeping task between batches; its failure is logged, never fatal (the
         next attempt is an interval later)."""
-        from monitor.db.errors import database_fault
-
         assert self.housekeeping is not None
         interval, task = self.housekeeping
         try:
             task()
         except Exception as exc:
-            fault = database_fault(exc)
+            fault = self.sink.fault(exc)
             if fault is None:  # a bug: its traceback
                 log.exception("housekeeping failed; retrying in %.0f s", interval)
             else:
@@ -608,8 +550,6 @@ class Worker:
     def _persist(self, out: BatchOutput, records: Sequence[Any], checkpoint: bool) -> bool:
         """Store the batch (with, at a checkpoint, the states and offsets of every batch since
         the last one); False if it was not stored (and the worker has resynchronised)."""
-        from monitor.db.errors import InvalidRecordError, StaleWriterError, StreamBoundError
-
         offsets: list[SourceOffset] = []
         states: dict[str, dict[str, Any]] = {}
         if checkpoint:
@@ -620,52 +560,53 @@ class Worker:
                 )
             ]
             touched = sorted(self._pending.touched | out.touched)
-            states = {name: self.pipeline.streams[name].state_dict() for name in touched}
+            states = self.pipeline.states(touched)
         fencing = self._fencing({**self._pending.offsets, **out.offsets}, out.touched)
         if self._elsewhere:
             self._drop_refused(out)
         try:
-            self._durably(lambda: self.sink.persist(out, offsets, states, **fencing),
+            self._durably(lambda: self.sink.persist(out, offsets, states, fencing),
                           "persisting a batch")
-        except StaleWriterError as exc:
-            log.warning("batch dropped: %s", exc)
-            self._resync(records, out.touched)
+        except Exception as exc:
+            fault = self.sink.fault(exc)
+            if fault is None or not self._refused_batch(fault, exc, records, out.touched):
+                raise
             return False
-        except StreamBoundError as exc:
-            self._set_aside(exc)
-            self._resync(records, out.touched)
-            return False
-        except (InvalidRecordError, DataError, IntegrityError) as exc:
-            if not records:
-                raise  # the end-of-source flush: no record to blame
-            self._unstorable(records, out.touched, exc)
+        return True
+
+    def _refused_batch(
+        self, fault: Fault, exc: Exception, records: Sequence[Any], touched: set[str]
+    ) -> bool:
+        """Act on a batch the sink refused; False if nothing can be done here (raise)."""
+        if fault.kind is FaultKind.SUPERSEDED:
+            log.warning("batch dropped: %s", fault)
+            self._resync(records, touched)
+        elif fault.kind is FaultKind.BOUND:
+            self._set_aside(fault)
+            self._resync(records, touched)
+        elif fault.kind is FaultKind.CONTENT and records:  # (a flush has no record to blame)
+            self._unstorable(records, touched, exc)
+        else:
             return False
         return True
 
     # -- one writer per stream ------------------------------------------------------------------
 
-    def _fencing(self, read: Mapping[TopicPartition, int], touched: set[str]) -> dict[str, Any]:
+    def _fencing(self, read: Mapping[TopicPartition, int], touched: set[str]) -> Fencing:
         """The writer, fencing tokens and streams a transaction covering the partitions ``read``
-        is checked against (nothing for a sink without bindings)."""
-        if not callable(getattr(self.sink, "claim", None)):
-            return {}
-        from monitor.db.fencing import Writer
-        from monitor.db.models import source_key
-
+        is checked against."""
         fences = {(self.offset_key(t), p): self._epochs[(t, p)]
                   for t, p in read if (t, p) in self._epochs}
-        return {"writer": Writer(source_key(self.source.name), self._group), "fences": fences,
-                "streams": sorted(touched)}
+        return Fencing(self.source.name, self._group, fences, sorted(touched))
 
-    def _set_aside(self, exc: Any) -> None:
+    def _set_aside(self, fault: Fault) -> None:
         """A stream bound to another writer: this worker stops writing it, and stores nothing
         of its records (:meth:`_drop_refused`)."""
-        name = exc.stream
         log.error("%s; until then its records are not stored here (counted in the run summary's "
-                  "\"refused\" and in monitor_worker_refused_records_total)", exc)
-        monitor = self.pipeline.streams.pop(name, None)
+                  "\"refused\" and in monitor_worker_refused_records_total)", fault)
+        monitor = self.pipeline.drop(fault.stream)
         if monitor is not None:
-            self._elsewhere[name] = (exc.bound, monitor)
+            self._elsewhere[fault.stream] = (fault.bound, monitor)
 
     def _drop_refused(self, out: BatchOutput) -> None:
         """Take the records of set-aside streams (the pipeline's ``unknown stream`` dead letters)
@@ -688,17 +629,14 @@ class Worker:
         names given back."""
         back = set(self._elsewhere)
         for name, (_, monitor) in self._elsewhere.items():
-            self.pipeline.streams.setdefault(name, monitor)
+            self.pipeline.add(name, monitor)
         self._elsewhere.clear()
-        claim = getattr(self.sink, "claim", None)
-        if not callable(claim):
-            return back
         for topic in sorted({t for t, _ in partitions}):
             ours = {p for t, p in partitions if t == topic}
             source = f"{self.source_kind}:{topic}"
 
             def take(source: str = source, ours: set[int] = ours) -> tuple[str, dict[int, int]]:
-                return claim(source, self._group, ours)
+                return self.sink.claim(source, self._group, ours)
 
             key, epochs = self._durably(take, "claiming partitions")
             self._keys[topic] = key
@@ -730,7 +668,7 @@ class Worker:
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
                                 record.offset + 1)]
         fencing = self._fencing(out.offsets, set())
-        self._durably(lambda: self.sink.persist(out, offsets, {}, **fencing),
+        self._durably(lambda: self.sink.persist(out, offsets, {}, fencing),
                       "persisting a dead letter")
         self.source.seek(out.offsets)
         self._stored.update(out.offsets)
@@ -769,23 +707,22 @@ class Worker:
         for attempt, wait in enumerate(self.retry.delays(1_000_000), start=1):
             try:
                 return action()
-            except (OperationalError, InterfaceError, DBAPIError) as exc:
-                if not _transient(exc):
+            except Exception as exc:
+                fault = self.sink.fault(exc)
+                if fault is None or fault.kind is not FaultKind.TRANSIENT:
                     raise
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0 or self._stop:
-                    raise self._gave_up(what, attempt, exc) from exc
+                    raise self._gave_up(what, attempt, fault) from exc
                 log.warning("%s failed (attempt %d: %s); retrying in %.1f s",
                             what, attempt, _short(exc), wait)
                 self._stop.wait(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _gave_up(self, what: str, attempts: int, exc: BaseException) -> DatabaseUnavailableError:
-        from monitor.db.errors import database_fault
-
+    def _gave_up(self, what: str, attempts: int, fault: Fault) -> DatabaseUnavailableError:
         why = "a stop was requested" if self._stop else f"{self.retry.deadline_s:g} s passed"
         return DatabaseUnavailableError(
-            f"{what} failed {attempts} times and {why}: {database_fault(exc) or _short(exc)}; "
+            f"{what} failed {attempts} times and {why}: {fault}; "
             "nothing was committed to the source, so a restarted worker resumes at the last "
             "stored batch"
         )
@@ -863,15 +800,6 @@ class _Pending:
         self.touched |= out.touched
         self.summary.add(out)
         self.summary.batches += 1
-
-
-def _transient(exc: BaseException) -> bool:
-    """Errors worth retrying: lost connections, the server's retry-me errors, a full disk
-    (:func:`monitor.db.errors.database_fault`)."""
-    from monitor.db.errors import database_fault
-
-    fault = database_fault(exc)
-    return fault is not None and fault.transient
 
 
 def _short(exc: BaseException) -> str:

@@ -285,8 +285,15 @@ class WatchedSink:
     def load_state(self, stream: str) -> Any:
         return self._call("load_state", stream)
 
-    def persist(self, out: Any, offsets: Any, states: Any, **ingest: Any) -> None:
-        self._call("persist", out, offsets, states, **ingest)
+    def persist(self, out: Any, offsets: Any, states: Any, fencing: Any = None,
+                **ingest: Any) -> None:
+        self._call("persist", out, offsets, states, fencing, **ingest)
+
+    def claim(self, source: str, group: str, partitions: set[int]) -> Any:
+        return self.sink.claim(source, group, partitions)
+
+    def fault(self, exc: BaseException) -> Any:
+        return self.sink.fault(exc)
 
     def stream_versions(self) -> Any:
         return self._call("stream_versions")

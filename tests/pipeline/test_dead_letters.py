@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from connectors import MemorySource
-from monitor.db.errors import InvalidRecordError
+from monitor.db.errors import InvalidRecordError, sink_fault
 from monitor.engine.pipeline import BatchOutput, Pipeline
-from monitor.engine.worker import NullSink, Worker
+from monitor.engine.sink import Fault, NullSink
+from monitor.engine.worker import Worker
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
 
@@ -38,11 +39,14 @@ class _RefusesFirstBatch(NullSink):
     def __init__(self) -> None:
         self.stored: list[BatchOutput] = []
 
-    def persist(self, out: BatchOutput, offsets: Any, states: Any, **fencing: Any) -> None:
+    def persist(self, out: BatchOutput, offsets: Any, states: Any, fencing: Any = None) -> None:
         if not self.stored:
             self.stored.append(BatchOutput())
             raise InvalidRecordError("record 0: field 'x' cannot be stored")
         self.stored.append(out)
+
+    def fault(self, exc: BaseException) -> Fault | None:
+        return sink_fault(exc)  # the database sink's reading of its errors
 
 
 def test_the_pipeline_and_the_worker_name_a_dead_letters_source_alike() -> None:
