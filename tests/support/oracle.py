@@ -25,10 +25,10 @@ import numpy as np
 from monitor.engine.pipeline import (
     BatchOutput,
     Pipeline,
-    _dead_letter,
     _internal_error,
     _record_time,
     _where,
+    dead_letter,
 )
 from monitor.streams.events import Event, InvalidEvent, LabelEvent, PredictionEvent, decode_event
 from monitor.streams.factory import conditional_score
@@ -246,12 +246,12 @@ class PerEventPipeline(Pipeline):
                 event, _record_time(record) if event.ts is None else event.ts
             )
         except InvalidEvent as exc:
-            out.dead_letters.append(_dead_letter(self.source, record, str(exc), known, stream))
+            out.dead_letters.append(dead_letter(self.source, record, str(exc), known, stream))
             return
         except Exception as exc:  # the worker never dies on data: keep the record and go on
             log.exception("internal error on %s", _where(record))
             reason = _internal_error(exc)
-            out.dead_letters.append(_dead_letter(self.source, record, reason, known, stream))
+            out.dead_letters.append(dead_letter(self.source, record, reason, known, stream))
             return
         out.events += 1
         out.touched.add(event.stream)
