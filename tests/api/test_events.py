@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, WRITE, calibration_rows, make_settings, stream_config
 from monitor.alerts import SEVERITY_OF_KIND
 from monitor.alerts.signing import verify
 from monitor.api import create_app
@@ -26,7 +27,6 @@ from monitor.db.models import (
     TracePointRow,
     WebhookDeliveryRow,
 )
-from tests.api.factories import READ, WRITE, calibration_rows, make_settings, stream_config
 
 #: Alarm when the conditional test martingale reaches 1/alpha = 100 (Ville), so a clear shift
 #: alarms within a few dozen events.

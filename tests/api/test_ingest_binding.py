@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import WRITE
 from monitor.db.fencing import Writer, rebind_stream
 from monitor.db.models import StreamWriterRow
-from tests.api.factories import WRITE
 from tests.api.test_events import create, events
 from tests.api.test_ingest_idempotency import counted
 

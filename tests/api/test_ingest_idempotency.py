@@ -10,8 +10,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import WRITE
 from monitor.db.models import CheckpointRow, DeadLetterRow
-from tests.api.factories import WRITE
 from tests.api.test_events import create, events
 
 

@@ -5,7 +5,7 @@ A fresh database is migrated (``monitor.db.migrate.upgrade``), the example strea
 lines for the dead letters) is registered as ``monitor streams create`` does and processed by
 ``monitor.cli.runs.run_source`` as the worker does. Then every SQL query of every panel, annotation
 and template variable, with Grafana's macros and variables expanded
-(:mod:`tests.dashboards.grafana_sql`), runs as the read-only reader role of the compose stack
+(:mod:`tests.support.grafana_sql`), runs as the read-only reader role of the compose stack
 (docs/dashboards.md), in a read-only transaction, and must return the
 columns its panel expects; aggregates are cross-checked against the tables.
 """
@@ -31,7 +31,7 @@ from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
 from tests.dashboards.conftest import load_dashboards, queries
-from tests.dashboards.grafana_sql import QueryContext, Variable, expand
+from tests.support.grafana_sql import QueryContext, Variable, expand
 
 pytestmark = pytest.mark.postgres
 

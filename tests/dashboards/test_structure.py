@@ -19,7 +19,7 @@ from tests.dashboards.conftest import (
     provisioned_datasources,
     queries,
 )
-from tests.dashboards.grafana_sql import MacroError, QueryContext, Variable, expand
+from tests.support.grafana_sql import MacroError, QueryContext, Variable, expand
 
 #: schemaVersion written by Grafana 12.0–12.1 (the compose stack pins Grafana 12.2, which
 #: migrates lower versions on load); bump together with the image in docker-compose.yml.

@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from bench.api_rows import READ, make_settings
 from monitor.api import create_app
 from monitor.db.migrate import upgrade
 from monitor.engine.pipeline import BatchOutput
 from monitor.ops.health import HealthServer, StreamEvents, WorkerHealth
-from tests.api.factories import READ, make_settings
 from tests.conftest import postgres_database
 from tests.health.test_worker_health import _get
 

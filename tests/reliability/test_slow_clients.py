@@ -28,7 +28,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from tests.api.factories import READ, READ_TOKEN
+from bench.api_rows import READ, READ_TOKEN
 from tests.conftest import postgres_database
 
 pytestmark = pytest.mark.postgres

@@ -12,7 +12,7 @@ from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
 from monitor.streams.records import Alarm
-from tests.report.real_alarms import attribution, directions, shuttle_records
+from tests.support.real_alarms import attribution, directions, shuttle_records
 
 
 @dataclass(frozen=True)
