@@ -16,7 +16,7 @@ from monitor.api import create_app
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import Base
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from monitor.ops.dashboards import (
     postgres_datasource,
     push_dashboards,
 )
-from tests.dashboards.conftest import DASHBOARDS_DIR, load_dashboards
+from tests.support.dashboards import DASHBOARDS_DIR, load_dashboards
 from tests.support.fake_grafana import FakeGrafana
 
 DB_URL = "postgresql+psycopg://grafana_reader:read%40only@postgres:5432/monitor"

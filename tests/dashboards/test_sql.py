@@ -29,8 +29,8 @@ from sqlalchemy.engine import make_url
 from monitor.db.migrate import upgrade
 from monitor.ops.datasets import build_example
 from monitor.settings import Settings
-from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
-from tests.dashboards.conftest import load_dashboards, queries
+from tests.support.dashboards import load_dashboards, queries
+from tests.support.databases import READER_PASSWORD, grafana_reader, postgres_database
 from tests.support.grafana_sql import QueryContext, Variable, expand
 
 pytestmark = pytest.mark.postgres
@@ -442,7 +442,7 @@ def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
 
     from monitor.db.engine import make_engine, session_factory
     from monitor.ops.metrics import DatabaseCollector
-    from tests.dashboards.test_structure import METRICS
+    from tests.support.dashboards import METRICS
 
     engine = make_engine(run.owner_url)
     try:

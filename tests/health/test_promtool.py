@@ -14,8 +14,8 @@ from monitor.api import create_app
 from monitor.db.migrate import upgrade
 from monitor.engine.pipeline import BatchOutput
 from monitor.ops.health import HealthServer, StreamEvents, WorkerHealth
-from tests.conftest import postgres_database
 from tests.health.test_worker_health import _get
+from tests.support.databases import postgres_database
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(

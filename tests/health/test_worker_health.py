@@ -23,7 +23,7 @@ from monitor.engine.pipeline import BatchOutput
 from monitor.ops.datasets import build_example
 from monitor.ops.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
 from monitor.settings import Settings
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
 

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import Engine
 
 from bench.pgcluster import PrivatePostgres
-from tests.conftest import postgres_database
 from tests.support.broker import BrokerProcess
+from tests.support.databases import postgres_database
 from tests.support.kafka import kafka_broker, kafka_broker_module  # noqa: F401
 from tests.support.streams import Example, Snapshot, reference_run
 from tests.support.workloads import build_workload

@@ -42,7 +42,7 @@ from monitor.api.auth import PUBLIC_PATHS, TokenScope, required_scope
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import Base
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 pytestmark = pytest.mark.postgres
 

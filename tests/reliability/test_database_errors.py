@@ -29,8 +29,8 @@ from monitor.db.migrate import upgrade
 from monitor.engine.worker import DatabaseUnavailableError, RetryPolicy
 from monitor.ops.datasets import build_example
 from monitor.settings import Settings
-from tests.conftest import postgres_database
 from tests.reliability.test_startup_errors import ROOT, _closed_port, one_line
+from tests.support.databases import postgres_database
 
 #: Retries that give up at once (the default waits 60 s).
 QUICK = RetryPolicy(deadline_s=0.3, backoff_s=0.05, max_backoff_s=0.1)

@@ -29,7 +29,7 @@ import pytest
 from sqlalchemy import Engine
 
 from bench.api_rows import READ, READ_TOKEN
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 pytestmark = pytest.mark.postgres
 
