@@ -18,7 +18,7 @@ from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
 from monitor.api import create_app
 from monitor.db.models import AlertOutboxRow
-from tests.api.test_events import create, events, post
+from tests.support.api import create, events, post
 from tests.support.receivers import Receiver, running_receiver
 
 

@@ -27,10 +27,9 @@ from monitor.db.engine import make_engine, session_factory
 from monitor.db.fleet_runner import create_fleet
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlarmRow
-from tests.integration.test_consumer_group import owned
 from tests.support.dashboards import load_dashboards, queries
 from tests.support.grafana_sql import QueryContext, Variable, expand
-from tests.support.processes import OffsetWatch, WorkerProcess, wait_until
+from tests.support.processes import OffsetWatch, WorkerProcess, owned, wait_until
 from tests.support.streams import STREAMS, Example, end_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
