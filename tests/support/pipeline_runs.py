@@ -21,7 +21,7 @@ def run(configs: Sequence[Path], values: Sequence[bytes], batch: int, per_event:
     pipeline = (PerEventPipeline if per_event else Pipeline)(monitors, "file:events")
     records = [RawRecord("events", 0, i, v, timestamp_ms=1_700_000_000_000 + i)
                for i, v in enumerate(values)]
-    got: dict[str, list[Any]] = {"alarms": [], "traces": [], "windows": [], "dead": [],
+    got: dict[str, Any] = {"alarms": [], "traces": [], "windows": [], "dead": [],
                                  "events": [], "offsets": [], "performance": [], "evidence": []}
     outs = [pipeline.process(records[i : i + batch]) for i in range(0, len(records), batch)]
     if flush:
