@@ -492,10 +492,9 @@ def latency_run(
 
 
 def fuzz(args: argparse.Namespace) -> int:
+    from bench import schemathesis_run
+    from bench.api_rows import WRITE, make_settings, seed
     from monitor.api import create_app
-    from tests.api import fuzz as schemathesis_run
-    from tests.api.factories import WRITE, make_settings
-    from tests.api.test_schema import seed
 
     with fresh_database(args.admin_url, args.keep) as url:
         engine = make_engine(url)

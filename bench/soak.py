@@ -308,8 +308,8 @@ def main() -> int:
 
 @contextmanager
 def private_postgres() -> Iterator[str]:
-    """A PostgreSQL cluster of its own (tests/support/pgcluster.py), default settings."""
-    from tests.support.pgcluster import PrivatePostgres
+    """A PostgreSQL cluster of its own (bench/pgcluster.py), default settings."""
+    from bench.pgcluster import PrivatePostgres
 
     cluster = PrivatePostgres(Path(tempfile.mkdtemp(prefix="monitor-soak-pg-")))
     cluster.init()

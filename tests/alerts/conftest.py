@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.alerts.receiver import Receiver, running_receiver
+from tests.support.receivers import Receiver, running_receiver
 
 
 @pytest.fixture

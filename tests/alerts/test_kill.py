@@ -18,7 +18,7 @@ from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import AlarmRow, AlertOutboxRow
 from monitor.ops.datasets import build_example
-from tests.alerts.receiver import Receiver
+from tests.support.receivers import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from bench.api_rows import alarm
 from monitor.alerts import AlertDelivery, AlertRouting, Delivery
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
@@ -29,8 +30,7 @@ from monitor.db.sink import DatabaseSink
 from monitor.db.store import persist_batch
 from monitor.engine.pipeline import BatchOutput
 from monitor.streams.records import SourceOffset
-from tests.alerts.receiver import Receiver
-from tests.api.factories import alarm
+from tests.support.receivers import Receiver
 
 SECRET = "whsec-alerts-42"
 FAST = {"backoff_seconds": 0.05, "max_backoff_seconds": 1.0, "timeout_seconds": 2.0}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.api_rows import alarm
 from monitor.alerts import (
     SEVERITY_OF_KIND,
     AlertRouting,
@@ -24,7 +25,6 @@ from monitor.alerts.delivery import exponential_backoff
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
 from monitor.alerts.signing import sign, signed_headers, verify
-from tests.api.factories import alarm
 
 ROUTING: dict[str, Any] = {
     "receivers": [

@@ -11,12 +11,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete
 from sqlalchemy.orm import Session
 
+from bench.api_rows import make_settings
 from monitor.api import create_app
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import Base
-from tests.api.factories import make_settings
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from dataclasses import replace
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, store
 from monitor.db import repositories as repo
 from monitor.ops.report import render_html, report_context
-from tests.api.factories import READ, store
-from tests.report.real_alarms import attribution, shuttle_records
+from tests.support.real_alarms import attribution, shuttle_records
 
 
 def test_report_is_the_html_page_of_the_alarm(client: TestClient, session: Session) -> None:

@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, T0, WRITE, alarm, store
 from monitor.api import queries
 from monitor.db import repositories as repo
 from monitor.db.models import AlarmRow
 from monitor.streams.records import Alarm
-from tests.api.factories import READ, T0, WRITE, alarm, store
 
 
 @pytest.fixture

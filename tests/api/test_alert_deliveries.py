@@ -13,13 +13,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, WRITE, alarm, make_settings, store
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
 from monitor.api import create_app
 from monitor.db.models import AlertOutboxRow
-from tests.alerts.receiver import Receiver, running_receiver
-from tests.api.factories import READ, WRITE, alarm, make_settings, store
-from tests.api.test_events import create, events, post
+from tests.support.api import create, events, post
+from tests.support.receivers import Receiver, running_receiver
 
 
 @pytest.fixture

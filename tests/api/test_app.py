@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.api_rows import READ, WRITE, calibration_rows, make_settings, stream_config
 from monitor.api import create_app
 from monitor.api.auth import PUBLIC_PATHS
-from tests.api.factories import READ, WRITE, calibration_rows, make_settings, stream_config
 
 OPENAPI = create_app(make_settings("sqlite://")).openapi()
 OPERATIONS = [

@@ -9,9 +9,9 @@ import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
+from bench.api_rows import READ, WRITE, WRITE_TOKEN, make_settings
 from monitor.api import create_app
 from monitor.api.auth import PUBLIC_PATHS, TokenScope, TokenStore, required_scope
-from tests.api.factories import READ, WRITE, WRITE_TOKEN, make_settings
 
 #: Path parameters used to call every route (the resources need not exist: auth comes first).
 PATH_VALUES = {

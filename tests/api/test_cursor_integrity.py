@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, alarm, store
 from monitor.db import repositories as repo
 from monitor.db.errors import InvalidCursorError
-from tests.api.factories import READ, alarm, store
 
 
 def _b64(data: bytes) -> str:

@@ -8,8 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, T0, alarm, store
 from monitor.api.timeutil import check_range
-from tests.api.factories import READ, T0, alarm, store
 
 
 def test_a_date_is_midnight_utc() -> None:

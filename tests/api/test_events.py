@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, WRITE, calibration_rows, make_settings, stream_config
 from monitor.alerts import SEVERITY_OF_KIND
 from monitor.alerts.signing import verify
 from monitor.api import create_app
@@ -26,46 +26,7 @@ from monitor.db.models import (
     TracePointRow,
     WebhookDeliveryRow,
 )
-from tests.api.factories import READ, WRITE, calibration_rows, make_settings, stream_config
-
-#: Alarm when the conditional test martingale reaches 1/alpha = 100 (Ville), so a clear shift
-#: alarms within a few dozen events.
-VILLE = {"rule": "ville", "alpha": 0.01}
-#: 2026-11-30T12:00:00Z in epoch seconds: the time of ``events(start=0)``.
-NOON = 1_796_040_000
-
-
-def events(
-    n: int, seed: int, shift: float = 0.0, start: int = 0, stream: str = "bikes"
-) -> list[dict[str, Any]]:
-    """Labeled predictions like calibration_rows(); ``shift`` moves the labels (concept shift)."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 3))
-    y = x.sum(axis=1) + rng.normal(scale=0.5, size=n) + shift
-    return [
-        {
-            "kind": "prediction",
-            "stream": stream,
-            "id": f"e-{start + i}",
-            "ts": f"2026-11-30T12:{(start + i) // 60 % 60:02d}:{(start + i) % 60:02d}Z",
-            "features": x[i].round(4).tolist(),
-            "prediction": float(x[i].sum().round(4)),
-            "label": float(y[i].round(4)),
-        }
-        for i in range(n)
-    ]
-
-
-def create(client: TestClient, name: str = "bikes") -> None:
-    body = stream_config(name, calibration=calibration_rows(200), alarm=VILLE)
-    assert client.post("/streams", json=body, headers=WRITE).status_code == 201
-
-
-def post(client: TestClient, batch: list[Any]) -> dict[str, Any]:
-    response = client.post("/events", json=batch, headers=WRITE)
-    assert response.status_code == 202, response.text
-    body: dict[str, Any] = response.json()
-    return body
+from tests.support.api import NOON, VILLE, create, events, post
 
 
 def test_valid_batch_is_processed_and_persisted(client: TestClient, session: Session) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from tests.api.factories import READ, WRITE
+from bench.api_rows import READ, WRITE
 
 BODY = {
     "name": "payments",

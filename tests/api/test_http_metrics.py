@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
 
-from tests.api.factories import READ
+from bench.api_rows import READ
 
 
 def _samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import WRITE
 from monitor.db.fencing import Writer, rebind_stream
 from monitor.db.models import StreamWriterRow
-from tests.api.factories import WRITE
-from tests.api.test_events import create, events
-from tests.api.test_ingest_idempotency import counted
+from tests.support.api import counted, create, events
 
 
 def test_http_ingest_into_a_group_bound_stream_is_refused(

@@ -10,15 +10,9 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from monitor.db.models import CheckpointRow, DeadLetterRow
-from tests.api.factories import WRITE
-from tests.api.test_events import create, events
-
-
-def counted(session: Session) -> int:
-    session.expire_all()
-    row = session.get(CheckpointRow, "bikes")
-    return 0 if row is None else row.event_index
+from bench.api_rows import WRITE
+from monitor.db.models import DeadLetterRow
+from tests.support.api import counted, create, events
 
 
 def test_a_retried_post_counts_each_event_once(client: TestClient, session: Session) -> None:

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from tests.api.factories import WRITE, alarm, store
+from bench.api_rows import WRITE, alarm, store
 
 LIMIT = 1_000_000  # make_settings' max_body_bytes
 

@@ -11,12 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from monitor.api import create_app
-from monitor.db.models import WebhookDeliveryRow
-from monitor.db.repositories import create_stream
-from monitor.streams.config import StreamConfig
-from monitor.streams.records import TracePoint
-from tests.api.factories import (
+from bench.api_rows import (
     READ,
     T0,
     alarm,
@@ -30,6 +25,11 @@ from tests.api.factories import (
     stream_config,
     trace,
 )
+from monitor.api import create_app
+from monitor.db.models import WebhookDeliveryRow
+from monitor.db.repositories import create_stream
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import TracePoint
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

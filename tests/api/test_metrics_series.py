@@ -8,11 +8,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
 
-from monitor.db.repositories import create_stream
-from monitor.ops.metrics import source_kind
-from monitor.streams.config import StreamConfig
-from monitor.streams.records import ALARM_KINDS
-from tests.api.factories import (
+from bench.api_rows import (
     READ,
     alarm,
     calibration_rows,
@@ -23,6 +19,10 @@ from tests.api.factories import (
     stream_config,
     trace,
 )
+from monitor.db.repositories import create_stream
+from monitor.ops.metrics import source_kind
+from monitor.streams.config import StreamConfig
+from monitor.streams.records import ALARM_KINDS
 
 
 def _samples(client: TestClient) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from bench.api_rows import READ, READ_TOKEN
 from monitor.api.app import app_from_environment
 from monitor.cli.main import main
 from monitor.settings import Settings
-from tests.api.factories import READ, READ_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 

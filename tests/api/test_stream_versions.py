@@ -17,12 +17,12 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from bench.api_rows import READ, WRITE, stream_config
 from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import StreamRow
 from monitor.ops.datasets import build_example
 from monitor.streams.config import StreamConfig
-from tests.api.factories import READ, WRITE, stream_config
 
 # --- CLI ------------------------------------------------------------------------------------------
 

@@ -13,11 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from monitor.api import queries
-from monitor.api.schemas import TracePointPublic
-from monitor.db.models import CalibrationEventRow, StreamRow
-from monitor.streams.records import PerformanceWindow
-from tests.api.factories import (
+from bench.api_rows import (
     READ,
     T0,
     WRITE,
@@ -30,6 +26,10 @@ from tests.api.factories import (
     stream_config,
     trace,
 )
+from monitor.api import queries
+from monitor.api.schemas import TracePointPublic
+from monitor.db.models import CalibrationEventRow, StreamRow
+from monitor.streams.records import PerformanceWindow
 
 # --- POST /streams ----------------------------------------------------------------------------
 

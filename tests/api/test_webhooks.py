@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from bench.api_rows import alarm, store
 from monitor.alerts.delivery import DeliveryAttempt, WebhookDispatcher, exponential_backoff
 from monitor.alerts.signing import sign, verify
 from monitor.db.engine import session_factory
 from monitor.db.models import WebhookDeliveryRow
 from monitor.streams.records import Alarm
-from tests.alerts.receiver import Receiver, running_receiver
-from tests.api.factories import alarm, store
+from tests.support.receivers import Receiver, running_receiver
 
 SECRET = "whsec-test-0123"
 

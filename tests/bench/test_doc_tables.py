@@ -12,7 +12,7 @@ import harness
 import pytest
 from bench_compare import BETTINGS, RIVER_GRID
 
-from tests.statistical.sizing import Z_FALSE_FAILURE
+from tests.support.sizing import Z_FALSE_FAILURE
 
 DOCS = harness.load_results(harness.RESULTS)
 TEXT = harness.DOC.read_text()

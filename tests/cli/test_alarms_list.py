@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
+from bench.api_rows import alarm
 from monitor.cli.alarms_commands import _alarm_table
 from monitor.cli.main import main
 from monitor.core.diagnosis import ALARM_KINDS
-from tests.api.factories import alarm
 
 
 def test_unknown_kind_is_refused_with_the_valid_kinds(capsys: pytest.CaptureFixture[str]) -> None:

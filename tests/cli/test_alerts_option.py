@@ -13,7 +13,7 @@ from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import AlertOutboxRow
 from monitor.ops.datasets import build_example
-from tests.alerts.receiver import running_receiver
+from tests.support.receivers import running_receiver
 
 
 def test_a_bad_routing_file_is_one_line_and_exit_2(

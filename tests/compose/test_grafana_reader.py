@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from monitor.db.grafana_reader import HIDDEN_COLUMNS, HIDDEN_TABLES, READER_SCHEMA
 from monitor.db.migrate import downgrade, upgrade
-from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
+from tests.support.databases import READER_PASSWORD, grafana_reader, postgres_database
 
 pytestmark = [
     pytest.mark.postgres,

@@ -33,7 +33,7 @@ from monitor.streams.events import (
     decode_batch,
     decode_event,
 )
-from tests.reliability.badinput import CATEGORIES, Templates, generate
+from tests.support.bad_input import CATEGORIES, Templates, generate
 
 Raw = bytes | str
 

@@ -20,7 +20,7 @@ from monitor.engine.pipeline import BatchOutput, Pipeline, RawRecord
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import BLOB_MAGIC, StateFormatError, decode_state, encode_state
-from tests.db.test_state_format import assert_identical
+from tests.support.states import assert_identical
 from tests.support.streams import canonical
 
 DATA = Path(__file__).parent / "data"

@@ -1,7 +1,7 @@
 """``monitor dashboards push`` against a real HTTP server that checks Grafana's request shapes.
 
 No Grafana binary is available on the machines that run these tests (and no network): the
-server in :mod:`tests.dashboards.fake_grafana` is a real ``http.server`` on loopback that
+server in :mod:`tests.support.fake_grafana` is a real ``http.server`` on loopback that
 implements the Grafana HTTP API endpoints grafana-client calls (folders, datasources by uid,
 ``POST /api/dashboards/db``), answers with Grafana's status codes and validates every body.
 The requests go through grafana-client and its HTTP stack unchanged.
@@ -27,8 +27,8 @@ from monitor.ops.dashboards import (
     postgres_datasource,
     push_dashboards,
 )
-from tests.dashboards.conftest import DASHBOARDS_DIR, load_dashboards
-from tests.dashboards.fake_grafana import FakeGrafana
+from tests.support.dashboards import DASHBOARDS_DIR, load_dashboards
+from tests.support.fake_grafana import FakeGrafana
 
 DB_URL = "postgresql+psycopg://grafana_reader:read%40only@postgres:5432/monitor"
 UIDS = [d["uid"] for d in load_dashboards()]

@@ -5,7 +5,7 @@ A fresh database is migrated (``monitor.db.migrate.upgrade``), the example strea
 lines for the dead letters) is registered as ``monitor streams create`` does and processed by
 ``monitor.cli.runs.run_source`` as the worker does. Then every SQL query of every panel, annotation
 and template variable, with Grafana's macros and variables expanded
-(:mod:`tests.dashboards.grafana_sql`), runs as the read-only reader role of the compose stack
+(:mod:`tests.support.grafana_sql`), runs as the read-only reader role of the compose stack
 (docs/dashboards.md), in a read-only transaction, and must return the
 columns its panel expects; aggregates are cross-checked against the tables.
 """
@@ -29,9 +29,9 @@ from sqlalchemy.engine import make_url
 from monitor.db.migrate import upgrade
 from monitor.ops.datasets import build_example
 from monitor.settings import Settings
-from tests.conftest import READER_PASSWORD, grafana_reader, postgres_database
-from tests.dashboards.conftest import load_dashboards, queries
-from tests.dashboards.grafana_sql import QueryContext, Variable, expand
+from tests.support.dashboards import load_dashboards, queries
+from tests.support.databases import READER_PASSWORD, grafana_reader, postgres_database
+from tests.support.grafana_sql import QueryContext, Variable, expand
 
 pytestmark = pytest.mark.postgres
 
@@ -442,7 +442,7 @@ def test_prometheus_panels_read_served_metrics(run: PipelineRun) -> None:
 
     from monitor.db.engine import make_engine, session_factory
     from monitor.ops.metrics import DatabaseCollector
-    from tests.dashboards.test_structure import METRICS
+    from tests.support.dashboards import METRICS
 
     engine = make_engine(run.owner_url)
     try:

@@ -11,21 +11,20 @@ import pytest
 import yaml
 
 from monitor.ops import dashboards as push
-from tests.dashboards.conftest import (
+from tests.support.dashboards import (
     DASHBOARDS_DIR,
+    METRICS,
     PROVISIONING,
     all_panels,
     load_dashboards,
     provisioned_datasources,
     queries,
 )
-from tests.dashboards.grafana_sql import MacroError, QueryContext, Variable, expand
+from tests.support.grafana_sql import MacroError, QueryContext, Variable, expand
 
 #: schemaVersion written by Grafana 12.0–12.1 (the compose stack pins Grafana 12.2, which
 #: migrates lower versions on load); bump together with the image in docker-compose.yml.
 SCHEMA_VERSION = 41
-#: Metrics of the API's /metrics that Prometheus-fed panels read (documented in docs/dashboards.md).
-METRICS = {"monitor_events_processed_total", "monitor_label_join_lag_seconds"}
 PANEL_TYPES = {"stat", "timeseries", "table", "row", "barchart", "text"}
 
 DASHBOARDS = load_dashboards()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -27,27 +27,13 @@ from monitor.db.models import (
 )
 from monitor.db.repositories import ood_flags_query, traces_query
 from monitor.db.store import load_offsets, load_state, persist_batch
-from monitor.streams.records import Alarm, DeadLetter, OODWindow, SourceOffset, TracePoint
+from monitor.streams.records import DeadLetter, SourceOffset, TracePoint
 from monitor.streams.state import Checkpoint
+from tests.support.records import T0, alarm, window
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 SOURCE = "file:events.jsonl"
 
 
-def alarm(i: int, stream: str = "bikes", detector: str = "conditional") -> Alarm:
-    return Alarm(
-        stream=stream,
-        detector=detector,
-        kind="concept_shift",
-        event_id=f"e-{i}",
-        event_index=i,
-        ts=T0 + timedelta(seconds=i),
-        changepoint=i - 5,
-        statistic=10342.7 + i,
-        threshold=10_000.0,
-        rule="shiryaev_roberts",
-        evidence={"weights_ess": 812.4, "penalised_fraction": 0.0},
-    )
 
 
 def trace(i: int, detector: str = "conditional") -> TracePoint:
@@ -55,10 +41,6 @@ def trace(i: int, detector: str = "conditional") -> TracePoint:
     return TracePoint("bikes", detector, i, T0 + timedelta(seconds=i), log_m, p, log_s, log_t)
 
 
-def window(i: int) -> OODWindow:
-    return OODWindow(
-        "bikes", i, 256 * i, 256 * (i + 1), T0, 256, 2, 0.003, "eg_bh", 0.1, (f"e-{i}a", f"e-{i}b")
-    )
 
 
 def letter(offset: int, payload: bytes = b"{not json") -> DeadLetter:

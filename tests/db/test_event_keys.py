@@ -35,7 +35,7 @@ from monitor.db.models import (
 from monitor.db.repositories import list_ood_windows
 from monitor.db.store import persist_batch
 from monitor.ops.datasets import build_example
-from tests.db.test_db_store import alarm, window
+from tests.support.records import alarm, window
 
 #: Ids sharing their first 300 characters: their keys differ by the digest only.
 PREFIX = "tenant-7/order/" + "x" * 285

@@ -9,7 +9,7 @@ from monitor.core.decisions import OODDecider, bh_e_values, e_benjamini_hochberg
 from monitor.core.decisions.base import BatchDecision, as_p_values
 from monitor.core.decisions.eg_bh import DEFAULT_BASE_FRACTION, _bh_e_value_rows
 from monitor.core.ood import KNN, Mahalanobis
-from tests.ood.test_knn_exact import reference_knn_score
+from tests.support.reference_knn import reference_knn_score
 
 
 def reference_ensemble_bh(matrix: np.ndarray, alpha: float) -> BatchDecision:

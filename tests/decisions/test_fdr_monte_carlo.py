@@ -5,7 +5,7 @@ Shuttle, with scorers fitted on separate rows and through the stream decider's o
 Each repetition draws calibration and test rows without replacement from held-out pools, so the
 guarantees hold exactly. Each window holds n = 192 in-distribution + 64 OOD points, n₀/n = 0.75.
 
-Every check is ``assert_fdr_within`` (tests/statistical/sizing.py) against the proved bound, not
+Every check is ``assert_fdr_within`` (tests/support/sizing.py) against the proved bound, not
 a looser one: α·n₀/n = 0.75 α for BH and eg-BH on split-conformal p-values (Bates et al. 2023;
 e-BH), α for LOND (Javanmard & Montanari 2018, Theorem 3.1; PRDS: Zrnic et al. 2021). A rule
 fails when its mean FDP exceeds the bound + 3.09 SE (false failure ≈ 1e-3 by the normal
@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tests.statistical.sizing import assert_fdr_within
+from tests.support.sizing import assert_fdr_within
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_ood.py"
 

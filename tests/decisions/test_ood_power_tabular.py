@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tests.statistical.sizing import assert_fdr_within
+from tests.support.sizing import assert_fdr_within
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_ood_tabular.py"
 ALPHA = 0.1
@@ -50,7 +50,7 @@ def test_eg_bh_and_g_bh_beat_the_split_conformal_baseline_on_shuttle() -> None:
     windows; the bench measured 0.474 ± 0.024 vs 0.340 ± 0.025 over 200 windows (docs/ood.md),
     a margin of several SE, not luck.
 
-    FDR (``assert_fdr_within``, tests/statistical/sizing.py): eg-BH and g-BH run the decider's
+    FDR (``assert_fdr_within``, tests/support/sizing.py): eg-BH and g-BH run the decider's
     default full-conformal p-values, for which nothing is proved (PRDS is not), so they are
     checked against their level α and sized against 1.5 α; the baseline (split conformal) against
     its proved α·n₀/n = 0.08, sized against 1.5 × that. Each fails above the bound + 3.09 SE

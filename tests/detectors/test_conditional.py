@@ -8,7 +8,7 @@ import pytest
 from monitor.core.detectors import ConditionalMonitor
 from monitor.core.detectors.conditional import QuantileNormalizer
 from monitor.core.martingales import ConformalPValue
-from tests.detectors.conftest import Toy, make_toy
+from tests.support.toy_streams import Toy, make_toy
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
 from monitor.streams.detectors import StreamDetectors
 from monitor.streams.state import decode_state, encode_state
-from tests.detectors.conftest import Toy, make_toy
+from tests.support.toy_streams import Toy, make_toy
 
 Detector = CovariateMonitor | ConditionalMonitor | StreamDetectors
 TOY = make_toy(seed=3)

@@ -10,7 +10,7 @@ from monitor.core.detectors import CovariateMonitor
 from monitor.core.martingales import ConformalPValue
 from monitor.core.ood import make_scorer
 from monitor.streams.state import encode_state
-from tests.detectors.conftest import Toy, make_toy
+from tests.support.toy_streams import Toy, make_toy
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from monitor.core.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_c
 from monitor.streams.config import StreamConfig
 from monitor.streams.detectors import DetectorAlarm, StreamDetectors, _evidence_share
 from monitor.streams.records import ALARM_KINDS as RECORD_KINDS
-from tests.detectors.conftest import Toy, make_toy
+from tests.support.toy_streams import Toy, make_toy
 
 
 def test_kinds_match_the_alarm_record() -> None:

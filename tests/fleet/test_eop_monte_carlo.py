@@ -17,7 +17,7 @@ E[R_t] = t is carried by rare large values), so these checks have no power again
 or 3α: they guard the dependence and stopping-time cases. The power against a wrong level is
 ``test_one_step_error_is_sharp``: one step of all-null streams with three-point e-values, where
 the bound is nearly attained by the rule at 2α (1 000 repetitions; false failure 9.7e-4, power
-1.000; sized by ``tests/statistical/sizing.py``). Also checked: the cumulative count of null
+1.000; sized by ``tests/support/sizing.py``). Also checked: the cumulative count of null
 alarms over [1, n] under e-d-Bonferroni when every alarm re-baselines its stream (measured
 0.16–0.23 against 0.45). Not claimed, and not tested: that count under e-d-BH — with shared
 noise null streams cross together, the e-BH bar falls to 1/α and it reaches ~2.3
@@ -35,7 +35,7 @@ import pytest
 from scipy.stats import norm
 
 from monitor.core.fleet import FleetDecider
-from tests.statistical.sizing import (
+from tests.support.sizing import (
     MAX_FALSE_FAILURE,
     MIN_POWER,
     Z_FALSE_FAILURE,

@@ -9,13 +9,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from bench.api_rows import READ, make_settings
 from monitor.api import create_app
 from monitor.db.migrate import upgrade
 from monitor.engine.pipeline import BatchOutput
 from monitor.ops.health import HealthServer, StreamEvents, WorkerHealth
-from tests.api.factories import READ, make_settings
-from tests.conftest import postgres_database
-from tests.health.test_worker_health import _get
+from tests.support.databases import postgres_database
+from tests.support.http import http_get
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
@@ -40,7 +40,7 @@ def test_worker_metrics_pass_promtool() -> None:
     health.batch_done(BatchOutput(events=3))
     server = HealthServer(health, 0, "127.0.0.1").start()
     try:
-        status, text = _get(f"http://127.0.0.1:{server.port}/metrics")
+        status, text = http_get(f"http://127.0.0.1:{server.port}/metrics")
     finally:
         server.close()
     assert status == 200 and "monitor_consumer_lag" in text

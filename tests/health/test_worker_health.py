@@ -23,7 +23,8 @@ from monitor.engine.pipeline import BatchOutput
 from monitor.ops.datasets import build_example
 from monitor.ops.health import HealthServer, WatchedSink, WatchedSource, WorkerHealth
 from monitor.settings import Settings
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
+from tests.support.http import http_get
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
 
@@ -34,12 +35,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -59,8 +54,8 @@ def test_run_serves_health_and_metrics_while_it_runs(
 
     def scrape(out: BatchOutput) -> None:  # runs in the worker's thread, between batches
         if len(seen) < 2:
-            seen.append((*_get(f"http://127.0.0.1:{port}/healthz"),
-                         *_get(f"http://127.0.0.1:{port}/metrics")))
+            seen.append((*http_get(f"http://127.0.0.1:{port}/healthz"),
+                         *http_get(f"http://127.0.0.1:{port}/metrics")))
 
     with postgres_database(postgres_admin) as url:
         summary = run_source(
@@ -93,19 +88,19 @@ def test_database_loss_turns_healthz_503_after_the_bound() -> None:
     try:
         health.polled()
         health.database_ok()
-        assert _get(f"http://127.0.0.1:{server.port}/healthz") == (200, "ok\n")
+        assert http_get(f"http://127.0.0.1:{server.port}/healthz") == (200, "ok\n")
         with pytest.raises(Exception, match=r"127\.0\.0\.1"):
             sink.stream_versions()  # a real connection failure, not a mock
         now[0] += 10
         health.polled()
-        assert _get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200  # within the bound
+        assert http_get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200  # within the bound
         now[0] += 25
         health.polled()
-        status, body = _get(f"http://127.0.0.1:{server.port}/healthz")
+        status, body = http_get(f"http://127.0.0.1:{server.port}/healthz")
         assert status == 503
         assert body.startswith("database failing for 35 s: OperationalError")
         assert body.count("\n") == 1
-        metrics = _values(_get(f"http://127.0.0.1:{server.port}/metrics")[1])
+        metrics = _values(http_get(f"http://127.0.0.1:{server.port}/metrics")[1])
         assert metrics[("monitor_worker_database_errors_total", ())] == 1
         assert metrics[("monitor_worker_healthy", ())] == 0
     finally:

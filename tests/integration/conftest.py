@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 from tests.support.kafka import kafka_broker, kafka_broker_module  # noqa: F401
 from tests.support.streams import Example, Snapshot, build_examples, reference_run
 

@@ -14,15 +14,20 @@ progress since its last checkpoint when its partitions are revoked, and A resume
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import pytest
 
 from connectors.mock_kafka import produce_kafka_python
 from monitor.db.migrate import upgrade
-from tests.support.processes import OffsetWatch, WorkerProcess, group_offsets, wait_until
+from tests.support.processes import (
+    OffsetWatch,
+    WorkerProcess,
+    assignments,
+    group_offsets,
+    owned,
+    wait_until,
+)
 from tests.support.streams import (
     Example,
     Snapshot,
@@ -34,23 +39,10 @@ from tests.support.streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 TopicPartition = tuple[str, int]
-_ASSIGNED = re.compile(r"monitor\.engine\.worker: assigned (\[.*?\]); resuming at (.*)$")
 
 
-def assignments(worker: WorkerProcess) -> list[tuple[set[int], str]]:
-    """Every assignment the worker logged: its partitions and where it resumed."""
-    found = []
-    for line in worker.logs().splitlines():
-        match = _ASSIGNED.search(line)
-        if match:
-            partitions = {p for _, p in ast.literal_eval(match.group(1))}
-            found.append((partitions, match.group(2)))
-    return found
 
 
-def owned(worker: WorkerProcess) -> set[int]:
-    latest = assignments(worker)
-    return latest[-1][0] if latest else set()
 
 
 @pytest.mark.parametrize("checkpoint_every", [1, 3], ids=["every-batch", "checkpoint-every-3"])

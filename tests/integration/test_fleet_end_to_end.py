@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from bench.api_rows import READ, make_settings
 from connectors.mock_kafka import produce_kafka_python
 from monitor.api import create_app
 from monitor.cli.main import main
@@ -26,11 +27,9 @@ from monitor.db.engine import make_engine, session_factory
 from monitor.db.fleet_runner import create_fleet
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlarmRow
-from tests.api.factories import READ, make_settings
-from tests.dashboards.conftest import load_dashboards, queries
-from tests.dashboards.grafana_sql import QueryContext, Variable, expand
-from tests.integration.test_consumer_group import owned
-from tests.support.processes import OffsetWatch, WorkerProcess, wait_until
+from tests.support.dashboards import load_dashboards, queries
+from tests.support.grafana_sql import QueryContext, Variable, expand
+from tests.support.processes import OffsetWatch, WorkerProcess, owned, wait_until
 from tests.support.streams import STREAMS, Example, end_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]

@@ -20,8 +20,7 @@ from monitor.engine.pipeline import BatchOutput, Pipeline
 from monitor.engine.worker import RunSummary, StopFlag, Worker
 from monitor.streams.records import Alarm
 from monitor.streams.setup import build_monitors, read_configs
-from tests.conftest import postgres_database
-from tests.integration.test_worker_failures import refuse_alarm
+from tests.support.databases import postgres_database, refuse_alarm
 from tests.support.streams import (
     Example,
     Snapshot,

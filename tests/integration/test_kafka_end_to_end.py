@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Engine
 
 from connectors.mock_kafka import produce_confluent, produce_kafka_python
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,

@@ -30,8 +30,7 @@ from monitor.db.sink import DatabaseSink
 from monitor.engine.pipeline import Pipeline
 from monitor.engine.worker import StopFlag, Worker
 from monitor.streams.setup import build_monitors, read_configs
-from tests.integration.test_consumer_group import owned
-from tests.support.processes import ROOT, WorkerProcess, group_offsets, wait_until
+from tests.support.processes import ROOT, WorkerProcess, group_offsets, owned, wait_until
 from tests.support.streams import (
     STREAMS,
     Example,

@@ -30,7 +30,7 @@ from monitor.engine.worker import StopFlag, Worker
 from monitor.ops.datasets import build_example
 from monitor.streams.config import StreamConfig
 from monitor.streams.setup import load_calibration, read_configs
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 from tests.support.processes import WorkerProcess, wait_until
 from tests.support.streams import Snapshot, differences, snapshot
 

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -22,8 +21,6 @@ from sqlalchemy.engine import make_url
 
 from connectors import KafkaSource, MemorySource
 from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, produce_kafka_python
-from monitor.db.engine import make_engine
-from monitor.db.migrate import upgrade
 from monitor.db.sink import DatabaseSink
 from monitor.engine.pipeline import BatchOutput, Pipeline
 from monitor.engine.worker import (
@@ -35,6 +32,7 @@ from monitor.engine.worker import (
 )
 from monitor.streams.records import Alarm
 from monitor.streams.setup import build_monitors, read_configs
+from tests.support.databases import refuse_alarm
 from tests.support.processes import OffsetWatch, group_offsets, wait_until
 from tests.support.streams import (
     Example,
@@ -97,16 +95,6 @@ class WorkerThread:
         self.stop.set()
         self.thread.join(30)
         assert not self.thread.is_alive()
-
-
-def refuse_alarm(url: str, refused: dict[str, Any]) -> None:
-    """Make the database refuse one alarm of the reference run (a CHECK constraint)."""
-    upgrade(url)
-    engine = make_engine(url)
-    with engine.begin() as conn:  # the database refuses this one alarm, whatever the reason
-        conn.exec_driver_sql("ALTER TABLE alarms ADD CONSTRAINT refuse_one "
-                             f"CHECK (event_id <> '{refused['event_id']}')")
-    engine.dispose()
 
 
 def thirds(values: Sequence[bytes]) -> list[slice]:

@@ -1,6 +1,6 @@
 """Alarm rules: Ville's false-alarm bound, SR/CUSUM early-alarm bound, detection, O(1) paths.
 
-The Monte Carlo checks are rate tests sized by ``tests/statistical/sizing.py`` (false failure ≤
+The Monte Carlo checks are rate tests sized by ``tests/support/sizing.py`` (false failure ≤
 1e-3 at the proved bound, power ≥ 0.8 against the named violation).
 """
 
@@ -27,7 +27,7 @@ from monitor.core.martingales import (
     make_alarm_rule,
 )
 from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK
-from tests.statistical.sizing import MAX_FALSE_FAILURE, MIN_POWER, RateTest, rate_test
+from tests.support.sizing import MAX_FALSE_FAILURE, MIN_POWER, RateTest, rate_test
 
 #: Ville at α = 0.1 over 1 000 uniform streams; the violation is the rule at half its
 #: threshold, whose bound is 2α.
@@ -57,7 +57,7 @@ def test_ville_false_alarm_rate_is_at_most_alpha(
     make_bet: Callable[[], BettingFunction], steps: int
 ) -> None:
     """P(sup S_n ≥ 1/α) ≤ α: at most 130 of 1 000 uniform streams alarm at α = 0.1 — false
-    failure 9.7e-4 at the bound, power 1.000 against the violation 2α (tests/statistical/sizing.py).
+    failure 9.7e-4 at the bound, power 1.000 against the violation 2α (tests/support/sizing.py).
 
     The power is real where the rate sits near the bound. Measured alarms of 1 000 (at 1/α, and
     at half the threshold 1/(2α)): 300 steps — composite 42 (94), power-0.5 59 (102), mixture

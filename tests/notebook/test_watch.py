@@ -19,7 +19,7 @@ from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.streams.events import Event, LabelEvent, PredictionEvent
 from monitor.streams.monitor import StreamMonitor
-from tests.report.real_alarms import scripted_stream
+from tests.support.real_alarms import scripted_stream
 
 COVARIATE_ALARM = {"rule": "shiryaev_roberts", "threshold": 1000}
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,5 @@
-"""KNN.score is bit for bit the implementation it replaced (copied below as the reference)."""
+"""KNN.score is bit for bit the implementation it replaced (kept as the reference in
+tests/support/reference_knn.py)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,7 @@ import pytest
 
 from monitor.core.ood import KNN
 from monitor.core.ood._distances import kth_smallest_rows
-
-_BLOCK_ELEMENTS = 1 << 22
-
-
-def reference_knn_score(knn: KNN, X: np.ndarray) -> np.ndarray:
-    """KNN.score before the in-place selection (commit d8e94db), kept to compare bits."""
-    queries = np.asarray(X, dtype=np.float64)
-    queries = knn._transform(queries).astype(knn.dtype)
-    out = np.empty(queries.shape[0])
-    step = max(1, _BLOCK_ELEMENTS // knn.bank_.shape[0])
-    for start in range(0, queries.shape[0], step):
-        block = queries[start : start + step]
-        sq = block @ knn.bank_.T
-        sq *= -2.0
-        sq += knn.sq_norms_[None, :]
-        kth = np.partition(sq, knn.k - 1, axis=1)[:, knn.k - 1]
-        kth += np.einsum("ij,ij->i", block, block)
-        out[start : start + step] = np.sqrt(np.maximum(kth, 0.0))
-    return -out
+from tests.support.reference_knn import reference_knn_score
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 10])

@@ -14,7 +14,7 @@ from monitor.engine.pipeline import Pipeline, RawRecord
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import decode_state, encode_state
-from tests.pipeline.test_batch_path import assert_same, interleaved, run
+from tests.support.pipeline_runs import assert_same, interleaved, run
 
 #: 50 s at the example's 1 event/s: after warm-up each detector alarms at 2 · 50 · 1 = 100
 #: (``min_threshold: 2``: the budget alone sets the threshold, no floor of 100 000).

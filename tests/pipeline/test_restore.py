@@ -19,7 +19,7 @@ from monitor.engine.pipeline import Pipeline
 from monitor.engine.worker import Worker
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 PHASES = [("stable", 250), ("concept", 350)]
 TABLES = {

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, select
 from monitor.cli.runs import run_source
 from monitor.db.models import AlarmRevisionRow, AlarmRow
 from monitor.settings import Settings
-from tests.pipeline.test_batch_path import assert_same, run
+from tests.support.pipeline_runs import assert_same, run
 from tests.support.revision_example import WINDOW, revision_example
 
 

@@ -16,7 +16,7 @@ from monitor.streams.events import decode_event
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import decode_state, encode_state
-from tests.pipeline.test_batch_path import run
+from tests.support.pipeline_runs import run
 
 MIN_EVENTS = 15
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.conftest import postgres_database
-from tests.reliability.broker import BrokerProcess
-from tests.reliability.workload import build_workload
+from bench.pgcluster import PrivatePostgres
+from tests.support.broker import BrokerProcess
+from tests.support.databases import postgres_database
 from tests.support.kafka import kafka_broker, kafka_broker_module  # noqa: F401
-from tests.support.pgcluster import PrivatePostgres
 from tests.support.streams import Example, Snapshot, reference_run
+from tests.support.workloads import build_workload
 
 
 @pytest.fixture(scope="session")

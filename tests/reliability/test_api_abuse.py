@@ -25,12 +25,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from monitor.api import create_app
-from monitor.api.auth import PUBLIC_PATHS, TokenScope, required_scope
-from monitor.db.engine import make_engine, session_factory
-from monitor.db.migrate import upgrade
-from monitor.db.models import Base
-from tests.api.factories import (
+from bench.api_rows import (
     READ,
     READ_TOKEN,
     WRITE,
@@ -42,7 +37,12 @@ from tests.api.factories import (
     store,
     trace,
 )
-from tests.conftest import postgres_database
+from monitor.api import create_app
+from monitor.api.auth import PUBLIC_PATHS, TokenScope, required_scope
+from monitor.db.engine import make_engine, session_factory
+from monitor.db.migrate import upgrade
+from monitor.db.models import Base
+from tests.support.databases import postgres_database
 
 pytestmark = pytest.mark.postgres
 

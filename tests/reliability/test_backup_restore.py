@@ -21,16 +21,16 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from bench.pgcluster import find_pg_bin
 from connectors import FileSource
 from monitor.db.sink import DatabaseSink
 from monitor.engine.pipeline import Pipeline
 from monitor.engine.worker import StopFlag, Worker
 from monitor.streams.setup import build_monitors, read_configs
-from tests.conftest import postgres_database
-from tests.reliability.workload import build_workload, differences
-from tests.support.pgcluster import find_pg_bin
+from tests.support.databases import postgres_database
 from tests.support.processes import OffsetWatch, wait_until
 from tests.support.streams import Example, Snapshot, reference_run, snapshot
+from tests.support.workloads import build_workload, differences
 
 
 @pytest.fixture(scope="module")

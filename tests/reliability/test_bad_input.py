@@ -36,8 +36,7 @@ from monitor.engine.pipeline import Pipeline
 from monitor.engine.worker import NullSink, RetryPolicy, Worker
 from monitor.streams.records import DeadLetter
 from monitor.streams.setup import build_monitors, read_configs
-from tests.reliability.badinput import BadEvent, Mixed, Templates, generate, mix
-from tests.reliability.workload import differences, produce
+from tests.support.bad_input import BadEvent, Mixed, Templates, generate, mix
 from tests.support.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
 from tests.support.streams import (
     Example,
@@ -47,6 +46,7 @@ from tests.support.streams import (
     reference_run,
     snapshot,
 )
+from tests.support.workloads import differences, produce
 
 pytestmark = pytest.mark.postgres
 

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.pgcluster import free_port
 from monitor.cli.main import main
-from tests.reliability.broker import BrokerProcess
-from tests.reliability.workload import differences, produce
-from tests.support.pgcluster import free_port
+from tests.support.broker import BrokerProcess
 from tests.support.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
 from tests.support.streams import Example, Snapshot, end_offsets, snapshot
+from tests.support.workloads import differences, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

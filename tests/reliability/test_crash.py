@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.reliability.badinput import Templates, generate
-from tests.reliability.chaos import CrashRun, duplicates, replay_with_kills
-from tests.reliability.workload import build_workload, differences, with_extra
+from tests.support.bad_input import Templates, generate
+from tests.support.chaos import CrashRun, duplicates, replay_with_kills
 from tests.support.streams import Snapshot, reference_run, snapshot
+from tests.support.workloads import build_workload, differences, with_extra
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

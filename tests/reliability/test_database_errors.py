@@ -29,8 +29,9 @@ from monitor.db.migrate import upgrade
 from monitor.engine.worker import DatabaseUnavailableError, RetryPolicy
 from monitor.ops.datasets import build_example
 from monitor.settings import Settings
-from tests.conftest import postgres_database
-from tests.reliability.test_startup_errors import ROOT, _closed_port, one_line
+from tests.support.cli_errors import closed_port, one_line
+from tests.support.databases import postgres_database
+from tests.support.processes import ROOT
 
 #: Retries that give up at once (the default waits 60 s).
 QUICK = RetryPolicy(deadline_s=0.3, backoff_s=0.05, max_backoff_s=0.1)
@@ -278,7 +279,7 @@ def test_a_schema_never_migrated_says_to_upgrade(
 def test_connection_refused_ends_in_one_line(
     capsys: pytest.CaptureFixture[str], example: dict[str, Path],
 ) -> None:
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{_closed_port()}/monitor"
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/monitor"
     assert main(_run_argv(url, example)) == 1
     line = one_line(capsys)
     assert "cannot connect to the database" in line and "Connection refused" in line, line

@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.workload import differences, produce
-from tests.support.pgcluster import PrivatePostgres
+from bench.pgcluster import PrivatePostgres
 from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
@@ -35,6 +34,7 @@ from tests.support.processes import (
     wait_until,
 )
 from tests.support.streams import Example, Snapshot, end_offsets, snapshot
+from tests.support.workloads import differences, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

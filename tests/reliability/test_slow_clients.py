@@ -28,8 +28,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from tests.api.factories import READ, READ_TOKEN
-from tests.conftest import postgres_database
+from bench.api_rows import READ, READ_TOKEN
+from tests.support.databases import postgres_database
 
 pytestmark = pytest.mark.postgres
 

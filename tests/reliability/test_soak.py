@@ -27,7 +27,7 @@ from connectors import FileSource
 from monitor.engine.pipeline import Pipeline
 from monitor.streams.setup import build_monitors, read_configs
 from monitor.streams.state import encode_state
-from tests.conftest import postgres_database
+from tests.support.databases import postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = 256  # OOD window (default): measured at window boundaries, where its buffer is empty

@@ -9,7 +9,6 @@ the real ``monitor`` process so that nothing else (logging, warnings) reaches st
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +16,11 @@ from pathlib import Path
 import pytest
 
 from monitor.cli.main import main
+from tests.support.cli_errors import closed_port, one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])  # closed again when the block ends
 
 
 @pytest.fixture
@@ -34,16 +30,10 @@ def not_utf8(tmp_path: Path) -> str:
     return str(path)
 
 
-def one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert err.startswith("monitor: error: "), err
-    return err
 
 
 def test_unreachable_database(capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"postgresql+psycopg://postgres:secret@127.0.0.1:{_closed_port()}/monitor"
+    url = f"postgresql+psycopg://postgres:secret@127.0.0.1:{closed_port()}/monitor"
     assert main(["--db", url, "streams", "list"]) == 1
     err = one_line(capsys)
     assert "cannot connect to the database" in err and "secret" not in err
@@ -120,7 +110,7 @@ def test_missing_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_the_real_process_prints_one_line() -> None:
     """Nothing but the message reaches stderr (no log lines, no warnings, no traceback)."""
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{_closed_port()}/monitor"
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/monitor"
     code = "import sys; from monitor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     result = subprocess.run(
         [sys.executable, "-c", code, "--db", url, "run", "--source", "file:x.jsonl"],

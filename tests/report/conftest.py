@@ -1,31 +1,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
-from monitor.streams.records import Alarm
-from tests.report.real_alarms import attribution, directions, shuttle_records
-
-
-@dataclass(frozen=True)
-class ReportDatabase:
-    url: str
-    engine: Engine
-    #: The stream's alarms as stored; the first concept-shift alarm carries an attribution and
-    #: density-ratio directions in its evidence, the others only what the detectors wrote.
-    alarms: tuple[Alarm, ...]
-    explained: Alarm
-
-    def session(self) -> Session:
-        return session_factory(self.engine)()
+from tests.support.real_alarms import ReportDatabase, attribution, directions, shuttle_records
 
 
 @pytest.fixture(scope="module")

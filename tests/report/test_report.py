@@ -22,8 +22,7 @@ from monitor.ops.report import (
     trace_window,
     write_report,
 )
-from tests.report.conftest import ReportDatabase
-from tests.report.real_alarms import performance_windows, shuttle_records
+from tests.support.real_alarms import ReportDatabase, performance_windows, shuttle_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

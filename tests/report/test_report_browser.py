@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from monitor.ops.report import report_context, write_report
-from tests.report.browser import find_chromium, open_page
-from tests.report.conftest import ReportDatabase
-from tests.report.real_alarms import performance_windows
+from tests.support.browser import find_chromium, open_page
+from tests.support.real_alarms import ReportDatabase, performance_windows
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(

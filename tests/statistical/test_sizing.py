@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from tests.statistical.sizing import (
+from tests.support.sizing import (
     MAX_FALSE_FAILURE,
     Z_FALSE_FAILURE,
     mean_test_power,

@@ -4,7 +4,7 @@ Streams are random permutations of held-out Shuttle rows (the model was fitted o
 split), so calibration and stream events are exchangeable and the guarantees apply exactly.
 
 Each check counts the streams with an alarm and is a rate test sized by
-``tests/statistical/sizing.py``: its pass count has a false-failure probability ≤ 1e-3 at the
+``tests/support/sizing.py``: its pass count has a false-failure probability ≤ 1e-3 at the
 proved bound and power ≥ 0.8 against a named violation
 (``test_the_checks_are_sized_for_their_violations`` asserts both).
 """
@@ -18,7 +18,7 @@ from bench.bench_statistical import early_alarm_rate, validity
 from monitor.core.martingales import conformal_p_values, make_alarm_rule, make_betting
 from monitor.core.ood import make_scorer
 from monitor.ops.datasets import load_shuttle_regression, make_stream
-from tests.statistical.sizing import MAX_FALSE_FAILURE, MIN_POWER, RateTest, rate_test
+from tests.support.sizing import MAX_FALSE_FAILURE, MIN_POWER, RateTest, rate_test
 
 WORKERS = 2  # processes: CI has 2 cores
 #: Ville at α: the bound is α, the violation the rule at half its threshold 1/(2α), i.e. 2α.

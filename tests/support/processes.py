@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,3 +141,22 @@ def group_offsets(
     finally:
         consumer.close(autocommit=False)
     return {p: o for p, o in found.items() if o is not None}
+
+
+_ASSIGNED = re.compile(r"monitor\.engine\.worker: assigned (\[.*?\]); resuming at (.*)$")
+
+
+def assignments(worker: WorkerProcess) -> list[tuple[set[int], str]]:
+    """Every assignment the worker logged: its partitions and where it resumed."""
+    found = []
+    for line in worker.logs().splitlines():
+        match = _ASSIGNED.search(line)
+        if match:
+            partitions = {p for _, p in ast.literal_eval(match.group(1))}
+            found.append((partitions, match.group(2)))
+    return found
+
+
+def owned(worker: WorkerProcess) -> set[int]:
+    latest = assignments(worker)
+    return latest[-1][0] if latest else set()

@@ -8,7 +8,7 @@ objects. This script runs it on the first half of the named example's events (th
 
 Run it with the *previous* release's code on the path, on the example the current tests build::
 
-    python -c "from pathlib import Path; from tests.integration.streams import build_examples; \\
+    python -c "from pathlib import Path; from tests.support.streams import build_examples; \\
         build_examples(Path('/tmp/named'), named=True)"
     git worktree add /tmp/prev 5bb3d14
     createdb -h 127.0.0.1 -U postgres fixture0016

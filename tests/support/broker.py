@@ -2,7 +2,7 @@
 broker host: freeze it (SIGSTOP: connections hang, as with a stalled or partitioned broker), thaw
 it (SIGCONT) or kill it (SIGKILL: connections are refused from then on).
 
-    python -m tests.reliability.broker
+    python -m tests.support.broker
 
 prints ``BOOTSTRAP host:port`` on stdout, then serves until SIGTERM or until stdin closes (so it
 never outlives the test process that started it).
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class BrokerProcess:
-    """Handle on a ``python -m tests.reliability.broker`` process."""
+    """Handle on a ``python -m tests.support.broker`` process."""
 
     def __init__(self, proc: subprocess.Popen[str], bootstrap: str) -> None:
         self.proc = proc
@@ -33,7 +33,7 @@ class BrokerProcess:
     def start(cls, log: Path) -> BrokerProcess:
         with log.open("w") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.reliability.broker"], cwd=ROOT, text=True,
+                [sys.executable, "-m", "tests.support.broker"], cwd=ROOT, text=True,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )

@@ -6,11 +6,15 @@ through the stream monitor. It raises a concept-shift alarm and extreme-covariat
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
+from monitor.db.engine import session_factory
 from monitor.ops.datasets import (
     SHUTTLE_FEATURES,
     ScriptedStream,
@@ -105,3 +109,16 @@ def directions(start: int, stop: int) -> list[dict[str, Any]]:
     delta = (X[start:stop].mean(axis=0) - X_cal.mean(axis=0)) / X_cal.std(axis=0)
     return [{"feature": name, "weight": float(w)} for name, w in zip(SHUTTLE_FEATURES, delta,
                                                                       strict=True)]
+
+
+@dataclass(frozen=True)
+class ReportDatabase:
+    url: str
+    engine: Engine
+    #: The stream's alarms as stored; the first concept-shift alarm carries an attribution and
+    #: density-ratio directions in its evidence, the others only what the detectors wrote.
+    alarms: tuple[Alarm, ...]
+    explained: Alarm
+
+    def session(self) -> Session:
+        return session_factory(self.engine)()

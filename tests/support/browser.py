@@ -54,7 +54,9 @@ class PageReport:
 
 class _DevTools:
     def __init__(self, ws: ClientConnection) -> None:
-        self.ws, self.next_id, self.events = ws, 0, []  # type: list[dict[str, Any]]
+        self.ws = ws
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
 
     def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
         self.next_id += 1

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from tests.reliability.workload import produce
 from tests.support.processes import (
     MOCK_URL_OPTIONS,
     OffsetWatch,
@@ -30,6 +29,7 @@ from tests.support.processes import (
     wait_until,
 )
 from tests.support.streams import Example, end_offsets
+from tests.support.workloads import produce
 
 
 @dataclass

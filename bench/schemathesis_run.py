@@ -1,7 +1,7 @@
 """Run schemathesis (every phase, every check) in process against the app's own OpenAPI schema.
 
 The app is called through its ASGI interface, so the run needs no network and no server; the
-database behind it is real. Used by ``test_schema.py`` (a bounded budget) and by
+database behind it is real. Used by ``tests/api/test_schema.py`` (a bounded budget) and by
 ``bench/bench_api.py --fuzz`` (a larger one).
 """
 

@@ -1,4 +1,5 @@
-"""Rows and tokens shared by the API tests (fixtures are in conftest.py)."""
+"""Rows and tokens of an API database: shared by the API tests (their fixtures are in
+tests/api/conftest.py) and ``bench/bench_api.py --fuzz``, which seeds its database with ``seed``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from monitor.db.repositories import create_stream
 from monitor.db.store import persist_batch
 from monitor.settings import Settings
 from monitor.streams.config import StreamConfig
-from monitor.streams.records import Alarm, DeadLetter, OODWindow, TracePoint
+from monitor.streams.records import Alarm, DeadLetter, OODWindow, PerformanceWindow, TracePoint
 from monitor.streams.state import Checkpoint
 
 READ_TOKEN = "read-token-0123456789"
@@ -145,3 +146,23 @@ def checkpoint(
 def store(session: Session, **records: Any) -> None:
     """``persist_batch`` with keyword lists of records."""
     persist_batch(session, **records)
+
+
+def seed(session: Session) -> None:
+    """Rows of every kind, on the stream names the OpenAPI examples use."""
+    for name in ("bikes", "taxis"):
+        register(session, name)
+    store(
+        session,
+        alarms=[alarm("bikes" if i % 2 else "taxis", i) for i in range(60)],
+        trace_points=trace("bikes", "covariate", range(0, 3000, 3))
+        + trace("bikes", "conditional", range(1, 3000, 7)),
+        ood_windows=[ood_window("bikes", w, (f"e-{w}",)) for w in range(12)],
+        performance_windows=[
+            PerformanceWindow("bikes", w, 500 * w, 500 * w + 499, T0, 500, {"mae": 1.5})
+            for w in range(4)
+        ],
+        dead_letters=[dead_letter(i) for i in range(3)],
+        # A stream that is not registered (monitored with `monitor run --config`).
+        checkpoints={"legacy": checkpoint("legacy", 3000, pending_ts=[1.7e9])},
+    )
