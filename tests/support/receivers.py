@@ -31,6 +31,8 @@ class Receiver:
     delay: float = 0.0
     #: Requests are answered only while this is set (clear it to hold them, up to 30 s).
     open: threading.Event = field(default_factory=threading.Event)
+    #: Requests answered so far.
+    answered: int = 0
 
     def __post_init__(self) -> None:
         self.open.set()
@@ -67,6 +69,8 @@ def running_receiver(default: int = 204) -> Iterator[Receiver]:
                 self.send_header("Retry-After", "0")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            with state.lock:
+                state.answered += 1
 
         def log_message(self, *args: Any) -> None:
             pass
