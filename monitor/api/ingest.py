@@ -241,7 +241,7 @@ class Ingestor:
             RawRecord(HTTP_SOURCE, 0, base + n, payloads[i], now_ms) for n, i in enumerate(fresh)
         ]
         out = pipeline.process(records)
-        states = {name: pipeline.streams[name].state_dict() for name in sorted(out.touched)}
+        states = pipeline.states(sorted(out.touched))
         offsets = [SourceOffset(HTTP_SOURCE, 0, base + len(records))]
         dead = [(fresh[d.offset - base], d.reason) for d in out.dead_letters]
         dead_items = {i for i, _ in dead}

@@ -445,7 +445,7 @@ def _settle(
             row.id, row.source_name or row.source, row.partition, row.offset, stream, reason,
             row.reason,
         ))
-    states = {name: pipeline.streams[name].state_dict() for name in sorted(out.touched)}
+    states = pipeline.states(sorted(out.touched))
     if report.dry_run:
         deleted = set(replayed)
     else:
