@@ -155,6 +155,7 @@ def test_an_update_with_ood_gives_the_same_results_on_every_path(
         assert worker.proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
     finally:
         worker.ensure_dead()
-    assert before < _offset(others[3]) < events.stat().st_size
+    # killed with lines left to read: the restart below resumes inside the file
+    assert before < _offset(others[3]) < len(events.read_bytes().splitlines())
     _run(events, others[3], [], batch=50)
     _same(_stored(others[3]), want)
