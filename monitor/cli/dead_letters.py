@@ -32,6 +32,7 @@ On PostgreSQL the replay holds HTTP ingest's advisory lock throughout, so ``POST
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -91,15 +92,7 @@ class ReplayFailure:
     previous_reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "source": self.source,
-            "partition": self.partition,
-            "offset": self.offset,
-            "stream": self.stream,
-            "reason": self.reason,
-            "previous_reason": self.previous_reason,
-        }
+        return dataclasses.asdict(self)
 
 
 #: :attr:`ReplaySkip.rule` of a dead letter stored by a writer refused for its stream.
@@ -123,15 +116,7 @@ class ReplaySkip:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "source": self.source,
-            "partition": self.partition,
-            "offset": self.offset,
-            "stream": self.stream,
-            "rule": self.rule,
-            "reason": self.reason,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass
