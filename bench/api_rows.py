@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from monitor.db.repositories import create_stream
+from monitor.db.queries import create_stream
 from monitor.db.store import persist_batch
 from monitor.settings import Settings
 from monitor.streams.config import StreamConfig

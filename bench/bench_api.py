@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from monitor.db.engine import make_engine, session_factory  # noqa: E402
 from monitor.db.migrate import upgrade  # noqa: E402
-from monitor.db.repositories import create_stream  # noqa: E402
+from monitor.db.queries import create_stream  # noqa: E402
 from monitor.streams.config import StreamConfig  # noqa: E402
 from monitor.streams.records import ALARM_KINDS, alarm_id  # noqa: E402
 

@@ -20,7 +20,7 @@ from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
 from monitor.api.routes import alarms, alerts, events, fleets, health, metrics, streams
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.db.sink import DatabaseSink
 from monitor.ops.metrics import DatabaseCollector
@@ -70,7 +70,7 @@ def create_app(settings: Settings) -> FastAPI:
     ['/alarms', '/alarms/{alarm_id}', '/alarms/{alarm_id}/ack', '/alarms/{alarm_id}/report']
     """
     tokens = TokenStore.from_setting(settings.api_tokens)
-    repo.set_cursor_key(settings.cursor_secret)
+    queries.set_cursor_key(settings.cursor_secret)
     # Requests run in a pool of 40 threads; with fewer connections a burst waits on the pool.
     engine = make_engine(settings.database_url, **_engine_options(settings.database_url))
     read_engine = engine.execution_options(isolation_level="AUTOCOMMIT")

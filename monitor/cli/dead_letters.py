@@ -206,7 +206,7 @@ def payload_stream(payload: bytes) -> str | None:
 
 
 def _candidates(where: DeadLetterFilter) -> Any:
-    from monitor.db.repositories import dead_letter_candidates_query
+    from monitor.db.queries import dead_letter_candidates_query
 
     return dead_letter_candidates_query(
         source=where.source,

@@ -388,7 +388,7 @@ def _retention(settings: Settings, sink: Any) -> tuple[float, Callable[[], Any]]
 def list_alarms(
     settings: Settings, stream: str | None, kind: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    from monitor.db.repositories import list_alarms as query_alarms
+    from monitor.db.queries import list_alarms as query_alarms
 
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     with sink.sessions() as session:

@@ -1,4 +1,4 @@
-"""Persistence: SQLAlchemy models, Alembic migrations, repositories and the one-transaction batch
+"""Persistence: SQLAlchemy models, Alembic migrations, queries and the one-transaction batch
 writer. See docs/persistence.md."""
 
 from monitor.db.engine import make_engine, session_factory

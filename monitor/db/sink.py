@@ -119,7 +119,7 @@ class DatabaseSink:
         Raises ``StreamChangedError`` (one line pointing to ``monitor streams update``) when the
         name is registered with another configuration: the stored one is never replaced here.
         """
-        from monitor.db.repositories import register_stream
+        from monitor.db.queries import register_stream
 
         with self.sessions() as session:
             row, created = register_stream(session, config, calibration.to_rows())
@@ -128,7 +128,7 @@ class DatabaseSink:
     def update(self, config: StreamConfig, calibration: Calibration) -> tuple[int, bool]:
         """Store a changed configuration of a registered stream as its next version;
         ``(version, changed)`` (an unchanged one stores nothing)."""
-        from monitor.db.repositories import new_stream_version
+        from monitor.db.queries import new_stream_version
 
         with self.sessions() as session:
             row, changed = new_stream_version(session, config, calibration.to_rows())

@@ -50,7 +50,7 @@ from monitor.db.models import (
     source_key,
     utcnow,
 )
-from monitor.db.repositories import (
+from monitor.db.queries import (
     calibration_event,
     calibration_query,
     checkpoint_query,

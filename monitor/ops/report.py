@@ -125,7 +125,7 @@ def report_context(
 
     ``performance`` is the stream's performance windows (the before/after comparison uses all
     of them, the figure those in the report's window); None reads the stream's stored ones
-    (:func:`monitor.db.repositories.performance_windows`, the latest 1000); malformed windows
+    (:func:`monitor.db.queries.performance_windows`, the latest 1000); malformed windows
     raise :class:`ValueError`.
 
     Raises
@@ -133,20 +133,20 @@ def report_context(
     AlarmNotFoundError
         No alarm has this id.
     """
-    from monitor.db import repositories as repo
+    from monitor.db import queries
     from monitor.db.errors import AlarmNotFoundError
 
-    row = repo.get_alarm(session, alarm_id)
+    row = queries.get_alarm(session, alarm_id)
     if row is None:
         raise AlarmNotFoundError(f"no alarm with id {alarm_id!r}")
     alarm = row.to_record()
     start, stop = trace_window(alarm)
-    query = repo.traces_query(alarm.stream, since_index=start, until_index=stop)
+    query = queries.traces_query(alarm.stream, since_index=start, until_index=stop)
     traces: dict[str, list[TracePoint]] = {d: [] for d in DETECTORS}
     for point in session.scalars(query):
         traces.setdefault(point.detector, []).append(point.to_record())
     if performance is None:  # the stored ones; None when the stream has none
-        performance = repo.performance_windows(session, alarm.stream, limit=1000) or None
+        performance = queries.performance_windows(session, alarm.stream, limit=1000) or None
     windows = None if performance is None else check_performance(performance)
     ack = None
     if row.acknowledged_at is not None:

@@ -25,7 +25,7 @@ from monitor.alerts.signing import verify
 from monitor.db.engine import session_factory
 from monitor.db.errors import StaleWriterError
 from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow
-from monitor.db.repositories import retry_alert_delivery
+from monitor.db.queries import retry_alert_delivery
 from monitor.db.sink import DatabaseSink
 from monitor.db.store import persist_batch
 from monitor.engine.pipeline import BatchOutput

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from bench.api_rows import READ, store
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.ops.report import render_html, report_context
 from tests.support.real_alarms import attribution, shuttle_records
 
@@ -21,7 +21,7 @@ def test_report_is_the_html_page_of_the_alarm(client: TestClient, session: Sessi
         **concept.evidence, "attribution": attribution(concept.changepoint, concept.event_index)})
     stored = [explained if a.id == concept.id else a for a in alarms]
     store(session, alarms=stored, trace_points=list(traces))
-    repo.acknowledge_alarm(session, concept.id, by="alice")
+    queries.acknowledge_alarm(session, concept.id, by="alice")
     for alarm in stored:
         response = client.get(f"/alarms/{alarm.id}/report", headers=READ)
         assert response.status_code == 200

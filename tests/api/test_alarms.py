@@ -13,8 +13,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from bench.api_rows import READ, T0, WRITE, alarm, store
-from monitor.api import queries
-from monitor.db import repositories as repo
+from monitor.api import bodies
+from monitor.db import queries
 from monitor.db.models import AlarmRow
 from monitor.streams.records import Alarm
 
@@ -131,7 +131,7 @@ def test_alarms_stored_between_pages_do_not_shift_the_next_page(
     [
         ({"cursor": "garbage!"}, "cursor is not valid"),
         (
-            {"cursor": repo.encode_cursor({"k": "traces", "o": "asc"})},
+            {"cursor": queries.encode_cursor({"k": "traces", "o": "asc"})},
             "does not belong to a alarms query",
         ),
         ({"limit": 0}, "greater than or equal to 1"),
@@ -212,7 +212,7 @@ def test_count_is_exact_up_to_the_limit_then_a_lower_bound(
     client: TestClient, alarms: list[Alarm], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert client.get("/alarms", headers=READ).json()["count_exact"] is True
-    monkeypatch.setattr("monitor.api.queries.COUNT_LIMIT", 40)
+    monkeypatch.setattr("monitor.db.queries._paging.COUNT_LIMIT", 40)
     body = client.get("/alarms", params={"limit": 5}, headers=READ).json()
     assert (body["count"], body["count_exact"]) == (40, False)
     body = client.get(
@@ -241,12 +241,12 @@ def test_core_page_matches_the_repository_page(
     cursor, pages = None, 0
     with session.connection() as connection:
         while True:
-            ours = queries.alarm_page(connection, full, 7, cursor)
-            theirs = repo.list_alarms(session, **filters, limit=7, cursor=cursor)
+            ours = queries.alarm_page(connection, full, 7, cursor, bodies.ALARM_KEYS)
+            theirs = queries.list_alarms(session, **filters, limit=7, cursor=cursor)
             assert [r["id"] for r in ours.items] == [r.id for r in theirs.items]
             assert ours.next_cursor == theirs.next_cursor
             assert queries.alarm_count(connection, full) == queries.bounded_count(
-                session, repo.alarms_query(**filters)
+                session, queries.alarms_query(**filters)
             )
             pages, cursor = pages + 1, ours.next_cursor
             if cursor is None:
@@ -277,7 +277,7 @@ def varied_alarms(session: Session) -> list[Alarm]:
     store(session, alarms=records)
     for i, record in enumerate(records[:12]):
         at = T0 + timedelta(hours=1, microseconds=0 if i % 2 else 500_000)
-        repo.acknowledge_alarm(session, record.id, by=["ops", "José ☃"][i % 2], at=at)
+        queries.acknowledge_alarm(session, record.id, by=["ops", "José ☃"][i % 2], at=at)
     session.execute(
         update(AlarmRow).where(AlarmRow.id == records[5].id).values(statistic=float("nan"))
     )
@@ -310,8 +310,8 @@ def test_body_written_by_postgresql_equals_pydantic_body(
     cursor, pages, seen = None, 0, 0
     with session.connection() as connection:
         while True:
-            ours = json.loads(queries.alarms_body_sql(connection, full, 6, cursor))
-            theirs = json.loads(queries.alarms_body_python(connection, full, 6, cursor))
+            ours = json.loads(bodies.alarms_body_sql(connection, full, 6, cursor))
+            theirs = json.loads(bodies.alarms_body_python(connection, full, 6, cursor))
             assert ours == theirs
             assert list(ours) == list(theirs)
             assert [list(row) for row in ours["data"]] == [list(row) for row in theirs["data"]]
@@ -328,11 +328,11 @@ def test_body_written_by_postgresql_past_the_last_page_and_special_values(
     full = dict.fromkeys(queries.AlarmFilters.__annotations__)
     filters = cast(queries.AlarmFilters, full)
     oldest = min(varied_alarms, key=lambda a: (a.ts, a.id))
-    past = repo.alarm_cursor(oldest.ts, oldest.id, "desc")
+    past = queries.alarm_cursor(oldest.ts, oldest.id, "desc")
     with session.connection() as connection:
-        body = json.loads(queries.alarms_body_sql(connection, filters, 10, past))
+        body = json.loads(bodies.alarms_body_sql(connection, filters, 10, past))
         assert body == {"data": [], "count": 40, "count_exact": True, "next_cursor": None}
-        rows = json.loads(queries.alarms_body_sql(connection, filters, 100, None))["data"]
+        rows = json.loads(bodies.alarms_body_sql(connection, filters, 100, None))["data"]
     by_id = {row["id"]: row for row in rows}
     assert by_id[varied_alarms[5].id]["statistic"] is None  # NaN, as pydantic writes it
     assert by_id[varied_alarms[0].id]["ts"] == "2026-11-30T12:00:00Z"

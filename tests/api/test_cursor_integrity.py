@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from bench.api_rows import READ, alarm, store
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.errors import InvalidCursorError
 
 
@@ -77,11 +77,11 @@ def test_a_forged_cursor_is_422(client: TestClient, first_cursor: str) -> None:
 
 def test_a_cursor_signed_with_another_key_is_refused() -> None:
     ts = datetime.fromisoformat("2026-11-30T12:00:03+00:00")
-    cursor = repo.alarm_cursor(ts, "a", "desc")
-    assert repo.alarm_cursor_key(cursor, "desc") == (ts, "a")
+    cursor = queries.alarm_cursor(ts, "a", "desc")
+    assert queries.alarm_cursor_key(cursor, "desc") == (ts, "a")
     try:
-        repo.set_cursor_key("another secret")
+        queries.set_cursor_key("another secret")
         with pytest.raises(InvalidCursorError, match="cursor is not valid"):
-            repo.alarm_cursor_key(cursor, "desc")
+            queries.alarm_cursor_key(cursor, "desc")
     finally:
-        repo.set_cursor_key("")
+        queries.set_cursor_key("")

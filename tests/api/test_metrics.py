@@ -27,7 +27,7 @@ from bench.api_rows import (
 )
 from monitor.api import create_app
 from monitor.db.models import WebhookDeliveryRow
-from monitor.db.repositories import create_stream
+from monitor.db.queries import create_stream
 from monitor.streams.config import StreamConfig
 from monitor.streams.records import TracePoint
 

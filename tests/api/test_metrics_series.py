@@ -19,7 +19,7 @@ from bench.api_rows import (
     stream_config,
     trace,
 )
-from monitor.db.repositories import create_stream
+from monitor.db.queries import create_stream
 from monitor.ops.metrics import source_kind
 from monitor.streams.config import StreamConfig
 from monitor.streams.records import ALARM_KINDS

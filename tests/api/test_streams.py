@@ -26,8 +26,9 @@ from bench.api_rows import (
     stream_config,
     trace,
 )
-from monitor.api import queries
+from monitor.api import bodies
 from monitor.api.schemas import TracePointPublic
+from monitor.db import queries
 from monitor.db.models import CalibrationEventRow, StreamRow
 from monitor.streams.records import PerformanceWindow
 
@@ -243,7 +244,7 @@ def test_trace_written_by_postgresql_equals_the_orm_downsampling(
         for r in rows
     ]
     ours = json.loads(
-        queries.trace_body_sql(session.connection(), "bikes", detector, since, until, max_points)
+        bodies.trace_body_sql(session.connection(), "bikes", detector, since, until, max_points)
     )
     assert ours["data"] == theirs
     assert [list(p) for p in ours["data"]] == [list(p) for p in theirs]

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from monitor.db.errors import InvalidRecordError
 from monitor.db.models import AlarmRow
-from monitor.db.repositories import PERFORMANCE_FIELDS, performance_windows
+from monitor.db.queries import PERFORMANCE_FIELDS, performance_windows
 from monitor.db.store import persist_batch
 from monitor.streams.records import Alarm, AlarmEvidence, PerformanceWindow
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.errors import (
     AlarmNotFoundError,
     InvalidCursorError,
@@ -54,7 +54,7 @@ def walk(session: Session, limit: int, **filters: Any) -> list[str]:
     ids: list[str] = []
     cursor = None
     for _ in range(1000):
-        page = repo.list_alarms(session, limit=limit, cursor=cursor, **filters)
+        page = queries.list_alarms(session, limit=limit, cursor=cursor, **filters)
         assert len(page.items) <= limit
         ids += [a.id for a in page.items]
         if page.next_cursor is None:
@@ -102,10 +102,10 @@ def test_pagination_returns_every_alarm_once_in_order(db_session: Session, limit
 def test_pagination_is_stable_when_alarms_arrive_between_pages(db_session: Session) -> None:
     alarms = random_alarms(30, seed=3)
     persist_batch(db_session, alarms=alarms[:20])
-    first = repo.list_alarms(db_session, limit=10, order="asc")
+    first = queries.list_alarms(db_session, limit=10, order="asc")
     db_session.rollback()
     persist_batch(db_session, alarms=alarms[20:])
-    rest = repo.list_alarms(db_session, limit=100, order="asc", cursor=first.next_cursor)
+    rest = queries.list_alarms(db_session, limit=100, order="asc", cursor=first.next_cursor)
     seen = [a.id for a in first.items + rest.items]
     assert len(set(seen)) == len(seen)
     last = (first.items[-1].ts, first.items[-1].id)
@@ -114,43 +114,43 @@ def test_pagination_is_stable_when_alarms_arrive_between_pages(db_session: Sessi
 
 def test_bad_cursors_are_refused(db_session: Session) -> None:
     persist_batch(db_session, alarms=random_alarms(5, seed=1))
-    page = repo.list_alarms(db_session, limit=2)
+    page = queries.list_alarms(db_session, limit=2)
     assert page.next_cursor is not None
     with pytest.raises(InvalidCursorError, match=r"asc order"):
-        repo.list_alarms(db_session, cursor=page.next_cursor, order="asc")
+        queries.list_alarms(db_session, cursor=page.next_cursor, order="asc")
     for bad in ("!!!", "e30", page.next_cursor[:-3]):
         with pytest.raises(InvalidCursorError):
-            repo.list_alarms(db_session, cursor=bad)
+            queries.list_alarms(db_session, cursor=bad)
     with pytest.raises(ValueError, match="limit"):
-        repo.list_alarms(db_session, limit=0)
+        queries.list_alarms(db_session, limit=0)
 
 
 def test_alarm_queries_can_be_extended(db_session: Session) -> None:
     alarms = random_alarms(40, seed=5)
     persist_batch(db_session, alarms=alarms)
-    query = repo.alarms_query(stream="bikes").where(AlarmRow.statistic > 15_000)
+    query = queries.alarms_query(stream="bikes").where(AlarmRow.statistic > 15_000)
     want = [a for a in alarms if a.stream == "bikes" and a.statistic > 15_000]
-    assert repo.count(db_session, query) == len(want)
+    assert queries.count(db_session, query) == len(want)
     assert {a.id for a in db_session.scalars(query)} == {a.id for a in want}
 
 
 def test_get_and_acknowledge_alarm(db_session: Session) -> None:
     alarm = random_alarms(1, seed=0)[0]
     persist_batch(db_session, alarms=[alarm])
-    row = repo.get_alarm(db_session, alarm.id)
+    row = queries.get_alarm(db_session, alarm.id)
     assert row is not None and row.to_record() == alarm and row.ts.tzinfo is not None
     assert row.acknowledged_at is None
     when = T0 + timedelta(hours=1)
-    acked = repo.acknowledge_alarm(db_session, alarm.id, by="alice", at=when)
+    acked = queries.acknowledge_alarm(db_session, alarm.id, by="alice", at=when)
     assert (acked.acknowledged_at, acked.acknowledged_by) == (when, "alice")
-    again = repo.acknowledge_alarm(db_session, alarm.id, by="bob")  # the first one is kept
+    again = queries.acknowledge_alarm(db_session, alarm.id, by="bob")  # the first one is kept
     assert again.acknowledged_by == "alice"
     db_session.expire_all()
-    assert [a.id for a in repo.list_alarms(db_session, acknowledged=True).items] == [alarm.id]
-    assert repo.list_alarms(db_session, acknowledged=False).items == []
+    assert [a.id for a in queries.list_alarms(db_session, acknowledged=True).items] == [alarm.id]
+    assert queries.list_alarms(db_session, acknowledged=False).items == []
     with pytest.raises(AlarmNotFoundError):
-        repo.acknowledge_alarm(db_session, "nope", by="alice")
-    assert repo.get_alarm(db_session, "nope") is None
+        queries.acknowledge_alarm(db_session, "nope", by="alice")
+    assert queries.get_alarm(db_session, "nope") is None
 
 
 def test_traces_filter_and_paginate(db_session: Session) -> None:
@@ -162,18 +162,18 @@ def test_traces_filter_and_paginate(db_session: Session) -> None:
     other = TracePoint("cars", "covariate", 0, T0, 0.0, 0.5, 0.0, 9.2)
     persist_batch(db_session, trace_points=[*points, other])
 
-    rows = list(db_session.scalars(repo.traces_query("bikes", detector="conditional")))
+    rows = list(db_session.scalars(queries.traces_query("bikes", detector="conditional")))
     assert [r.event_index for r in rows] == list(range(0, 100, 10))
-    by_index = repo.traces_query("bikes", since_index=20, until_index=50)
+    by_index = queries.traces_query("bikes", since_index=20, until_index=50)
     assert [(r.event_index, r.detector) for r in db_session.scalars(by_index)] == [
         (i, d) for i in (20, 30, 40) for d in ("conditional", "covariate")
     ]
-    by_time = repo.traces_query("bikes", since=T0 + timedelta(seconds=85))
+    by_time = queries.traces_query("bikes", since=T0 + timedelta(seconds=85))
     assert {r.event_index for r in db_session.scalars(by_time)} == {90}
 
     seen, cursor = [], None
     while True:
-        page = repo.list_traces(db_session, "bikes", limit=3, cursor=cursor)
+        page = queries.list_traces(db_session, "bikes", limit=3, cursor=cursor)
         seen += [(r.event_index, r.detector) for r in page.items]
         if (cursor := page.next_cursor) is None:
             break
@@ -187,16 +187,16 @@ def test_ood_windows_with_their_flags(db_session: Session) -> None:
     ]
     windows[3] = OODWindow("bikes", 3, 12, 16, T0, 4, 2, 0.01, "bh", 0.1, ("e-13", "e-12"))
     persist_batch(db_session, ood_windows=windows)
-    listed = repo.list_ood_windows(db_session, "bikes", limit=2, after_window=1)
+    listed = queries.list_ood_windows(db_session, "bikes", limit=2, after_window=1)
     assert [(w.window_index, flags) for w, flags in listed] == [(2, ()), (3, ("e-12", "e-13"))]
-    assert [w.window_index for w in db_session.scalars(repo.ood_windows_query("bikes"))] == [
+    assert [w.window_index for w in db_session.scalars(queries.ood_windows_query("bikes"))] == [
         0,
         1,
         2,
         3,
         4,
     ]
-    overlapping = repo.ood_windows_query("bikes", since_index=5, until_index=9)
+    overlapping = queries.ood_windows_query("bikes", since_index=5, until_index=9)
     assert [w.window_index for w in db_session.scalars(overlapping)] == [1, 2]
 
 
@@ -212,35 +212,35 @@ def stream_config(**changes: Any) -> StreamConfig:
 
 def test_stream_crud_with_calibration(db_session: Session) -> None:
     config = stream_config()
-    created = repo.create_stream(db_session, config)
+    created = queries.create_stream(db_session, config)
     assert created.config == config.model_dump(mode="json")
     assert created.created_at.tzinfo is not None
     with pytest.raises(StreamExistsError):
-        repo.create_stream(db_session, config)
-    calibration = list(db_session.scalars(repo.calibration_query("bikes")))
+        queries.create_stream(db_session, config)
+    calibration = list(db_session.scalars(queries.calibration_query("bikes")))
     assert [(c.event_id, c.features, c.label, c.logits) for c in calibration] == [
         (f"c-{i}", [float(i), 1.0], i, None) for i in range(3)
     ]
     db_session.rollback()
 
     changed = stream_config(trace_every=50)
-    repo.update_stream(
+    queries.update_stream(
         db_session, changed, calibration=[{"features": {"f0": 1.0}, "prediction": 2}]
     )
-    row = repo.get_stream(db_session, "bikes")
+    row = queries.get_stream(db_session, "bikes")
     assert row is not None and row.config["trace_every"] == 50
-    assert [c.features for c in db_session.scalars(repo.calibration_query("bikes"))] == [
+    assert [c.features for c in db_session.scalars(queries.calibration_query("bikes"))] == [
         {"f0": 1.0}
     ]
-    assert [s.name for s in repo.list_streams(db_session)] == ["bikes"]
+    assert [s.name for s in queries.list_streams(db_session)] == ["bikes"]
 
-    repo.delete_stream(db_session, "bikes")
-    assert repo.get_stream(db_session, "bikes") is None
+    queries.delete_stream(db_session, "bikes")
+    assert queries.get_stream(db_session, "bikes") is None
     assert db_session.scalars(select(CalibrationEventRow)).all() == []  # cascaded
     with pytest.raises(StreamNotFoundError):
-        repo.delete_stream(db_session, "bikes")
+        queries.delete_stream(db_session, "bikes")
     with pytest.raises(StreamNotFoundError):
-        repo.update_stream(db_session, changed)
+        queries.update_stream(db_session, changed)
 
 
 def test_dead_letters_list_and_count(db_session: Session) -> None:
@@ -252,11 +252,11 @@ def test_dead_letters_list_and_count(db_session: Session) -> None:
         for o in range(4)
     ]
     persist_batch(db_session, dead_letters=letters)
-    assert repo.count(db_session, repo.dead_letters_query()) == 8
-    assert repo.count(db_session, repo.dead_letters_query(stream="bikes")) == 4
-    since = repo.dead_letters_query(since=T0 + timedelta(seconds=2))
-    assert repo.count(db_session, since) == 4
-    newest = repo.list_dead_letters(db_session, limit=3)
+    assert queries.count(db_session, queries.dead_letters_query()) == 8
+    assert queries.count(db_session, queries.dead_letters_query(stream="bikes")) == 4
+    since = queries.dead_letters_query(since=T0 + timedelta(seconds=2))
+    assert queries.count(db_session, since) == 4
+    newest = queries.list_dead_letters(db_session, limit=3)
     assert [d.offset for d in newest] == [3, 3, 2]
 
 

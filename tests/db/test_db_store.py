@@ -25,7 +25,7 @@ from monitor.db.models import (
     SourceOffsetRow,
     TracePointRow,
 )
-from monitor.db.repositories import ood_flags_query, traces_query
+from monitor.db.queries import ood_flags_query, traces_query
 from monitor.db.store import load_offsets, load_state, persist_batch
 from monitor.streams.records import DeadLetter, SourceOffset, TracePoint
 from monitor.streams.state import Checkpoint
@@ -219,7 +219,7 @@ def test_concurrent_writers_wait_for_each_other(db_engine: Engine, db_session: S
     # "database is locked" (SQLite) or lose an update.
     from concurrent.futures import ThreadPoolExecutor
 
-    from monitor.db.repositories import acknowledge_alarm
+    from monitor.db.queries import acknowledge_alarm
 
     persist_batch(db_session, alarms=[alarm(i, stream="ack") for i in range(20)])
     ids = [alarm(i, stream="ack").id for i in range(20)]
@@ -250,7 +250,7 @@ def test_concurrent_writers_wait_for_each_other(db_engine: Engine, db_session: S
 
 def test_a_revision_updates_the_alarm_and_keeps_every_version(db_session: Session) -> None:
     from monitor.db.models import AlarmRevisionRow
-    from monitor.db.repositories import alarm_revisions_query
+    from monitor.db.queries import alarm_revisions_query
 
     raised = replace(alarm(1), kind="insufficient_evidence", evidence={"evidence_events": 1})
     revised = replace(raised, kind="extreme_covariate_shift", evidence={"evidence_events": 10},

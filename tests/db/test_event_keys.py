@@ -32,7 +32,7 @@ from monitor.db.models import (
     event_key,
     source_key,
 )
-from monitor.db.repositories import list_ood_windows
+from monitor.db.queries import list_ood_windows
 from monitor.db.store import persist_batch
 from monitor.ops.datasets import build_example
 from tests.support.records import alarm, window

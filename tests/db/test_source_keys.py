@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from monitor.cli.main import main
 from monitor.db.engine import make_engine
-from monitor.db.models import DeadLetterRow, SourceOffsetRow
-from monitor.db.repositories import list_dead_letters, source_key
+from monitor.db.models import DeadLetterRow, SourceOffsetRow, source_key
+from monitor.db.queries import list_dead_letters
 from monitor.db.store import load_offsets, persist_batch
 from monitor.ops.datasets import build_example
 from monitor.streams.records import DeadLetter, SourceOffset

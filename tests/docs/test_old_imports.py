@@ -18,3 +18,11 @@ def test_a_receiver_verifies_a_signature_with_the_old_name() -> None:
     import monitor.webhooks
 
     assert monitor.webhooks.verify is monitor.alerts.verify
+
+
+def test_the_queries_keep_their_old_module_name() -> None:
+    import monitor.db.queries
+    import monitor.db.repositories
+
+    assert monitor.db.repositories.performance_windows is monitor.db.queries.performance_windows
+    assert set(monitor.db.queries.__all__) < set(monitor.db.repositories.__all__)

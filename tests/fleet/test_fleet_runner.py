@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from monitor.db.fleet_runner import FleetNotFoundError, create_fleet, evaluate_fleet
 from monitor.db.models import AlarmRow, FleetRow, TracePointRow
-from monitor.db.repositories import alarms_query
+from monitor.db.queries import alarms_query
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MEMBERS = ["a/conditional", "b/conditional", "c/conditional", "c/covariate"]

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
-from monitor.api import queries
+from monitor.api import bodies
 from monitor.api.deps import ContextDep, PrincipalDep, ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import (
@@ -21,7 +21,7 @@ from monitor.api.schemas import (
     DetectorName,
 )
 from monitor.api.timeutil import RevisedSince, Since, Until, check_range
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.errors import AlarmNotFoundError
 from monitor.db.models import AlarmRow
 from monitor.ops.report import render_html, report_context
@@ -97,20 +97,20 @@ def _alarms_json(
     engine: Engine, filters: queries.AlarmFilters, limit: int, cursor: str | None
 ) -> bytes:
     with engine.connect() as connection:
-        return queries.alarms_body(connection, filters, limit, cursor)
+        return bodies.alarms_body(connection, filters, limit, cursor)
 
 
 @router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
 def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmDetail:
     """The alarm with its diagnosis, evidence and acknowledgement, and every version of its
     diagnosis (`revisions`)."""
-    row = repo.get_alarm(session, alarm_id)
+    row = queries.get_alarm(session, alarm_id)
     if row is None:
         raise HTTPException(404, f"no alarm with id {alarm_id!r}")
     revisions = [
         {"revision": r.revision, "kind": r.kind, "evidence": r.evidence,
          "revised_at": r.revised_at}
-        for r in session.scalars(repo.alarm_revisions_query(alarm_id))
+        for r in session.scalars(queries.alarm_revisions_query(alarm_id))
     ]
     return AlarmDetail.model_validate(
         to_public(row).model_dump() | {"revisions": revisions}
@@ -158,7 +158,7 @@ def acknowledge(
     and author) is kept and returned by later calls."""
     by = body.by if body is not None and body.by else f"token:{principal.token_id}"
     try:
-        row = repo.acknowledge_alarm(session, alarm_id, by=by)
+        row = queries.acknowledge_alarm(session, alarm_id, by=by)
     except AlarmNotFoundError:
         raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
     return to_public(row)

@@ -8,11 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Security
 
 from monitor.alerts.routing import RECEIVER_NAME_PATTERN
-from monitor.api import queries
 from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import AlertDeliveriesPublic, AlertDeliveryPublic, DeliveryStatus
-from monitor.db import repositories as repo
+from monitor.db import queries
 
 router = APIRouter(
     prefix="/alerts", tags=["alerts"], dependencies=[Security(bearer)], responses=READ_ERRORS
@@ -40,9 +39,9 @@ def list_deliveries(
 ) -> AlertDeliveriesPublic:
     """Deliveries of alarms to the configured receivers; `status=dead` lists the ones given up
     after their last attempt (each with its last HTTP status or error)."""
-    query = repo.alert_deliveries_query(status=status, receiver=receiver)
+    query = queries.alert_deliveries_query(status=status, receiver=receiver)
     total, exact = queries.bounded_count(session, query)
-    page = repo.list_alert_deliveries(
+    page = queries.list_alert_deliveries(
         session, status=status, receiver=receiver, limit=limit, cursor=cursor
     )
     return AlertDeliveriesPublic(
@@ -61,4 +60,4 @@ def list_deliveries(
 def retry_delivery(session: SessionDep, delivery_id: DeliveryId) -> AlertDeliveryPublic:
     """Queue a dead delivery again (write scope): it is attempted at once, with as many attempts
     as at first. 409 for a delivery that is not dead."""
-    return AlertDeliveryPublic.model_validate(repo.retry_alert_delivery(session, delivery_id))
+    return AlertDeliveryPublic.model_validate(queries.retry_alert_delivery(session, delivery_id))

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Security, status
 from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.schemas import FleetCreate, FleetPublic, FleetsPublic
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.errors import FleetExistsError, FleetNotFoundError
 from monitor.db.fleet_runner import create_fleet
 from monitor.db.models import FleetRow
@@ -26,7 +26,7 @@ FleetName = Annotated[str, Path(pattern=NAME_PATTERN, description="The fleet's n
 @router.get("", summary="List fleets", response_model=FleetsPublic)
 def list_fleets(session: ReadSessionDep) -> FleetsPublic:
     """Every fleet, by name, with its rule, EOP level and members."""
-    rows = session.scalars(repo.fleets_query()).all()
+    rows = session.scalars(queries.fleets_query()).all()
     return FleetsPublic(data=[FleetPublic.model_validate(r, from_attributes=True) for r in rows],
                         count=len(rows))
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, Security, s
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from monitor.api import queries
+from monitor.api import bodies
 from monitor.api.deps import ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.ingest import build_monitor
@@ -25,7 +25,7 @@ from monitor.api.schemas import (
     TracePublic,
 )
 from monitor.api.timeutil import Since, Until, check_range
-from monitor.db import repositories as repo
+from monitor.db import queries
 from monitor.db.models import AlarmRow, CalibrationEventRow, CheckpointRow, StreamRow
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import NAME_PATTERN, StreamConfig
@@ -42,7 +42,7 @@ StreamPath = Annotated[
 @router.get("", summary="List registered streams")
 def list_streams(session: ReadSessionDep) -> StreamsPublic:
     """Every registered stream with its configuration and progress, by name."""
-    rows = repo.list_streams(session)
+    rows = queries.list_streams(session)
     stats = _stream_stats(session, None)
     data = [_public(row, stats) for row in rows]
     return StreamsPublic(data=data, count=len(data))
@@ -70,7 +70,7 @@ def create_stream(body: StreamCreate, session: SessionDep, response: Response) -
     another one, a 409 that changes nothing: `PUT /streams/{name}` stores a new version.
     """
     config, rows = _validated(body)
-    row, created = repo.register_stream(session, config, rows)
+    row, created = queries.register_stream(session, config, rows)
     response.headers["Location"] = f"/streams/{config.name}"
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -91,7 +91,7 @@ def update_stream(name: StreamPath, body: StreamCreate, session: SessionDep) -> 
     if body.name != name:
         raise body_error(("name",), f"the body's name must be the path's, {name!r}", body.name)
     config, rows = _validated(body)
-    row, _ = repo.new_stream_version(session, config, rows)
+    row, _ = queries.new_stream_version(session, config, rows)
     return _public(row, _stream_stats(session, config.name))
 
 
@@ -135,7 +135,7 @@ def get_trace(
     """
     start, end = check_range(since, until)
     _get_row(session, name)
-    body = queries.trace_body(session, name, detector, start, end, max_points)
+    body = bodies.trace_body(session, name, detector, start, end, max_points)
     return Response(body, media_type="application/json")
 
 
@@ -176,7 +176,7 @@ def get_performance(
     model's metrics over each window of `performance.window` labelled events."""
     start, end = check_range(since, until)
     _get_row(session, name)
-    rows = repo.performance_windows(session, name, start, end, limit)
+    rows = queries.performance_windows(session, name, start, end, limit)
     data = [PerformanceWindowPublic.model_validate(row) for row in rows]
     return PerformanceWindowsPublic(stream=name, data=data, count=len(data))
 
@@ -196,7 +196,7 @@ def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None
 
 
 def _get_row(session: Session, name: str) -> StreamRow:
-    row = repo.get_stream(session, name)
+    row = queries.get_stream(session, name)
     if row is None:
         raise HTTPException(404, f"no stream named {name!r}; GET /streams lists them")
     return row
