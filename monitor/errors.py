@@ -13,7 +13,7 @@ Hierarchy::
 
     MonitorError                                    errors
     │   the root: ``except MonitorError`` catches every error the project raises on purpose
-    ├── StateError (ValueError)                     core.martingales._state
+    ├── StateError (ValueError)                     core.martingales.state
     │       a detector state dict of another class, or of an unknown layout version
     ├── NotFittedError (RuntimeError)               core.ood.base
     │       ``score`` called on an OOD scorer that needs ``fit`` first

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from monitor.core.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors._base import BatchTrace, FloatArray, as_row, check_int, window_mean
+from monitor.core.detectors.base import BatchTrace, FloatArray, as_row, check_int, window_mean
 from monitor.core.diagnosis import (
     INSUFFICIENT_EVIDENCE,
     MIN_EVIDENCE,
@@ -30,7 +30,7 @@ from monitor.core.diagnosis import (
     diagnose_conditional,
     diagnose_covariate,
 )
-from monitor.core.martingales._state import check_state, new_state
+from monitor.core.martingales.state import check_state, new_state
 from monitor.core.martingales.alarms import EventRateThreshold, Ville
 from monitor.streams.config import BUDGET_SHARE, DEFAULT_THRESHOLD
 
