@@ -39,7 +39,7 @@ from monitor.core.martingales import (
     WeightedConformalPValue,
     conformal_p_values,
 )
-from monitor.core.martingales._jit import HAVE_NUMBA
+from monitor.core.martingales.jit import HAVE_NUMBA
 
 #: Wall-clock by default; ``--cpu-time`` switches to process CPU time, which a machine shared
 #: with other jobs inflates much less.

@@ -68,7 +68,7 @@ class Mutation:
 
 
 ALARMS = "monitor/core/martingales/alarms"
-BATCH = "monitor/core/martingales/_batch.py"
+BATCH = "monitor/core/martingales/batch.py"
 VALIDITY = "tests/statistical/test_validity.py"
 
 MUTATIONS: tuple[Mutation, ...] = (

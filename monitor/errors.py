@@ -13,7 +13,7 @@ Hierarchy::
 
     MonitorError                                    errors
     │   the root: ``except MonitorError`` catches every error the project raises on purpose
-    ├── StateError (ValueError)                     core.martingales._state
+    ├── StateError (ValueError)                     core.martingales.state
     │       a detector state dict of another class, or of an unknown layout version
     ├── NotFittedError (RuntimeError)               core.ood.base
     │       ``score`` called on an OOD scorer that needs ``fit`` first
@@ -23,7 +23,7 @@ Hierarchy::
     │       calibration data that cannot be used; the message names the line
     ├── InvalidEvent (ValueError)                   streams.events
     │       an event that cannot be processed; the message is its dead-letter reason
-    ├── FeatureOrderError (ValueError)              streams.monitor
+    ├── FeatureOrderError (ValueError)              streams.monitor_versions
     │       features that cannot be read in the order the stream's state or calibration needs: the
     │       stream is stopped
     ├── StateEncodingError (TypeError)              streams.state

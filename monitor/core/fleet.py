@@ -56,7 +56,7 @@ from numpy.typing import ArrayLike
 
 from monitor.core.decisions.base import check_alpha
 from monitor.core.decisions.eg_bh import e_benjamini_hochberg
-from monitor.core.martingales._state import check_state, decode_float, encode_float, new_state
+from monitor.core.martingales.state import check_state, decode_float, encode_float, new_state
 
 __all__ = ["FLEET_RULES", "FleetDecider", "FleetDecision", "FleetRule"]
 

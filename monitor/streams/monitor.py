@@ -2,12 +2,15 @@
 
 :class:`StreamMonitor` turns validated events into result records (alarms with diagnoses, trace
 points, OOD windows). It holds no I/O; its whole state round-trips through :meth:`state_dict`.
+
+Here: the class and its step (a batch laid out as arrays, the detectors advanced over it, the
+records drained). Its parts: the input checks (:mod:`monitor.streams.monitor_inputs`), the
+records (:mod:`monitor.streams.monitor_records`), the state and configuration versions
+(:mod:`monitor.streams.monitor_versions`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,22 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from monitor.core.decisions.decider import OODDecider
-from monitor.core.diagnosis import INSUFFICIENT_EVIDENCE
 from monitor.core.scores import SCALED_RESIDUALS
-from monitor.errors import MonitorError
-from monitor.streams.attribution import (
-    AlarmAttribution,
-    CompletedAttribution,
-    density_ratio_directions,
-)
-from monitor.streams.calibration import Calibration, CalibrationError
-from monitor.streams.config import BUDGET_SHARE, AlarmConfig, StreamConfig
-from monitor.streams.detectors import BatchResult, DetectorAlarm, StreamDetectors
-from monitor.streams.durations import format_duration
+from monitor.streams.attribution import AlarmAttribution, CompletedAttribution
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
 from monitor.streams.events import Event, InvalidEvent, PredictionEvent
 from monitor.streams.factory import build_detectors, build_ood, conditional_score
 from monitor.streams.join import Joined, LabelJoin, Pending
+from monitor.streams.monitor_inputs import ALREADY_PROCESSED, InputChecks, check_calibration
+from monitor.streams.monitor_records import opens_attribution
+from monitor.streams.monitor_versions import (
+    STATE_VERSION,
+    FeatureOrderError,
+    RetiredDetectors,
+    VersionedState,
+)
 from monitor.streams.performance import ClosedWindow, PerformanceWindows
 from monitor.streams.records import (
     Alarm,
@@ -38,24 +40,12 @@ from monitor.streams.records import (
     OODWindow,
     PerformanceWindow,
     TracePoint,
-    alarm_id,
 )
 
-STATE_VERSION = 1
-
-#: How the reason begins when a replay refuses an event the stream already processed
-#: (:attr:`StreamMonitor.refuse_processed`; ``monitor.cli.dead_letters`` counts these as
-#: skipped).
-ALREADY_PROCESSED = "already processed"
+__all__ = ["ALREADY_PROCESSED", "STATE_VERSION", "FeatureOrderError", "StreamMonitor"]
 
 
-class FeatureOrderError(MonitorError, ValueError):
-    """A stream whose features cannot be read in the order its state or calibration needs (the
-    message says which stream, the two orders and the fix): the stream is stopped, never run
-    with its feature columns permuted."""
-
-
-class StreamMonitor:
+class StreamMonitor(InputChecks, VersionedState):
     """Monitors of one stream, fed with validated events in arrival order.
 
     Parameters
@@ -72,7 +62,7 @@ class StreamMonitor:
     def __init__(
         self, config: StreamConfig, calibration: Calibration, config_version: int = 1
     ) -> None:
-        _check_calibration(config, calibration)
+        check_calibration(config, calibration)
         self.config = config
         self.config_version = config_version
         #: The event index from which this configuration version is in force.
@@ -100,7 +90,7 @@ class StreamMonitor:
         self._unrevised: dict[str, Alarm] = {}
         #: The detectors of earlier configuration versions, kept only to revise their pending
         #: alarms (:meth:`load_state`), until none is left.
-        self._retired: list[_Retired] = []
+        self._retired: list[RetiredDetectors] = []
         #: Alarms and attribution windows a configuration update could not carry over, closed
         #: with an explicit outcome (:meth:`_carry_over`); drained with the next records.
         self._closed: list[Alarm] = []
@@ -108,55 +98,6 @@ class StreamMonitor:
         self._performance: list[PerformanceWindow] = []
         #: Completed attributions, each with the event time of the prediction that completed it.
         self._attributed: list[tuple[CompletedAttribution, datetime]] = []
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        """The features' names: the calibration's, else ``x0``, ``x1``, … by position."""
-        names = self.calibration.feature_names
-        return names if names is not None else tuple(
-            f"x{j}" for j in range(self.calibration.n_features)
-        )
-
-    # -- events -------------------------------------------------------------------------------
-
-    def _check_not_processed(self, kind: str, event_id: str) -> None:
-        """With :attr:`refuse_processed` (a replay), refuse an event of ``kind`` and
-        ``event_id`` that the stream's label join still knows (waiting, or joined within the
-        join's bounds), before any state changes."""
-        if self.refuse_processed and self.join.processed(kind, event_id):
-            raise InvalidEvent(
-                f"{ALREADY_PROCESSED}: stream {self.name!r} has processed a {kind} with id "
-                f"{event_id!r} within its label-join window"
-            )
-
-    def _check_made_under(self, pending: Pending | None) -> None:
-        """Refuse the label of a waiting prediction (``pending``; None: none waits) made under
-        an earlier configuration version whose features this version's detectors cannot use
-        (other names, or, where the state did not keep the names, another number):
-        :class:`InvalidEvent`, so the label is a dead letter with this reason and changes
-        nothing — the prediction waits on until the join expires it. Labels of predictions made
-        under a version with the same features join as usual."""
-        made = None if pending is None else self.join.made_under(pending.event_id)
-        if pending is None or made is None:
-            return
-        version, names = made
-        if names is None:
-            if len(pending.features) == self.calibration.n_features:
-                return
-            before = f"{len(pending.features)} values"
-        elif names == self.feature_names:
-            return
-        else:
-            before = _listed(names)
-        raise InvalidEvent(
-            f"label of prediction {pending.event_id!r} made under configuration version "
-            f"{version}, whose features ({before}) the version {self.config_version} "
-            f"detectors ({_listed(self.feature_names)}) cannot use"
-        )
 
     # -- batches ------------------------------------------------------------------------------
 
@@ -277,7 +218,7 @@ class StreamMonitor:
             alarms.append((seq, self._alarm_record(raised, event_id, index, ts)))
             if raised.revision == 1:
                 traces.append((seq, 0, self._traced(detector, result, i, index, ts)))
-        retired_windows: dict[str, _Retired] = {}
+        retired_windows: dict[str, RetiredDetectors] = {}
         for retired in self._retired:  # after the alarms of the same update, as per event
             for detector, i, raised in retired.detectors.track_pending(
                 X_cov, batch.cov_index, X_cond, batch.cond_index
@@ -310,11 +251,11 @@ class StreamMonitor:
 
     def _attribute_batch(
         self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]],
-        retired: dict[str, _Retired],
+        retired: dict[str, RetiredDetectors],
     ) -> None:
         """Feed the batch's predictions to the attribution windows, each alarm's window opened
         where the per-event path opens it: after the prediction or label that raised it, or
-        that revised it into an alarm that needs one (:func:`_opens_attribution`)."""
+        that revised it into an alarm that needs one (:func:`opens_attribution`)."""
         def add(lo: int, hi: int) -> None:
             first = batch.cov_index[0]
             self._attributed += [
@@ -324,7 +265,7 @@ class StreamMonitor:
 
         done = 0
         for seq, alarm in alarms:
-            if not _opens_attribution(alarm):
+            if not opens_attribution(alarm):
                 continue
             start = int(np.searchsorted(batch.cov_seq, seq, side="right"))
             if start > done:
@@ -354,29 +295,6 @@ class StreamMonitor:
         self._attributed, self._unattributed = [], []
         return out
 
-    def _traced(
-        self, detector: str, result: BatchResult, i: int, index: int, ts: datetime
-    ) -> TracePoint:
-        """The trace point of a detector's update i of a batch (its values from the trace)."""
-        covariate = detector == "covariate"
-        trace = result.cov_trace if covariate else result.cond_trace
-        thresholds = result.cov_thresholds if covariate else result.cond_thresholds
-        ess = None if covariate else _finite(float(trace.weights_ess[i]))  # type: ignore[index]
-        monitor = self.detectors.covariate if covariate else self.detectors.conditional
-        threshold = monitor.threshold if thresholds is None else float(thresholds[i])
-        return TracePoint(
-            stream=self.name,
-            detector=detector,
-            event_index=index,
-            ts=ts,
-            log_martingale=_finite(float(trace.log_martingale[i])),
-            p_value=_finite(float(trace.p_value[i])),
-            log_statistic=_finite(float(trace.log_statistic[i])),
-            log_threshold=_finite(math.log(threshold)),
-            weights_ess=ess,
-            config_version=self.config_version,
-        )
-
     def flush(self) -> bool:
         """Close a partial OOD window; True if anything new is ready to drain."""
         if self.ood is None:
@@ -400,371 +318,6 @@ class StreamMonitor:
         drained = self._performance, self._alarm_evidence()
         self._performance = []
         return drained
-
-    # -- records ------------------------------------------------------------------------------
-
-    def _alarm_record(
-        self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime
-    ) -> Alarm:
-        """The record of an alarm raised at event ``index`` or, for a revision, of the alarm it
-        revises, revised at ``ts`` (the event that completed its evidence)."""
-        evidence = _json_safe({
-            **self._named_directions(raised.evidence), **self._budget_evidence(raised),
-            "config_version": self.config_version,
-        })
-        if raised.revision > 1:
-            original = self._unrevised.pop(alarm_id(self.name, raised.detector,
-                                                    raised.event_index))
-            return dataclasses.replace(original, kind=raised.kind, evidence=evidence,
-                                       revision=raised.revision, revised_at=ts)
-        record = self._new_alarm_record(raised, event_id, index, ts, evidence)
-        if raised.kind == INSUFFICIENT_EVIDENCE:
-            self._unrevised[record.id] = record
-        return record
-
-    def _retired_revision(self, raised: DetectorAlarm, ts: datetime) -> Alarm:
-        """The revision of an alarm raised under an earlier configuration version: decided by
-        that version's detectors (their support test), so its evidence is the alarm's, with
-        the revision's shares and the version in force when it was revised."""
-        original = self._unrevised.pop(alarm_id(self.name, raised.detector, raised.event_index))
-        evidence = _json_safe({
-            **original.evidence,
-            **{key: raised.evidence[key] for key in _REVISION_KEYS},
-            "revised_under_config_version": self.config_version,
-        })
-        return dataclasses.replace(original, kind=raised.kind, evidence=evidence,
-                                   revision=raised.revision, revised_at=ts)
-
-    def _new_alarm_record(
-        self, raised: DetectorAlarm, event_id: str, index: int, ts: datetime,
-        evidence: dict[str, Any],
-    ) -> Alarm:
-        return Alarm(
-            stream=self.name,
-            detector=raised.detector,
-            kind=raised.kind,
-            event_id=event_id,
-            event_index=index,
-            ts=ts,
-            changepoint=raised.changepoint,
-            statistic=raised.statistic,
-            threshold=self._threshold(raised),
-            rule=raised.rule,
-            evidence=evidence,
-        )
-
-    def _named_directions(self, evidence: dict[str, Any]) -> dict[str, Any]:
-        """The density ratio's coefficients (while the weighted monitor adapts) as its leading
-        directions, by feature name."""
-        if "density_ratio_coefficients" not in evidence:
-            return evidence
-        out = dict(evidence)
-        out["density_ratio_directions"] = density_ratio_directions(
-            out.pop("density_ratio_coefficients"), self.feature_names
-        )
-        return out
-
-    def _alarm_config(self, detector: str) -> AlarmConfig:
-        if detector == "covariate" and self.config.covariate_alarm is not None:
-            return self.config.covariate_alarm
-        return self.config.alarm
-
-    def _threshold(self, raised: DetectorAlarm) -> float:
-        """The threshold in force at the alarm: exactly as configured when it is fixed (the
-        detectors work with its logarithm), else as raised (a time budget's rate-following
-        threshold, Ville's 1/α_k with lifetime spending)."""
-        fixed = self._alarm_config(raised.detector).fixed_threshold
-        return raised.threshold if fixed is None else fixed
-
-    def _budget_evidence(self, raised: DetectorAlarm) -> dict[str, Any]:
-        """The budget an alarm was raised under: ``budget`` as configured, the detector's
-        ``budget_share`` and, for a time budget, its ``min_threshold`` and either the
-        ``event_rate`` (updates/s) its threshold followed (threshold / (share × budget seconds))
-        or ``at_min_threshold`` when the floor set the threshold."""
-        alarm = self._alarm_config(raised.detector)
-        if alarm.events is not None:
-            return {"budget": f"{alarm.events} events", "budget_share": BUDGET_SHARE}
-        seconds, floor = alarm.budget_seconds, alarm.min_threshold
-        if seconds is None or floor is None:
-            return {}
-        evidence: dict[str, Any] = {
-            "budget": format_duration(seconds),
-            "budget_seconds": seconds,
-            "budget_share": BUDGET_SHARE,
-            "min_threshold": floor,
-        }
-        threshold = self._threshold(raised)
-        if threshold > floor:
-            evidence["event_rate"] = threshold / (BUDGET_SHARE * seconds)
-        else:  # the rate was at most floor / (share · T): the floor set the threshold
-            evidence["at_min_threshold"] = True
-        return evidence
-
-    def _window_record(self, decision: Any, ts: datetime) -> OODWindow:
-        record = OODWindow(
-            stream=self.name,
-            window_index=self.window_index,
-            start_index=decision.start_index,
-            end_index=decision.end_index,
-            ts=ts,
-            n=decision.n,
-            n_flagged=decision.n_flagged,
-            threshold=_finite(decision.threshold),
-            rule=decision.rule,
-            alpha=decision.alpha,
-            flagged_ids=tuple(decision.flagged_ids),
-        )
-        self.window_index += 1
-        return record
-
-    # -- validation ---------------------------------------------------------------------------
-
-    def _feature_list(self, event: PredictionEvent) -> list[float]:
-        """The event's features in the stream's order, checked against its width (a list: the
-        batch path builds one matrix per batch)."""
-        values = event.feature_values(self.calibration.feature_names)
-        if len(values) != self.calibration.n_features:
-            raise InvalidEvent(
-                f"wrong feature dimension: got {len(values)}, "
-                f"stream {self.name!r} expects {self.calibration.n_features}"
-            )
-        return values
-
-    def _ood_lists(
-        self, event: PredictionEvent, kinds: tuple[str, ...]
-    ) -> dict[str, list[float]]:
-        """The event's logits / embedding the OOD rule reads, checked (:meth:`_ood_inputs`)."""
-        inputs: dict[str, list[float]] = {}
-        for kind in ("logits", "embedding"):
-            value = getattr(event, kind)
-            expected = getattr(self.calibration, kind)
-            if value is None:
-                if kind in kinds:
-                    raise InvalidEvent(f"'{kind}' is missing; the stream's OOD scorers read it")
-                continue
-            if expected is None or len(value) != expected.shape[1]:
-                width = None if expected is None else expected.shape[1]
-                raise InvalidEvent(f"'{kind}' has length {len(value)}, stream expects {width}")
-            if kind in kinds:
-                inputs[kind] = value
-        return inputs
-
-    def _prediction(self, event: PredictionEvent) -> float | tuple[float, ...]:
-        n_classes = self.calibration.n_classes
-        if n_classes is None:
-            if not isinstance(event.prediction, float | int):
-                raise InvalidEvent("regression stream expects a number in 'prediction'")
-            return float(event.prediction)
-        if not isinstance(event.prediction, list) or len(event.prediction) != n_classes:
-            raise InvalidEvent(f"'prediction' must be a probability vector of length {n_classes}")
-        if min(event.prediction) < 0 or abs(math.fsum(event.prediction) - 1.0) > 1e-3:
-            raise InvalidEvent("'prediction' probabilities must be >= 0 and sum to 1")
-        return tuple(event.prediction)
-
-    def _scale(self, event: PredictionEvent) -> float | None:
-        """The event's predicted scale when the stream's score reads it (else None)."""
-        if self.config.conditional_score not in SCALED_RESIDUALS:
-            return None
-        if event.scale is None:
-            raise InvalidEvent(
-                f"'scale' is missing; stream {self.name!r} scores residuals with "
-                f"{self.config.conditional_score!r}, which divides by it"
-            )
-        return event.scale
-
-    def _check_label(self, label: Any) -> None:
-        n_classes = self.calibration.n_classes
-        if n_classes is None:
-            if isinstance(label, str | bool):
-                raise InvalidEvent("regression stream expects a numeric 'label'")
-        elif not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < n_classes:
-            raise InvalidEvent(f"'label' must be a class index in [0, {n_classes})")
-
-    # -- state --------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: detectors, OOD window, label store, counters."""
-        return {
-            "version": STATE_VERSION,
-            "event_index": self.event_index,
-            "labeled": self.labeled,
-            "window_index": self.window_index,
-            "last_ts": None if self.last_ts is None else self.last_ts.isoformat(),
-            "detectors": self.detectors.state_dict(),
-            "ood": None if self.ood is None else self.ood.state_dict(),
-            "join": self.join.state_dict(),
-            "config_version": self.config_version,
-            "version_since": self.version_since,
-            "unrevised": [a.to_json() for a in self._unrevised.values()],
-            "performance": self.performance.state_dict(),
-            # with the calibration while an alarm may still open a window: a configuration
-            # update replaces the calibration, and the window must test against this one
-            "attribution": self.attribution.state_dict(keep_reference=bool(self._unrevised)),
-            "attributed": [[done.alarm_id, done.attribution, ts.isoformat()]
-                           for done, ts in self._attributed],
-            **self._carried_state(),
-        }
-
-    def _carried_state(self) -> dict[str, Any]:
-        """What a configuration update carried over or closed and is not done with yet (no key
-        when there is none: the state of a stream never updated is as before)."""
-        state: dict[str, Any] = {}
-        if self._retired:
-            state["retired"] = [r.state_dict() for r in self._retired]
-        if self._closed:
-            state["closed"] = [a.to_json() for a in self._closed]
-        if self._unattributed:
-            state["unattributed"] = [e.to_json() for e in self._unattributed]
-        return state
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` output.
-
-        A state written under another configuration version (the stream was updated) gives its
-        counters and its label store: the detectors and the OOD rule start afresh from this
-        version's calibration at the state's event index (:attr:`version_since`), so event
-        indexes and alarm ids go on without repeating. Its alarms waiting for a revision and
-        its open attribution windows are carried over (:meth:`_carry_over`).
-        """
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported stream state version {state.get('version')!r}")
-        if int(state.get("config_version", 1)) == self.config_version:
-            self._check_feature_order(state)
-        self.event_index = state["event_index"]
-        self.labeled = state["labeled"]
-        self.window_index = state["window_index"]
-        self.last_ts = (
-            None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
-        )
-        self.join.load_state(state["join"])
-        self._load_explanations(state)
-        self._closed = [Alarm.from_json(a) for a in state.get("closed", [])]
-        self._unattributed = [_evidence_of(e) for e in state.get("unattributed", [])]
-        if int(state.get("config_version", 1)) != self.config_version:
-            self.version_since = self.event_index
-            self._close_old_ood(state.get("ood"))
-            self._carry_over(state)
-            return
-        self.version_since = int(state.get("version_since", 0))
-        self.detectors = type(self.detectors).from_state(state["detectors"])
-        self._unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
-        self._retired = [_Retired.load(r) for r in state.get("retired", [])]
-        if self.ood is not None and state["ood"] is not None:
-            self.ood = type(self.ood).from_state(state["ood"])
-
-    def _close_old_ood(self, state: dict[str, Any] | None) -> None:
-        """At a configuration update: close the old version's partial OOD window (decided by
-        its own rule over the events it holds, stored at the time of the last event before the
-        update) and number this version's OOD events from the stream's event index, so that
-        windows go on without gap or overlap (docs/operations.md, "Configuration updates")."""
-        if state is not None:
-            old = OODDecider.from_state(state)
-            decisions = old.windows()
-            last = old.flush()
-            at = self.last_ts or _EPOCH
-            self._windows += [self._window_record(d, at) for d in
-                              [*decisions, *([] if last is None else [last])]]
-        if self.ood is not None:
-            self.ood.start_at(self.event_index)
-
-    def _check_feature_order(self, state: dict[str, Any]) -> None:
-        """Refuse (before anything is loaded) a state of this version taken with the features
-        in another order: its detectors would read the new events' columns permuted."""
-        attribution = state.get("attribution")
-        taken = None if attribution is None else tuple(attribution["feature_names"])
-        if taken is None or taken == self.feature_names:
-            return
-        raise FeatureOrderError(
-            f"stream {self.name!r}: its checkpoint was taken with the features in the order "
-            f"({', '.join(taken)}), its configuration version {self.config_version} reads "
-            f"({', '.join(self.feature_names)}); the stream is stopped rather than run with its "
-            "features permuted. Fix: `monitor db upgrade` recovers a stored order from the "
-            "checkpoint; for other features store a new version (`monitor streams update "
-            "CONFIG.yaml`), then replay the stream's dead letters"
-        )
-
-    def _carry_over(self, state: dict[str, Any]) -> None:
-        """After a configuration update (``state`` written under another version): the alarms
-        still waiting as ``insufficient_evidence`` are revised by the detectors they were raised
-        by, kept for that only (``_Retired``: their support flags go on over the new events, no
-        test, no alarm), and the open attribution windows complete against the calibration
-        and at the length of the version that opened them. Both need the same features (names,
-        in order): with others, the new events cannot be read as the old detectors read them,
-        and each such alarm is closed at once with an explicit outcome instead (a last
-        revision, still ``insufficient_evidence``, naming why; an ``attribution_not_completed``
-        evidence in place of the attribution). Nothing is dropped silently."""
-        unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
-        attribution = state.get("attribution")
-        version = int(state.get("config_version", 1))
-        # The predictions still waiting for their label were made under that version: their
-        # labels join only if this version reads the same features (_check_made_under).
-        self.join.mark_made_under(
-            version, None if attribution is None else tuple(attribution["feature_names"])
-        )
-        same = attribution is not None and \
-            tuple(attribution["feature_names"]) == self.feature_names
-        retired = [_Retired.load(r) for r in state.get("retired", [])]
-        detectors = type(self.detectors).from_state(state["detectors"])
-        if detectors.pending and attribution is not None:
-            reference = attribution.get("reference")
-            retired.append(_Retired(
-                version, detectors,
-                None if reference is None else np.asarray(reference, np.float64),
-                int(attribution["window"]),
-            ))
-        self._retired = retired if same and unrevised else []
-        waiting = {alarm_id(self.name, a.detector, a.event_index)
-                   for r in self._retired for a in r.detectors.pending}
-        self._unrevised = {k: a for k, a in unrevised.items() if k in waiting}
-        why = self._why_not_carried(attribution, same)
-        at = self.last_ts
-        self._closed += [
-            dataclasses.replace(alarm, evidence=_json_safe({
-                **alarm.evidence, "closed_by_config_version": self.config_version,
-                "closed_reason": why,
-            }), revision=alarm.revision + 1, revised_at=at)
-            for key, alarm in unrevised.items() if key not in waiting
-        ]
-        self.attribution.close()  # a reused monitor: only the state's windows
-        if attribution is None:
-            return
-        dropped = self.attribution.adopt(attribution)
-        self._unattributed += [
-            AlarmEvidence(self.name, w["alarm_id"], {"attribution_not_completed": {
-                "closed_by_config_version": self.config_version, "reason": why,
-                "window": w["window"],
-            }}, at)
-            for w in dropped
-        ]
-
-    def _why_not_carried(self, attribution: dict[str, Any] | None, same: bool) -> str:
-        if attribution is None:
-            return (f"configuration version {self.config_version} replaced a state that does "
-                    "not name its features")
-        if same:  # a state in which the alarm waits but no detector's evidence does
-            return (f"configuration version {self.config_version} replaced a state that "
-                    "holds no evidence window of this alarm")
-        return (f"configuration version {self.config_version} monitors other features "
-                f"({', '.join(self.feature_names)}; before: "
-                f"{', '.join(attribution['feature_names'])})")
-
-
-    def _load_explanations(self, state: dict[str, Any]) -> None:
-        """Performance windows and attributions of a state (absent in states written before
-        they existed). Under another configuration version only the window counter is kept
-        (window numbers go on without repeating); open windows start afresh."""
-        self._attributed = [
-            (CompletedAttribution(a, e), datetime.fromisoformat(rest[0]) if rest else _EPOCH)
-            for a, e, *rest in state.get("attributed", [])
-        ]
-        performance = state.get("performance")
-        if performance is None:
-            return
-        if int(state.get("config_version", 1)) != self.config_version:
-            self.performance.window_index = int(performance["window_index"])
-            return  # the attribution windows: _carry_over
-        self.performance = PerformanceWindows.from_state(performance)
-        self.attribution.load_state(state["attribution"])
 
 
 @dataclass(slots=True)
@@ -820,102 +373,3 @@ class _Batch:
         self.seq += 1
 
 
-def _check_calibration(config: StreamConfig, calibration: Calibration) -> None:
-    if config.task == "classification" and calibration.n_classes is None:
-        raise CalibrationError("classification calibration needs probability-vector predictions")
-    if config.task == "regression" and calibration.n_classes is not None:
-        raise CalibrationError("regression calibration needs numeric predictions")
-    if config.conditional_score in SCALED_RESIDUALS and calibration.scales is None:
-        raise CalibrationError(
-            f"score {config.conditional_score!r} needs a 'scale' on every calibration row"
-        )
-
-
-#: The completion time of an attribution restored from a state written before it was kept.
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-#: What a detector's revision adds to its alarm's evidence (:meth:`StreamDetectors._revise`).
-_REVISION_KEYS = ("outside_support_fraction", "evidence_events", "evidence_until")
-
-
-@dataclass(slots=True)
-class _Retired:
-    """The detectors of an earlier configuration version, kept until their pending alarms are
-    revised (:meth:`StreamMonitor._carry_over`), with what a window opened by such a revision
-    needs: that version's sorted calibration rows (None in a state written before they were
-    kept: the current calibration's) and window length."""
-
-    version: int
-    detectors: StreamDetectors
-    reference: np.ndarray | None
-    size: int
-
-    @property
-    def window(self) -> tuple[np.ndarray | None, int]:
-        return self.reference, self.size
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"config_version": self.version, "detectors": self.detectors.state_dict(),
-                "reference": self.reference, "window": self.size}
-
-    @classmethod
-    def load(cls, state: dict[str, Any]) -> _Retired:
-        reference = state.get("reference")
-        return cls(int(state["config_version"]), StreamDetectors.from_state(state["detectors"]),
-                   None if reference is None else np.asarray(reference, np.float64),
-                   int(state["window"]))
-
-
-def _listed(names: Sequence[str], most: int = 12) -> str:
-    """Feature names for a message, the middle left out when there are many.
-
-    >>> _listed(("a", "b"))
-    'a, b'
-    >>> _listed([f"x{j}" for j in range(30)], most=4)
-    'x0, x1, …, x29 (30 features)'
-    """
-    if len(names) <= most:
-        return ", ".join(names)
-    return f"{', '.join(names[: most - 2])}, …, {names[-1]} ({len(names)} features)"
-
-
-def _evidence_of(data: dict[str, Any]) -> AlarmEvidence:
-    ts = data.get("ts")
-    return AlarmEvidence(data["stream"], data["alarm_id"], data["evidence"],
-                         None if ts is None else datetime.fromisoformat(ts))
-
-
-def _needs_attribution(alarm: Alarm) -> bool:
-    """Covariate alarms and extreme-covariate-shift alarms get a feature attribution."""
-    return alarm.detector == "covariate" or alarm.kind == "extreme_covariate_shift"
-
-
-def _opens_attribution(alarm: Alarm) -> bool:
-    """Whether this record of an alarm opens its attribution window (the predictions after the
-    prediction or label that produced the record): an alarm as raised, when it needs one; a
-    revision, when it makes the alarm need one. A detector revises only alarms raised as
-    ``insufficient_evidence``, which need one only when covariate (their window opened when
-    they were raised): so a revised conditional alarm opens its window when its revision
-    makes it an ``extreme_covariate_shift`` (docs/explain.md)."""
-    if not _needs_attribution(alarm):
-        return False
-    return alarm.revision == 1 or alarm.detector != "covariate"
-
-
-def _finite(value: float) -> float:
-    """Trace values must be finite for storage and JSON; clip infinities, keep nan as nan (the
-    one ``math.nan`` object, as the per-event path gives: records then compare equal with ==)."""
-    if math.isnan(value):
-        return math.nan
-    return max(-1e300, min(1e300, float(value)))
-
-
-def _json_safe(evidence: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in evidence.items():
-        if isinstance(value, np.generic):
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None if math.isnan(value) else _finite(value)
-        out[key] = value
-    return out

@@ -8,7 +8,8 @@ import pytest
 from monitor.core.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
 from monitor.core.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
 from monitor.streams.config import StreamConfig
-from monitor.streams.detectors import DetectorAlarm, StreamDetectors, _evidence_share
+from monitor.streams.detector_diagnosis import evidence_share
+from monitor.streams.detectors import DetectorAlarm, StreamDetectors
 from monitor.streams.records import ALARM_KINDS as RECORD_KINDS
 from tests.support.toy_streams import Toy, make_toy
 
@@ -51,9 +52,9 @@ def test_evidence_share_scans_recent_windows() -> None:
 
     early_cp = AlarmEvent(399, 50, 10.0, 9.0, 5.0)
     assert share(50, 399) < 0.05
-    assert _evidence_share(share, early_cp) == 1.0  # the last 5..10 events are all outside
+    assert evidence_share(share, early_cp) == 1.0  # the last 5..10 events are all outside
     flags[395:] = False  # back inside: at most 5 of the last 10
-    assert _evidence_share(share, early_cp) == pytest.approx(5 / 10)
+    assert evidence_share(share, early_cp) == pytest.approx(5 / 10)
 
 
 def test_evidence_window_starts_at_the_changepoint_estimate() -> None:
@@ -63,7 +64,7 @@ def test_evidence_window_starts_at_the_changepoint_estimate() -> None:
         calls.append((start, stop))
         return 0.0
 
-    _evidence_share(share, AlarmEvent(399, 303, 10.0, 9.0, 5.0))
+    evidence_share(share, AlarmEvent(399, 303, 10.0, 9.0, 5.0))
     assert calls[0] == (303, 399)  # then the trailing windows
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import ConditionalMonitor, CovariateMonitor
-from monitor.core.detectors._base import AlarmEvent
+from monitor.core.detectors.base import AlarmEvent
 
 N = 1400
 SPLITS = ("one", "37", "all", "random")
@@ -293,9 +293,9 @@ def test_per_event_fallback_equals_per_event_updates(
     monkeypatch: pytest.MonkeyPatch, weighted: bool
 ) -> None:
     """The exact per-event steps used for a betting function without a compiled step."""
-    from monitor.core.martingales import _batch
+    from monitor.core.martingales import batch
 
-    monkeypatch.setattr(_batch, "supports_betting", lambda betting: False)
+    monkeypatch.setattr(batch, "supports_betting", lambda betting: False)
     data = _stream(9)
     kw = {"threshold": 200.0, "rebaseline": 80}
     _run_both(

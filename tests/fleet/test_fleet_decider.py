@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitor.core.fleet import FLEET_RULES, FleetDecider
-from monitor.core.martingales._state import StateError
+from monitor.core.martingales.state import StateError
 
 
 def _decider(rule: str, values: list[float], alpha: float = 0.1) -> FleetDecider:

@@ -26,7 +26,7 @@ from monitor.core.martingales import (
     Ville,
     make_betting,
 )
-from monitor.core.martingales._batch import run_test
+from monitor.core.martingales.batch import run_test
 from monitor.core.martingales.betting.base import P_FLOOR
 from monitor.core.martingales.betting.mixture import log_mixture
 

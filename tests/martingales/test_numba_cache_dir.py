@@ -13,7 +13,7 @@ pytest.importorskip("numba")
 
 PROBE = """
 import numpy as np, numba
-from monitor.core.martingales._batch import _lambda_path
+from monitor.core.martingales.batch import _lambda_path
 _lambda_path(np.full(4, 0.5), 0, 4, 0.5)
 print(numba.config.CACHE_DIR)
 """

@@ -33,7 +33,8 @@ from monitor.engine.pipeline import (
 from monitor.streams.events import Event, InvalidEvent, LabelEvent, PredictionEvent, decode_event
 from monitor.streams.factory import conditional_score
 from monitor.streams.join import Joined, Pending
-from monitor.streams.monitor import StreamMonitor, _finite, _opens_attribution
+from monitor.streams.monitor import StreamMonitor
+from monitor.streams.monitor_records import finite, opens_attribution
 from monitor.streams.records import TracePoint
 
 __all__ = ["PerEventPipeline", "PerEventStream"]
@@ -158,7 +159,7 @@ class PerEventStream:
             m._alarms.append(alarm)
             if raised.revision == 1:
                 m._traces.append(_trace_point(m, raised.detector, index, ts))
-            if _opens_attribution(alarm):
+            if opens_attribution(alarm):
                 m.attribution.open(alarm.id)
 
     def _revise_retired(
@@ -175,7 +176,7 @@ class PerEventStream:
                                                                 cond_index):
                 alarm = m._retired_revision(raised, ts)
                 m._alarms.append(alarm)
-                if _opens_attribution(alarm):
+                if opens_attribution(alarm):
                     m.attribution.open(alarm.id, *retired.window)
         m._retired = [r for r in m._retired if r.detectors.pending]
 
@@ -281,10 +282,10 @@ def _trace_point(monitor: StreamMonitor, detector: str, index: int, ts: datetime
         detector=detector,
         event_index=index,
         ts=ts,
-        log_martingale=_finite(tracked.log_martingale),
-        p_value=_finite(tracked.p_value),
-        log_statistic=_finite(tracked.log_statistic),
-        log_threshold=_finite(math.log(tracked.threshold)),
-        weights_ess=None if ess is None else _finite(ess),
+        log_martingale=finite(tracked.log_martingale),
+        p_value=finite(tracked.p_value),
+        log_statistic=finite(tracked.log_statistic),
+        log_threshold=finite(math.log(tracked.threshold)),
+        weights_ess=None if ess is None else finite(ess),
         config_version=monitor.config_version,
     )

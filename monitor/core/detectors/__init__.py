@@ -6,7 +6,7 @@ properties (``alarm``, ``statistic``, ``log_statistic``, ``threshold``, ``p_valu
 restore it exactly. See ``docs/detectors.md``.
 """
 
-from monitor.core.detectors._base import AlarmEvent
+from monitor.core.detectors.base import AlarmEvent
 from monitor.core.detectors.conditional import ConditionalMonitor
 from monitor.core.detectors.covariate import TABULAR_SCORERS, CovariateMonitor
 

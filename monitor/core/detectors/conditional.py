@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
-from monitor.core.detectors._base import (
+from monitor.core.detectors.base import (
     MONITORING,
     WARMING_UP,
     AlarmCallback,
@@ -26,11 +26,11 @@ from monitor.core.detectors._base import (
     check_test_params,
     derive_seed,
 )
-from monitor.core.martingales import ConformalPValue, _batch
-from monitor.core.martingales._jit import jit
-from monitor.core.martingales._state import check_state, new_state
+from monitor.core.martingales import ConformalPValue, batch
 from monitor.core.martingales.density_ratio import OnlineDensityRatio
+from monitor.core.martingales.jit import jit
 from monitor.core.martingales.pvalues import _bisect
+from monitor.core.martingales.state import check_state, new_state
 from monitor.core.martingales.weighted import WeightedConformalPValue
 
 __all__ = ["ADAPT_MODES", "RATIO_FEATURES", "ConditionalMonitor", "QuantileNormalizer"]
@@ -477,17 +477,17 @@ class ConditionalMonitor(MartingaleMonitor):
         pv, test = self._pv, self._test
         assert trace.weights_ess is not None and trace.penalised is not None
         ps, ess = trace.p_value, trace.weights_ess
-        if isinstance(pv, WeightedConformalPValue) and _batch.supports_betting(test.betting):
+        if isinstance(pv, WeightedConformalPValue) and batch.supports_betting(test.betting):
             assert rows is not None
             xt = self._ratio_rows(rows, i)
             if pv._adapting:
                 got = self._weighted_span(pv, xt, scores, i, n, trace)
-                used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+                used, alarm = batch.run_test(test.betting, test.rule, ps, i, i + got,
                                               trace.log_martingale, trace.log_statistic)
                 self._weighted_commit(pv, trace, i, got, used)
             else:
                 plain = pv._plain
-                used, alarm = _batch.plain_span(plain, scores, i, n, test.betting, test.rule,
+                used, alarm = batch.plain_span(plain, scores, i, n, test.betting, test.rule,
                                                 trace)
                 pv._p_value = plain.p_value
                 pv.density_ratio._add_sources(xt[i : i + used])
@@ -498,12 +498,12 @@ class ConditionalMonitor(MartingaleMonitor):
                 pv._n = m + used
                 ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
                 trace.penalised[i : i + used] = pv._penalised
-        elif isinstance(pv, ConformalPValue) and _batch.supports_betting(test.betting):
+        elif isinstance(pv, ConformalPValue) and batch.supports_betting(test.betting):
             m = pv.n_reference
-            got = _batch.pvalue_span(pv, scores, i, n, ps)
-            used, alarm = _batch.run_test(test.betting, test.rule, ps, i, i + got,
+            got = batch.pvalue_span(pv, scores, i, n, ps)
+            used, alarm = batch.run_test(test.betting, test.rule, ps, i, i + got,
                                           trace.log_martingale, trace.log_statistic)
-            _batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
+            batch.pvalue_commit(pv, got, used, float(ps[i + used - 1]))
             ess[i : i + used] = np.arange(m + 1, m + used + 1, dtype=np.float64)
             trace.penalised[i : i + used] = False
         else:  # the exact per-event steps (a betting function without a compiled step)
@@ -527,10 +527,10 @@ class ConditionalMonitor(MartingaleMonitor):
         """Tentative weighted p-values of events i.. up to the end of the micro-batch."""
         assert trace.weights_ess is not None and trace.penalised is not None
         k0 = pv._n_pend
-        us = _batch.peek_uniforms(pv._plain, min(n - i, pv._batch - k0))
+        us = batch.peek_uniforms(pv._plain, min(n - i, pv._batch - k0))
         while pv._pend.shape[0] < k0 + us.size:  # grown as the per-event path grows it
             pv._pend = np.concatenate([pv._pend, np.zeros_like(pv._pend)])
-        got = int(_batch.weighted_span(
+        got = int(batch.weighted_span(
             xt, pv._lin, pv._pend, pv._ref, pv._n, k0, scores, us, pv._grow, pv._alpha,
             pv._sum_w2, trace.p_value, trace.penalised, trace.weights_ess, i, i + us.size,
         ))
@@ -543,7 +543,7 @@ class ConditionalMonitor(MartingaleMonitor):
     ) -> None:
         """Keep the first ``used`` of ``got`` tentative weighted updates."""
         assert trace.weights_ess is not None and trace.penalised is not None
-        _batch.drop_uniforms(pv._plain, used)
+        batch.drop_uniforms(pv._plain, used)
         last = i + used - 1
         pv._p_value = float(trace.p_value[last])
         pv._penalised = bool(trace.penalised[last])

@@ -9,7 +9,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike
 
-from monitor.core.detectors._base import (
+from monitor.core.detectors.base import (
     MONITORING,
     WARMING_UP,
     AlarmCallback,
@@ -25,8 +25,8 @@ from monitor.core.detectors._base import (
     derive_seed,
     window_mean,
 )
-from monitor.core.martingales import ConformalPValue, _batch
-from monitor.core.martingales._state import check_state, new_state
+from monitor.core.martingales import ConformalPValue, batch
+from monitor.core.martingales.state import check_state, new_state
 from monitor.core.ood import Scorer, make_scorer, scorer_from_state
 
 __all__ = ["PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
@@ -358,7 +358,7 @@ class CovariateMonitor(MartingaleMonitor):
         """Monitor events i.. until an alarm or the end of a compiled span; (used, alarm)."""
         pv, test = self._pv, self._test
         assert pv is not None
-        if not _batch.supports_betting(test.betting):
+        if not batch.supports_betting(test.betting):
             # the exact per-event steps (a betting function without a compiled step)
             pv.update(float(scores[i]))
             self._p_value = pv.p_value
@@ -369,7 +369,7 @@ class CovariateMonitor(MartingaleMonitor):
                 self._batch_alarm(event, alarms)
             self._trace_now(trace, i)
             return 1, event
-        used, alarm = _batch.plain_span(pv, scores, i, n, test.betting, test.rule, trace)
+        used, alarm = batch.plain_span(pv, scores, i, n, test.betting, test.rule, trace)
         self._p_value = pv.p_value
         return self._end_span(used, alarm, alarms)
 

@@ -6,7 +6,6 @@ from the WATCH reference code: docs/algorithms.md.
 
 from __future__ import annotations
 
-from monitor.core.martingales._state import StateError
 from monitor.core.martingales.alarms import (
     ALARM_RULES,
     CUSUM,
@@ -28,6 +27,7 @@ from monitor.core.martingales.betting import (
 )
 from monitor.core.martingales.density_ratio import OnlineDensityRatio
 from monitor.core.martingales.pvalues import ConformalPValue, conformal_p_values
+from monitor.core.martingales.state import StateError
 from monitor.core.martingales.weighted import WeightedConformalPValue
 
 __all__ = [

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales._jit import HAVE_NUMBA, jit
+from monitor.core.martingales.jit import HAVE_NUMBA, jit
 
 CLIP_GRADIENT = 1e12  # river's LogisticRegression default
 

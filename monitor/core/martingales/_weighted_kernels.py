@@ -22,8 +22,8 @@ from functools import cache
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales._jit import compiled_entry, jit
 from monitor.core.martingales._logistic import _clipped_exp, logits_of_columns, ratio_of_row
+from monitor.core.martingales.jit import compiled_entry, jit
 from monitor.core.martingales.pvalues import _bisect
 
 NAN4 = (math.nan, math.nan, math.nan, math.nan)

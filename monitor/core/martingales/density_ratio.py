@@ -25,7 +25,7 @@ from monitor.core.martingales._logistic import (
     odds_of_logits,
     ratio_of_row,
 )
-from monitor.core.martingales._state import check_state, new_state, rng_from_state, rng_state
+from monitor.core.martingales.state import check_state, new_state, rng_from_state, rng_state
 
 __all__ = ["OnlineDensityRatio"]
 

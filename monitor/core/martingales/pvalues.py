@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.martingales._jit import compiled_entry, jit
-from monitor.core.martingales._state import (
+from monitor.core.martingales.jit import compiled_entry, jit
+from monitor.core.martingales.state import (
     check_state,
     decode_float,
     encode_float,

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.martingales._state import check_state, decode_float, encode_float, new_state
 from monitor.core.martingales._weighted_kernels import (
     append_batch,
     refresh_weights,
@@ -30,6 +29,7 @@ from monitor.core.martingales._weighted_kernels import (
 )
 from monitor.core.martingales.density_ratio import OnlineDensityRatio
 from monitor.core.martingales.pvalues import ConformalPValue
+from monitor.core.martingales.state import check_state, decode_float, encode_float, new_state
 
 __all__ = ["WeightedConformalPValue"]
 

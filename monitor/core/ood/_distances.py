@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales._jit import jit
+from monitor.core.martingales.jit import jit
 
 
 @jit

@@ -13,7 +13,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.martingales._state import check_state, decode_float, encode_float, new_state
+from monitor.core.martingales.state import check_state, decode_float, encode_float, new_state
 
 #: ``statistic`` is exp(log_statistic) capped here so it always fits a float / JSON number.
 STATISTIC_CAP = 1e300

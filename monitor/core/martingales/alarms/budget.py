@@ -25,7 +25,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.martingales._state import check_state, new_state
+from monitor.core.martingales.state import check_state, new_state
 
 __all__ = ["MAX_RATE", "EventRateThreshold"]
 

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales._jit import jit
-from monitor.core.martingales._state import decode_float, encode_float
 from monitor.core.martingales.alarms.base import AlarmRule, check_threshold
+from monitor.core.martingales.jit import jit
+from monitor.core.martingales.state import decode_float, encode_float
 
 __all__ = ["ShiryaevRoberts"]
 
@@ -27,7 +27,7 @@ def logaddexp(x: float, y: float) -> float:
     return y + math.log1p(math.exp(d))
 
 
-#: :func:`logaddexp` compiled, for the batch kernels (``monitor/core/martingales/_batch.py``).
+#: :func:`logaddexp` compiled, for the batch kernels (``monitor/core/martingales/batch.py``).
 logaddexp_compiled = jit(logaddexp)
 
 

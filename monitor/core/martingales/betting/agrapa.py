@@ -26,9 +26,9 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.martingales._jit import compiled_entry, jit
-from monitor.core.martingales._state import check_state, new_state
 from monitor.core.martingales.betting.base import P_FLOOR, BettingFunction, check_p, check_ps
+from monitor.core.martingales.jit import compiled_entry, jit
+from monitor.core.martingales.state import check_state, new_state
 
 __all__ = ["AGrapaBetting"]
 

@@ -9,8 +9,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammainc, gammaln
 
-from monitor.core.martingales._state import check_state, new_state
 from monitor.core.martingales.betting.base import P_FLOOR, BettingFunction, check_p, check_ps
+from monitor.core.martingales.state import check_state, new_state
 
 __all__ = ["SimpleMixture", "log_mixture", "log_mixture_one"]
 

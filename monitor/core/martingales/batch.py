@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales._jit import jit
 from monitor.core.martingales._weighted_kernels import weighted_step
 from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK, AlarmRule
 from monitor.core.martingales.alarms.cusum import CUSUM
@@ -37,6 +36,7 @@ from monitor.core.martingales.betting.base import P_FLOOR, BettingFunction
 from monitor.core.martingales.betting.mixture import SimpleMixture, log_mixture
 from monitor.core.martingales.betting.plug_in_power import PlugInPower, _plug_in_step
 from monitor.core.martingales.betting.power import PowerBetting
+from monitor.core.martingales.jit import jit
 from monitor.core.martingales.pvalues import (
     ConformalPValue,
     _bisect,

@@ -1,7 +1,10 @@
-"""Versioned, pickle-free state dictionaries shared by every class of the statistical core.
+"""Versioned, pickle-free state dictionaries shared by every class of the statistical core
+(and by the stream's :class:`monitor.streams.detectors.StreamDetectors`).
 
 A state is a dict of JSON-ready builtins (and ``np.ndarray`` values) with two reserved keys:
 ``"class"`` (the class name) and ``"version"`` (the layout version of that class's state).
+Checkpoints store these class names: a class that is moved keeps loading old checkpoints as long
+as its name stays; a renamed one must accept its old name in :func:`check_state`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,17 @@ from typing import Any
 import numpy as np
 
 from monitor.errors import MonitorError
+
+__all__ = [
+    "STATE_VERSION",
+    "StateError",
+    "check_state",
+    "decode_float",
+    "encode_float",
+    "new_state",
+    "rng_from_state",
+    "rng_state",
+]
 
 STATE_VERSION = 1
 
