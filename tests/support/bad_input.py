@@ -175,7 +175,7 @@ def extra_field(rng: Rng, t: Templates) -> Made:
     event = _event(rng, t)
     name = _pick(rng, ["extra", "Features", "model", "__proto__", "prediction_", "lable"])
     event[name] = _pick(rng, [1, "x", None, {"nested": [1, 2]}])
-    return event["stream"], _dump(event), f"field '{name}': Extra inputs are not permitted"
+    return event["stream"], _dump(event), f"field '{name}': not a field of the event format; put metadata"
 
 
 def wrong_dimension(rng: Rng, t: Templates) -> Made:
