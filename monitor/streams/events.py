@@ -546,6 +546,10 @@ def _first_error(exc: ValidationError) -> str:
         msg = err["msg"]
         if err["type"] in ("less_than_equal", "greater_than_equal"):
             msg = f"numbers must lie within ±{MAX_MAGNITUDE:g}"
+    elif loc == "label" and isinstance(here[0].get("input"), str):
+        msg = (f"{json.dumps(here[0]['input'])} is a class name; a classification label is "
+               "the class's index (its position in the prediction's probabilities), a "
+               "regression label a number")
     else:
         expected = dict.fromkeys(_EXPECTED[e["type"]] for e in here)
         msg = "wrong type: expected " + (

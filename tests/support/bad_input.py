@@ -213,7 +213,7 @@ def wrong_value(rng: Rng, t: Templates) -> Made:
     elif choice == 1:
         event["label"] = _pick(rng, ["high", "n/a", "57 units"])
         # Refused by the stream (a text label) or already by the wire format (numbers only).
-        reason = "regression stream expects a numeric 'label'|field 'label': wrong type"
+        reason = "regression stream expects a numeric 'label'|field 'label': \"[^\"]*\" is a class name"
     else:
         event["logits"] = [0.1, 2.0, -1.0]
         reason = "'logits' has length 3, stream expects None"
