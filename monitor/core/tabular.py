@@ -34,11 +34,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CategoricalLayout", "NumericLayout", "embedding_width", "mixed_embedding",
-           "numeric_mask"]
+__all__ = ["CategoricalLayout", "NumericLayout", "category_text", "embedding_width",
+           "mixed_embedding", "numeric_mask"]
+
+#: Default number of categories with their own code (the rest of the calibration's are "other").
+MAX_CATEGORIES = 64
+#: Most distinct values a categorical feature remembers from the calibration (its seen set).
+MAX_SEEN = 10_000
 
 #: The scale of a one-hot column: a category mismatch sets two columns apart, 2 · (√½)² = 1.
 ONE_HOT_SCALE = math.sqrt(0.5)
+
+
+def category_text(value: str | bool | float | int) -> str:
+    """The category a raw value stands for: a string itself, ``true``/``false``, a number's
+    text (an integral number without its ``.0``: ``1`` and ``1.0`` are one category).
+
+    >>> [category_text(v) for v in ("DE", True, 1.0, 2, 2.5)]
+    ['DE', 'true', '1', '2', '2.5']
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    number = float(value)
+    if number.is_integer() and abs(number) < 2**53:
+        return str(int(number))
+    return repr(number)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitor.core.tabular import CategoricalLayout, NumericLayout, mixed_embedding, numeric_mask
+from monitor.core.tabular import (
+    MAX_CATEGORIES,
+    MAX_SEEN,
+    CategoricalLayout,
+    NumericLayout,
+    category_text,
+    mixed_embedding,
+    numeric_mask,
+)
 from monitor.errors import MonitorError
 from monitor.streams.events import InvalidEvent
 
@@ -50,33 +58,12 @@ __all__ = ["CategoricalFeature", "FeatureRow", "FeatureSchema", "NumericFeature"
 FeatureKind = Literal["numeric", "categorical"]
 Rate = Literal["missing", "unseen", "out_of_range"]
 
-#: Default number of categories with their own code (the rest of the calibration's are "other").
-MAX_CATEGORIES = 64
-#: Most distinct values a categorical feature remembers from the calibration (its seen set).
-MAX_SEEN = 10_000
 #: Version of :meth:`FeatureSchema.state_dict`.
 STATE_FORMAT = 1
 
 
 class SchemaError(MonitorError, ValueError):
     """Calibration values that do not fit a schema; the message names the row and the feature."""
-
-
-def category_text(value: str | bool | float | int) -> str:
-    """The category a raw value stands for: a string itself, ``true``/``false``, a number's
-    text (an integral number without its ``.0``: ``1`` and ``1.0`` are one category).
-
-    >>> [category_text(v) for v in ("DE", True, 1.0, 2, 2.5)]
-    ['DE', 'true', '1', '2', '2.5']
-    """
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | np.bool_):
-        return "true" if value else "false"
-    number = float(value)
-    if number.is_integer() and abs(number) < 2**53:
-        return str(int(number))
-    return repr(number)
 
 
 @dataclass(frozen=True)
