@@ -100,12 +100,7 @@ class Calibration:
                 f"calibration events must carry a label; {unlabeled[0]!r} has none"
             )
         names = _feature_order([e.features for e in events], feature_names)
-        rows = _raw_rows(events, names)
-        schema = _fit(rows, names, schema_options)
-        try:
-            features = np.asarray(rows, dtype=float) if schema.is_plain else schema.codes(rows)
-        except SchemaError as exc:
-            raise CalibrationError(str(exc)) from None
+        features, schema, raw = _coded(_raw_rows(events, names), names, schema_options)
         try:
             predictions = np.asarray([e.prediction for e in events], dtype=float)
         except ValueError as exc:
@@ -117,11 +112,26 @@ class Calibration:
             labels=labels,
             feature_names=names,
             schema=schema,
-            raw_features=None if schema.is_plain else tuple(tuple(r) for r in rows),
+            raw_features=raw,
             logits=_optional(events, "logits"),
             embedding=_optional(events, "embedding"),
             scales=_optional(events, "scale"),
         )
+
+    @classmethod
+    def from_values(
+        cls,
+        rows: Sequence[Sequence[Any]],
+        predictions: np.ndarray,
+        labels: np.ndarray,
+        feature_names: tuple[str, ...] | None = None,
+        **schema_options: Any,
+    ) -> Calibration:
+        """From raw feature values (rows in the order of ``feature_names``, ``None`` missing:
+        what the wire format decodes to) and arrays; ``schema_options`` as in
+        :meth:`from_events`."""
+        features, schema, raw = _coded(rows, feature_names, schema_options)
+        return cls(features, predictions, labels, feature_names, schema=schema, raw_features=raw)
 
     @classmethod
     def from_rows(
@@ -175,10 +185,24 @@ class Calibration:
         return rows
 
 
-def _fit(rows: list[list[Any]], names: tuple[str, ...] | None,
+def _fit(rows: Sequence[Sequence[Any]], names: tuple[str, ...] | None,
          options: Mapping[str, Any]) -> FeatureSchema:
     try:
         return FeatureSchema.fit(rows, names, **options)
+    except SchemaError as exc:
+        raise CalibrationError(str(exc)) from None
+
+
+def _coded(
+    rows: Sequence[Sequence[Any]], names: tuple[str, ...] | None, options: Mapping[str, Any]
+) -> tuple[np.ndarray, FeatureSchema, tuple[tuple[Any, ...], ...] | None]:
+    """The code matrix of raw rows, their schema and the raw values to keep (none when the
+    schema is plain: the code matrix is the features then)."""
+    schema = _fit(rows, names, options)
+    if schema.is_plain:
+        return np.asarray(rows, dtype=float), schema, None
+    try:
+        return schema.codes(rows), schema, tuple(tuple(r) for r in rows)
     except SchemaError as exc:
         raise CalibrationError(str(exc)) from None
 
