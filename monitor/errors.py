@@ -21,6 +21,8 @@ Hierarchy::
     │       a stream configuration that cannot be used; the message names the field
     ├── CalibrationError (ValueError)               streams.calibration
     │       calibration data that cannot be used; the message names the line
+    ├── SchemaError (ValueError)                    streams.schema
+    │       calibration values that do not fit a feature schema; the message names row and feature
     ├── InvalidEvent (ValueError)                   streams.events
     │       an event that cannot be processed; the message is its dead-letter reason
     ├── FeatureOrderError (ValueError)              streams.monitor_versions

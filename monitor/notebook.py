@@ -7,7 +7,8 @@ it raised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
 :attr:`NotebookMonitor.trace` holds both martingale traces as numpy record arrays. pandas is
 optional (``pip install 'monitor[pandas]'``): DataFrames are accepted and
 :meth:`Trace.to_pandas` works when it is installed; everything else works without it.
-Walkthrough: docs/python.md.
+Feature cells may be numbers, strings, booleans or missing (:mod:`monitor.notebook_tables`
+reads the input tables; docs/tabular.md). Walkthrough: docs/python.md.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monitor.notebook_tables import Batch, Columns, Table, Times, event_times, label_value
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
-from monitor.streams.events import MAX_MAGNITUDE, Event, LabelEvent, PredictionEvent, epoch_time
+from monitor.streams.events import Event, LabelEvent, PredictionEvent
 from monitor.streams.monitor import StreamMonitor
 from monitor.streams.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, TracePoint
 from monitor.streams.state import decode_state, encode_state
@@ -40,11 +41,6 @@ SAVE_FORMAT = 1
 TRACE_FIELDS: tuple[str, ...] = (
     "event_index", "log_martingale", "p_value", "log_statistic", "log_threshold", "weights_ess",
 )
-
-_MIN_CALIBRATION = 20
-
-#: Event times of a batch: one for every event or one per event; datetimes or epoch numbers.
-Times = datetime | float | Sequence[datetime | float] | None
 
 
 def watch(
@@ -94,10 +90,9 @@ def watch(
     >>> monitor.trace.conditional.dtype.names[:3]
     ('event_index', 'log_martingale', 'p_value')
     """
-    table = _Table.of(calibration, prediction, label, features)
-    cal = table.calibration()
+    table = Table.of(calibration, prediction, label, features)
     if task is None:
-        task = "classification" if cal.n_classes is not None else "regression"
+        task = "classification" if table.columns.n_classes is not None else "regression"
     try:
         config = StreamConfig(
             name=name, task=task, calibration="<in memory>",
@@ -105,6 +100,7 @@ def watch(
         )
     except ValueError as exc:
         raise ValueError(f"invalid monitor options: {exc}") from None
+    cal = table.calibration(config.schema_options)
     return NotebookMonitor(StreamMonitor(config, cal), table.columns)
 
 
@@ -125,7 +121,7 @@ class NotebookMonitor:
         by :meth:`save`).
     """
 
-    def __init__(self, stream: StreamMonitor, columns: _Columns) -> None:
+    def __init__(self, stream: StreamMonitor, columns: Columns) -> None:
         self.stream = stream
         self.columns = columns
         self.alarms: list[Alarm] = []
@@ -158,9 +154,10 @@ class NotebookMonitor:
         on the wire) defaults to now. Raises
         :class:`ValueError` before any change when the batch does not fit the calibration.
         """
-        batch = self.columns.batch(data, predictions, labels, ids, self.stream.event_index)
+        batch = self.columns.batch(data, predictions, labels, ids, self.stream.event_index,
+                                   self.stream.calibration.schema)
         self._check(batch)
-        when = _times(ts, len(batch.ids))
+        when = event_times(ts, len(batch.ids))
         events: list[Event] = [
             PredictionEvent(
                 stream=self.stream.name, id=batch.ids[k], ts=when[k],
@@ -180,11 +177,11 @@ class NotebookMonitor:
             raise ValueError(f"got {len(names)} ids but {len(labels)} labels")
         values: list[int | float] = []
         for value in labels:
-            known = _label(value, self.stream.calibration.n_classes)
+            known = label_value(value, self.stream.calibration.n_classes)
             if known is None:
                 raise ValueError("labels must be known (no NaN or None) in add_labels")
             values.append(known)
-        when = _times(ts, len(names))
+        when = event_times(ts, len(names))
         events: list[Event] = [
             LabelEvent(stream=self.stream.name, id=i, ts=when[k], label=values[k])
             for k, i in enumerate(names)
@@ -226,16 +223,17 @@ class NotebookMonitor:
         blob = document["blob"]
         state = decode_state(document["state"], None if blob is None else base64.b64decode(blob))
         config = StreamConfig.model_validate(document["config"])
-        stream = StreamMonitor(config, Calibration.from_rows(document["calibration"]))
+        calibration = Calibration.from_rows(document["calibration"], **config.schema_options)
+        stream = StreamMonitor(config, calibration)
         stream.load_state(state["stream"])
-        loaded = cls(stream, _Columns.from_json(state["columns"]))
+        loaded = cls(stream, Columns.from_json(state["columns"]))
         loaded.alarms = [_alarm(a) for a in state["alarms"]]
         loaded._chunks = {d: [state["trace"][d]] for d in _TRACED}
         return loaded
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _check(self, batch: _Batch) -> None:
+    def _check(self, batch: Batch) -> None:
         seen: set[str] = set()
         for i in batch.ids:
             if i in seen or self.stream.join.has_prediction(i):
@@ -330,252 +328,6 @@ class Trace:
             ) from None
         frames = [pd.DataFrame(a).assign(detector=d) for d, a in self._arrays.items()]
         return pd.concat(frames, ignore_index=True)[["detector", *TRACE_FIELDS]]
-
-
-# -- input tables ---------------------------------------------------------------------------------
-
-
-class _Batch:
-    """A validated batch: plain Python values, ready to become events."""
-
-    def __init__(self, ids: list[str], features: list[list[float]], predictions: list[Any],
-                 labels: list[Any]) -> None:
-        self.ids, self.features, self.predictions, self.labels = ids, features, predictions, labels
-
-
-class _Columns:
-    """Where the calibration's columns are, to read later batches the same way."""
-
-    def __init__(self, names: tuple[str, ...] | None, prediction: str, label: str,
-                 n_features: int, n_classes: int | None) -> None:
-        self.names, self.prediction, self.label = names, prediction, label
-        self.n_features, self.n_classes = n_features, n_classes
-
-    def to_json(self) -> dict[str, Any]:
-        return {"names": None if self.names is None else list(self.names),
-                "prediction": self.prediction, "label": self.label,
-                "n_features": self.n_features, "n_classes": self.n_classes}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> _Columns:
-        names = None if data["names"] is None else tuple(data["names"])
-        return cls(names, data["prediction"], data["label"], data["n_features"],
-                   data["n_classes"])
-
-    def batch(self, data: Any, predictions: Any, labels: Any, ids: Sequence[str | int] | None,
-              first: int) -> _Batch:
-        if _is_table(data):
-            if predictions is not None or labels is not None:
-                raise ValueError("give predictions and labels as columns of the rows/DataFrame, "
-                                 "not as separate arguments")
-            table = _Table.of(data, self.prediction, self.label, self.names, labels_optional=True)
-            X, predictions, labels = table.X, table.predictions, table.labels
-            ids = ids if ids is not None else table.ids
-        else:
-            X = _matrix(data, "features")
-            if predictions is None:
-                raise ValueError("predictions are required with a features array")
-        n = X.shape[0]
-        if X.shape[1] != self.n_features:
-            raise ValueError(f"features have {X.shape[1]} columns, the calibration has "
-                             f"{self.n_features}")
-        P = _predictions(predictions, n, self.n_classes)
-        y = [None] * n if labels is None else _labels(labels, n, self.n_classes)
-        names = [str(first + k) for k in range(n)] if ids is None else [str(i) for i in ids]
-        if len(names) != n:
-            raise ValueError(f"got {len(names)} ids for {n} rows")
-        return _Batch(names, X.tolist(), P, y)
-
-
-class _Table:
-    """Features, predictions and labels read from arrays, dict rows or a DataFrame."""
-
-    def __init__(self, X: np.ndarray, predictions: Any, labels: Any, columns: _Columns,
-                 ids: list[str] | None = None) -> None:
-        self.X, self.predictions, self.labels, self.columns, self.ids = (
-            X, predictions, labels, columns, ids)
-
-    @classmethod
-    def of(cls, data: Any, prediction: str, label: str, features: Sequence[str] | None,
-           labels_optional: bool = False) -> _Table:
-        if isinstance(data, Calibration):
-            return cls._arrays(data.features, data.predictions, data.labels, prediction, label,
-                               data.feature_names)
-        if isinstance(data, tuple):
-            if len(data) != 3:
-                raise ValueError("calibration arrays are (features, predictions, labels), got "
-                                 f"{len(data)} items")
-            return cls._arrays(*data, prediction, label, None)
-        if _is_dataframe(data):
-            return cls._rows(data.to_dict("records"), prediction, label, features,
-                             labels_optional)
-        if isinstance(data, Sequence) and data and all(isinstance(r, Mapping) for r in data):
-            return cls._rows(data, prediction, label, features, labels_optional)
-        raise ValueError(
-            "expected (features, predictions, labels) arrays, a list of dict rows or a pandas "
-            f"DataFrame, got {type(data).__name__}"
-        )
-
-    @classmethod
-    def _arrays(cls, X: Any, predictions: Any, labels: Any, prediction: str, label: str,
-                names: tuple[str, ...] | None) -> _Table:
-        X = _matrix(X, "features")
-        n_classes = _n_classes(predictions)
-        columns = _Columns(names, prediction, label, X.shape[1], n_classes)
-        return cls(X, predictions, labels, columns)
-
-    @classmethod
-    def _rows(cls, rows: Sequence[Mapping[str, Any]], prediction: str, label: str,
-              features: Sequence[str] | None, labels_optional: bool) -> _Table:
-        if not rows:
-            raise ValueError("no rows")
-        wire = "features" in rows[0] and (features is None or "features" not in features)
-        if wire:
-            names = _wire_names(rows[0]["features"]) if features is None else tuple(features)
-            X = np.array([_wire_features(r.get("features"), names, i)
-                          for i, r in enumerate(rows)], dtype=float)
-        else:
-            names = tuple(features) if features is not None else tuple(
-                c for c in rows[0] if c not in (prediction, label, "id", "ts"))
-            X = _matrix([[_cell(r, c, i) for c in names] for i, r in enumerate(rows)], "features")
-        preds = [_cell(r, prediction, i) for i, r in enumerate(rows)]
-        if labels_optional:
-            labels: list[Any] = [r.get(label) for r in rows]
-        else:
-            labels = [_cell(r, label, i) for i, r in enumerate(rows)]
-        ids = [str(r["id"]) for r in rows] if all("id" in r for r in rows) else None
-        columns = _Columns(names, prediction, label, X.shape[1], _n_classes(preds))
-        return cls(X, preds, labels, columns, ids)
-
-    def calibration(self) -> Calibration:
-        n = self.X.shape[0]
-        if n < _MIN_CALIBRATION:
-            raise ValueError(f"calibration needs at least {_MIN_CALIBRATION} rows, got {n}")
-        n_classes = self.columns.n_classes
-        P = np.array(_predictions(self.predictions, n, n_classes), dtype=float)
-        y = _labels(self.labels, n, n_classes)
-        if any(v is None for v in y):
-            raise ValueError("every calibration row needs a label (found NaN or None)")
-        labels = np.array(y, dtype=np.int64 if n_classes else float)
-        return Calibration(self.X, P, labels, self.columns.names)
-
-
-def _is_dataframe(data: Any) -> bool:
-    # Without importing pandas: it is optional and slow to import.
-    return type(data).__name__ == "DataFrame" and hasattr(data, "to_dict")
-
-
-def _is_table(data: Any) -> bool:
-    return _is_dataframe(data) or (
-        isinstance(data, Sequence) and not isinstance(data, str | bytes) and bool(data)
-        and all(isinstance(r, Mapping) for r in data))
-
-
-def _matrix(values: Any, what: str) -> np.ndarray:
-    try:
-        X = np.asarray(values, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} must be numbers: {exc}") from None
-    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{what} must be a non-empty 2-D array (rows × columns), got shape "
-                         f"{X.shape}")
-    _check_finite(X, what)
-    return X
-
-
-def _check_finite(values: np.ndarray, what: str) -> None:
-    bad = ~np.isfinite(values) | (np.abs(values) > MAX_MAGNITUDE)
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError(f"{what} must be finite numbers of magnitude <= {MAX_MAGNITUDE:g}; "
-                         f"row {row} is not")
-
-
-def _n_classes(predictions: Any) -> int | None:
-    first = np.asarray(predictions[0] if len(predictions) else [], dtype=float)
-    return None if first.ndim == 0 else int(first.shape[0])
-
-
-def _predictions(values: Any, n: int, n_classes: int | None) -> list[Any]:
-    try:
-        P = np.array([np.asarray(v, dtype=float) for v in values])
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"predictions must be numbers or probability vectors: {exc}") from None
-    expected = (n,) if n_classes is None else (n, n_classes)
-    if P.shape != expected:
-        kind = "numbers" if n_classes is None else f"probability vectors of length {n_classes}"
-        raise ValueError(f"predictions must be {n} {kind}, got shape {P.shape}")
-    _check_finite(P, "predictions")
-    if n_classes is not None and ((P < 0).any() or (np.abs(P.sum(axis=1) - 1) > 1e-3).any()):
-        raise ValueError("predicted probabilities must be >= 0 and sum to 1 in each row")
-    return [float(v) for v in P] if n_classes is None else [row.tolist() for row in P]
-
-
-def _labels(values: Any, n: int, n_classes: int | None) -> list[Any]:
-    values = list(values)
-    if len(values) != n:
-        raise ValueError(f"got {len(values)} labels for {n} rows")
-    return [_label(v, n_classes) for v in values]
-
-
-def _label(value: Any, n_classes: int | None) -> int | float | None:
-    """A label as the stream wants it; None when unknown (None or NaN)."""
-    if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
-        return None
-    if isinstance(value, bool | str | bytes):
-        raise ValueError(f"labels must be numbers, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or abs(number) > MAX_MAGNITUDE:
-        raise ValueError(f"labels must be finite numbers, got {value!r}")
-    if n_classes is None:
-        return number
-    if number != int(number) or not 0 <= number < n_classes:
-        raise ValueError(f"classification labels must be class indexes in [0, {n_classes}), "
-                         f"got {value!r}")
-    return int(number)
-
-
-def _cell(row: Mapping[str, Any], column: str, i: int) -> Any:
-    try:
-        return row[column]
-    except KeyError:
-        raise ValueError(f"row {i} has no column {column!r} (columns: {list(row)})") from None
-
-
-def _wire_names(features: Any) -> tuple[str, ...] | None:
-    return tuple(features) if isinstance(features, Mapping) else None
-
-
-def _wire_features(features: Any, names: tuple[str, ...] | None, i: int) -> list[float]:
-    if isinstance(features, Mapping):
-        if names is None or set(features) != set(names):
-            raise ValueError(f"row {i}: feature names {sorted(features)} differ from {names}")
-        return [features[n] for n in names]
-    if names is not None or not isinstance(features, Iterable):
-        raise ValueError(f"row {i}: 'features' must be a list of numbers or a name → number map")
-    return list(features)
-
-
-def _times(ts: Times, n: int) -> list[datetime | None]:
-    if not isinstance(ts, Iterable):  # None, a datetime or a number: the same for every event
-        return [_aware(ts)] * n
-    times = [_aware(t) for t in ts]
-    if len(times) != n:
-        raise ValueError(f"got {len(times)} timestamps for {n} rows")
-    return times
-
-
-def _aware(ts: Any) -> datetime | None:
-    if ts is None:
-        return None
-    if hasattr(ts, "to_pydatetime"):  # a pandas Timestamp
-        ts = ts.to_pydatetime()
-    if isinstance(ts, Real) and not isinstance(ts, bool | np.bool_):
-        # the wire format's rule: epoch milliseconds from 1e11, else epoch seconds
-        return epoch_time(int(ts) if isinstance(ts, Integral) else float(ts))
-    if not isinstance(ts, datetime):
-        raise ValueError(f"timestamps must be datetimes or epoch numbers, got {type(ts).__name__}")
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def _alarm(data: dict[str, Any]) -> Alarm:

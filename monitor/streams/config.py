@@ -10,8 +10,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
+from monitor.core.tabular import MAX_CATEGORIES, MAX_SEEN, category_text
 from monitor.errors import MonitorError
 from monitor.streams.durations import parse_duration
 
@@ -25,6 +37,10 @@ Betting = Literal[
 RuleName = Literal["ville", "cusum", "shiryaev_roberts"]
 OODRuleName = Literal["bh", "eg_bh", "lond"]
 Spending = Literal["per_segment", "lifetime"]
+FeatureKind = Literal["numeric", "categorical"]
+QualityRate = Literal["missing", "unseen", "out_of_range"]
+#: A category as written in a pinned vocabulary (a number or boolean stands for its text).
+Category = StrictStr | StrictBool | StrictInt | StrictFloat
 
 #: A cusum / shiryaev_roberts rule's budget when no threshold or budget is given: at most one
 #: false alarm a week, P(a false alarm within t) <= t / 7 days, at any rate up to 100 000
@@ -145,6 +161,29 @@ class OODConfig(_Strict):
     conformal: Literal["full", "split"] = "full"
 
 
+class DataQualityConfig(_Strict):
+    """The data-quality monitor (docs/tabular.md, "Data quality"): each feature's ``rates``
+    (``missing`` for every feature, ``unseen`` for categorical, ``out_of_range`` — outside the
+    calibration's range — for numeric ones; ``out_of_range`` is opt-in) tested against the
+    calibration's, with a false-alarm budget of its own (``false_alarm_every``), so the
+    covariate and conditional monitors' thresholds do not move."""
+
+    enabled: bool = True
+    false_alarm_every: Annotated[Duration, Field(gt=0)] = 30 * 86_400.0
+    rates: tuple[QualityRate, ...] = ("missing", "unseen")
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, rates: tuple[str, ...]) -> tuple[str, ...]:
+        if not rates:
+            raise ValueError("data_quality.rates: name at least one of missing, unseen, "
+                             "out_of_range (or set enabled: false)")
+        repeated = sorted({r for r in rates if rates.count(r) > 1})
+        if repeated:
+            raise ValueError(f"data_quality.rates: {repeated[0]!r} is given twice")
+        return rates
+
+
 class DiagnosisConfig(_Strict):
     """How much evidence an alarm's diagnosis needs (docs/detectors.md, "Diagnosis").
 
@@ -227,6 +266,10 @@ class StreamConfig(_Strict):
     attribution: AttributionConfig = AttributionConfig()
     seed: int = 0
     last_layer: str | None = None
+    features: dict[str, FeatureKind] | None = None
+    vocabulary: dict[str, list[Category]] | None = None
+    max_categories: Annotated[int, Field(ge=1, le=1_000)] = MAX_CATEGORIES
+    data_quality: DataQualityConfig = DataQualityConfig()
 
     @model_validator(mode="after")
     def _check(self) -> StreamConfig:
@@ -246,12 +289,42 @@ class StreamConfig(_Strict):
                 "regression streams use score 'abs_residual', 'signed_residual' or "
                 "'normalized_residual'"
             )
+        _check_declaration(self.features, self.vocabulary)
         return self
+
+    @property
+    def schema_options(self) -> dict[str, Any]:
+        """The feature schema's declaration, for :meth:`FeatureSchema.fit
+        <monitor.streams.schema.FeatureSchema.fit>` (via ``Calibration.from_rows``)."""
+        return {"kinds": self.features, "vocabulary": self.vocabulary,
+                "max_categories": self.max_categories, "seed": self.seed}
 
     @property
     def conditional_score(self) -> str:
         assert self.score is not None
         return self.score
+
+
+def _check_declaration(features: dict[str, str] | None,
+                       vocabulary: dict[str, list[Any]] | None) -> None:
+    """A ``features:`` / ``vocabulary:`` declaration that can describe a schema."""
+    if features is not None and not features:
+        raise ValueError("features: declare at least one feature (name: numeric or "
+                         "categorical), or leave it out to infer the kinds from the calibration")
+    for name, categories in (vocabulary or {}).items():
+        kind = (features or {}).get(name)
+        if kind == "numeric":
+            raise ValueError(f"vocabulary.{name}: feature {name!r} is declared numeric; a "
+                             "vocabulary pins a categorical feature's categories")
+        if not categories:
+            raise ValueError(f"vocabulary.{name}: give at least one category")
+        if len(categories) > MAX_SEEN:
+            raise ValueError(f"vocabulary.{name}: at most {MAX_SEEN} categories, got "
+                             f"{len(categories)}")
+        texts = [category_text(c) for c in categories]
+        repeated = next((t for k, t in enumerate(texts) if t in texts[:k]), None)
+        if repeated is not None:
+            raise ValueError(f"vocabulary.{name}: category {repeated!r} is given twice")
 
 
 def load_stream_config(path: str | Path) -> StreamConfig:

@@ -54,6 +54,15 @@ Number = Annotated[
     float, Field(allow_inf_nan=False, strict=True, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)
 ]
 Label = Annotated[int, Field(strict=True)] | Number
+#: A feature value: a number, a string (a category), a boolean (the category ``true`` or
+#: ``false``) or ``null`` (missing); docs/tabular.md says how a stream's schema reads each.
+FeatureValue = Annotated[
+    Number | Annotated[bool, Field(strict=True)] | Annotated[str, Field(strict=True)] | None,
+    Field(union_mode="left_to_right"),
+]
+#: Metadata of an event (``model_version``, a request id...): any JSON object, accepted and
+#: ignored by monitoring (not stored); its size is bounded by the event's (``max_bytes``).
+Meta = dict[str, Any]
 #: A predicted scale of the model's error (``normalized_residual``): positive and finite.
 Scale = Annotated[float, Field(allow_inf_nan=False, strict=True, gt=0, le=MAX_MAGNITUDE)]
 
@@ -139,13 +148,14 @@ class _EventModel(BaseModel):
     stream: Annotated[str, Field(pattern=NAME_PATTERN)]
     id: Annotated[str, BeforeValidator(_event_id), Field(min_length=1, pattern=_ID_PATTERN)]
     ts: Timestamp = None
+    meta: Meta | None = None
 
 
 class _PredictionModel(_EventModel):
     """The reference validator of a prediction (its errors are the dead-letter reasons)."""
 
     kind: Literal["prediction"]
-    features: Annotated[list[Number], Field(min_length=1)] | dict[str, Number]
+    features: Annotated[list[FeatureValue], Field(min_length=1)] | dict[str, FeatureValue]
     prediction: Number | Annotated[list[Number], Field(min_length=2)]
     logits: list[Number] | None = None
     embedding: list[Number] | None = None
@@ -170,6 +180,8 @@ _EVENT = TypeAdapter[_PredictionModel | _LabelModel](
 #: JSON has no NaN/Infinity; a number beyond the float range is "out of range" in msgspec.
 _FastNumber = Annotated[float, msgspec.Meta(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 _FastScale = Annotated[float, msgspec.Meta(gt=0, le=MAX_MAGNITUDE)]
+#: :data:`FeatureValue`: msgspec reads a JSON integer into ``float`` as pydantic does.
+_FastValue = _FastNumber | bool | str | None
 
 
 def _end_anchored(pattern: str) -> str:
@@ -193,13 +205,17 @@ class _EventStruct(
     stream: _FastStream
     id: _FastId
     ts: datetime | None = None
+    #: Metadata (:data:`Meta`): accepted, ignored by monitoring, not stored.
+    meta: dict[str, Any] | None = None
 
 
 class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
     """A model's prediction; ``label`` may be given inline."""
 
     kind: ClassVar[Literal["prediction"]] = "prediction"
-    features: Annotated[list[_FastNumber], msgspec.Meta(min_length=1)] | dict[str, _FastNumber]
+    #: Raw feature values, by position or by name (an absent name is a missing value); a
+    #: stream's :class:`~monitor.streams.schema.FeatureSchema` reads them into a code row.
+    features: Annotated[list[_FastValue], msgspec.Meta(min_length=1)] | dict[str, _FastValue]
     prediction: _FastNumber | Annotated[list[_FastNumber], msgspec.Meta(min_length=2)]
     logits: list[_FastNumber] | None = None
     embedding: list[_FastNumber] | None = None
@@ -208,21 +224,59 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
     label: int | _FastNumber | None = None
 
     def feature_values(self, names: tuple[str, ...] | None) -> list[float]:
-        """Features as a list of numbers; object features are ordered by ``names``."""
+        """Features of a numeric stream as a list of numbers; object features are ordered by
+        ``names``.
+
+        Raises
+        ------
+        InvalidEvent
+            Naming the feature: a value that is not a number, a name the stream lacks or one it
+            has that the event lacks (streams with strings, booleans or missing values read
+            events through their :class:`~monitor.streams.schema.FeatureSchema`).
+        """
         features = self.features
-        if not isinstance(features, dict):
-            return features
-        if names is None:
-            return list(features.values())
-        if len(features) != len(names) or any(n not in features for n in names):
-            raise InvalidEvent(
-                f"feature names {sorted(features)} differ from the stream's {list(names)}"
-            )
-        return [features[n] for n in names]
+        if isinstance(features, dict):
+            if names is not None and (len(features) != len(names)
+                                      or any(n not in features for n in names)):
+                raise InvalidEvent(_name_mismatch(features, names))
+            values = list(features.values()) if names is None else [features[n] for n in names]
+        else:
+            values = features
+        if set(map(type, values)) != _FLOAT_ONLY:  # in C: the numeric path stays fast
+            raise InvalidEvent(_not_numbers(values, names or _keys(features)))
+        return values  # type: ignore[return-value]
 
     def feature_vector(self, names: tuple[str, ...] | None) -> np.ndarray:
         """:meth:`feature_values` as a float vector."""
         return np.asarray(self.feature_values(names), dtype=float)
+
+
+_FLOAT_ONLY = {float}
+
+
+def _keys(features: list[Any] | dict[str, Any]) -> tuple[str, ...] | None:
+    return tuple(features) if isinstance(features, dict) else None
+
+
+def _name_mismatch(features: dict[str, Any], names: tuple[str, ...]) -> str:
+    """The first difference between an event's feature names and the stream's, by name (not
+    two lists of every name)."""
+    missing = [n for n in names if n not in features]
+    if missing:
+        more = f" (and {len(missing) - 1} more of the stream's features)" if missing[1:] else ""
+        return f"field 'features.{missing[0]}': missing{more}"
+    extra = [k for k in features if k not in names]
+    more = f" (and {len(extra) - 1} more)" if extra[1:] else ""
+    return (f"field 'features.{extra[0]}': not one of the stream's {len(names)} "
+            f"features{more}")
+
+
+def _not_numbers(values: Sequence[Any], names: tuple[str, ...] | None) -> str:
+    """Which feature of a numeric stream's event is not a number, and its value."""
+    k = next(k for k, v in enumerate(values) if type(v) is not float)
+    where = k if names is None else names[k]
+    return (f"field 'features.{where}': {json.dumps(values[k])} is not a number "
+            "(this stream's features are numeric)")
 
 
 class LabelEvent(_EventStruct, frozen=True, tag="label"):
@@ -422,11 +476,12 @@ def _public(model: _PredictionModel | _LabelModel) -> Event:
     """The public event of a validated model (same values; no validation again)."""
     if isinstance(model, _LabelModel):
         return LabelEvent(stream=model.stream, id=model.id, ts=_public_ts(model.ts),
-                          label=model.label)
+                          meta=model.meta, label=model.label)
     return PredictionEvent(
         stream=model.stream,
         id=model.id,
         ts=_public_ts(model.ts),
+        meta=model.meta,
         features=model.features,
         prediction=model.prediction,
         logits=model.logits,
@@ -468,6 +523,7 @@ _EXPECTED = {
     "list_type": "list",
     "dict_type": "object",
     "string_type": "string",
+    "bool_type": "boolean",
     "datetime_type": "timestamp",
 }
 
@@ -476,8 +532,13 @@ def _first_error(exc: ValidationError) -> str:
     """One line: the first wrong field and why. For a union (``label``: integer or number) a
     value error ("finite number") beats the alternatives' type errors; when every alternative
     is a type error, they are listed ("wrong type: expected number or list")."""
-    errors = [(_field_path(e["loc"]), e) for e in exc.errors(include_url=False)]
+    errors = _within_given_form(
+        [(_field_path(e["loc"]), e) for e in exc.errors(include_url=False)]
+    )
     loc = errors[0][0]
+    if errors[0][1]["type"] == "extra_forbidden":
+        return (f"field '{loc}': not a field of the event format; put metadata such as "
+                "model_version under 'meta' (an object, ignored by monitoring)")
     here = [e for path, e in errors if path == loc]
     values = [e for e in here if e["type"] not in _EXPECTED]
     if values:
@@ -485,12 +546,31 @@ def _first_error(exc: ValidationError) -> str:
         msg = err["msg"]
         if err["type"] in ("less_than_equal", "greater_than_equal"):
             msg = f"numbers must lie within ±{MAX_MAGNITUDE:g}"
+    elif loc == "label" and isinstance(here[0].get("input"), str):
+        msg = (f"{json.dumps(here[0]['input'])} is a class name; a classification label is "
+               "the class's index (its position in the prediction's probabilities), a "
+               "regression label a number")
     else:
         expected = dict.fromkeys(_EXPECTED[e["type"]] for e in here)
-        msg = "wrong type: expected " + " or ".join(expected)
+        msg = "wrong type: expected " + (
+            "a number, a string, a boolean or null" if list(expected) == _FEATURE_VALUE
+            else " or ".join(expected))
     others = len({path for path, _ in errors}) - 1
     more = f" (+{others} more)" if others else ""
     return f"field '{loc}': {msg}{more}"
+
+
+_FEATURE_VALUE = ["number", "boolean", "string"]
+
+
+def _within_given_form(errors: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Errors without a union's "wrong form" alternatives where the value has another form
+    that has errors of its own: features given as an object with one bad value are reported as
+    that value, not as "expected list"."""
+    deeper = {path for path, _ in errors}
+    return [(path, e) for path, e in errors
+            if not (e["type"] in ("list_type", "dict_type")
+                    and any(p.startswith(path + ".") for p in deeper))] or errors
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

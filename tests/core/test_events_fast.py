@@ -192,6 +192,17 @@ EXAMPLES: list[Raw] = [
     b'{"kind":"label","stream":"s","id":"1","label":1,"kind":"label"}',
     b'{"kind":"label","stream":"s","id":"1","label":1,"label":2.5,"id":"2"}',
     b'{"kind":"prediction","stream":"s","id":"1","features":{"a":1,"b":2,"a":3},"prediction":1}',
+    # tabular values (issue #27): strings, booleans, nulls; meta; unknown fields
+    dump(features=[1, "DE", True, None, ""]), dump(features={"a": None, "b": "x", "c": False}),
+    dump(features=["\u00e9", "x" * 5000, "1.5", "NaN", 10**30]), dump(features=[None]),
+    dump(features={"a": [None]}), dump(features=[{"a": 1}]), dump(features={"": "e"}),
+    dump(features=[True, 1, 1.0, "true"]), dump(features={"a\u0000": 1}),
+    dump(meta={"model_version": "v2", "n": [1, 2.5, None, {"x": True}]}), dump(meta={}),
+    dump(meta=None), dump(meta=[1]), dump(meta="v2"), dump(meta={"x": 10**40}),
+    dump(model_version="v2"), dump(Features=[1.0]),
+    b'{"kind":"label","stream":"s","id":"1","label":1,"meta":{"a":1}}',
+    b'{"kind":"label","stream":"s","id":"1","label":1,"meta":{"a":1e400}}',
+    b'{"kind":"label","stream":"s","id":"1","label":1,"meta":{"a":NaN}}',
     # encodings, framing
     b"\xef\xbb\xbf" + dump(), "\ufeff" + dump().decode(), dump().decode(), dump() + b"\n ",
     dump() + b" x", dump() + b"\x00", b"", b" ", b"null", b"{}", b"[]",
@@ -257,7 +268,7 @@ def test_feature_vector() -> None:
     assert isinstance(event, PredictionEvent)
     assert event.feature_vector(("a", "b")).tolist() == [1.0, 2.0]
     assert event.feature_vector(None).tolist() == [2.0, 1.0]
-    with pytest.raises(InvalidEvent, match=r"feature names \['a', 'b'\] differ"):
+    with pytest.raises(InvalidEvent, match=r"field 'features.c': missing$"):
         event.feature_vector(("a", "c"))
 
 

@@ -263,7 +263,10 @@ def test_classification() -> None:
     ("call", "message"),
     [
         (lambda m, X, P, y: m.update(_with_nan(X, 3, 1), P, y),
-         "features must be finite numbers of magnitude <= 1e\\+100; row 3 is not"),
+         r"features: row 3, column 'f3' is missing \(NaN or None\), and the calibration had "
+         "no missing values"),
+        (lambda m, X, P, y: m.update(X + np.inf, P, y),
+         "features: row 0, column 'f2': inf is not a finite number of magnitude <= 1e\\+100"),
         (lambda m, X, P, y: m.update(X[:, :4], P, y), "features have 4 columns, the "
          "calibration has 5"),
         (lambda m, X, P, y: m.update(X, P[:-1], y), r"predictions must be 10 numbers, got "
@@ -276,7 +279,7 @@ def test_classification() -> None:
         (lambda m, X, P, y: m.update(X[0], P[:1]), "must be a non-empty 2-D array"),
         (lambda m, X, P, y: m.add_labels(["x"], [np.nan]), "labels must be known"),
     ],
-    ids=["nan", "width", "predictions", "labels", "no-predictions", "duplicate-ids",
+    ids=["nan", "inf", "width", "predictions", "labels", "no-predictions", "duplicate-ids",
          "missing-column", "not-a-table", "one-row-1d", "unknown-label"],
 )
 def test_bad_batches_change_nothing(call: Any, message: str) -> None:
