@@ -164,7 +164,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "holm-adjustment-wrong", "Holm's factor d − k instead of d − k + 1",
-        (Edit("monitor/streams/attribution.py",
+        (Edit("monitor/core/attribution.py",
               "scaled = np.minimum(1.0, (d - np.arange(d)) * arr[order])",
               "scaled = np.minimum(1.0, np.maximum(d - 1 - np.arange(d), 1) * arr[order])"),),
         ("tests/detectors/test_attribution.py",),
