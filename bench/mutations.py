@@ -178,7 +178,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         QUALITY_TESTS,
     ),
     Mutation(
-        "quality-p-value-anticonservative", "data-quality p-value o/(n + 1) instead of (o + 1)/(n + 1)",
+        "quality-p-value-anticonservative",
+        "data-quality p-value o/(n + 1) instead of (o + 1)/(n + 1)",
         (Edit(QUALITY, "(o + 1.0) / (m + 1.0)", "o / (m + 1.0)"),),
         QUALITY_TESTS,
     ),

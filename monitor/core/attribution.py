@@ -3,7 +3,8 @@
 a missing rate, and Holm's adjustment across all the tests of an alarm. Pure computation.
 
 Each test compares two samples, the calibration rows and a window of events after the alarm
-(the window starts after the alarm, so the alarm did not choose it: ``monitor.streams.attribution``).
+(the window starts after the alarm, so the alarm did not choose it:
+``monitor.streams.attribution``).
 Under "the window's values are exchangeable with the calibration's", every p-value here is
 valid: P(p ≤ a) ≤ a for every a.
 """
@@ -145,7 +146,8 @@ def missing_rate_test(
 def _table(calibration: ArrayLike, window: ArrayLike, cells: Sequence[str]) -> NDArray[np.int64]:
     cal, win = np.asarray(calibration), np.asarray(window)
     for name, arr in (("calibration", cal), ("window", win)):
-        if arr.shape != (len(cells),) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any():
+        counts = arr.shape == (len(cells),) and np.issubdtype(arr.dtype, np.integer)
+        if not counts or (arr < 0).any():
             raise ValueError(f"{name} must be {len(cells)} non-negative integer counts (one per "
                              f"cell of {list(cells)!r}), got {arr!r}")
         if arr.sum() == 0:

@@ -493,7 +493,8 @@ def _check_matrix(values: ArrayLike, indicators: tuple[tuple[str, str], ...]) ->
     if bad.any():
         i, j = (int(x) for x in np.argwhere(bad)[0])
         feature, rate = indicators[j]
-        raise ValueError(f"indicators row {i}, {feature!r} {rate}: {arr[i, j].item()!r} is not 0 or 1")
+        value = arr[i, j].item()
+        raise ValueError(f"indicators row {i}, {feature!r} {rate}: {value!r} is not 0 or 1")
     return np.ascontiguousarray(arr == 1)
 
 

@@ -4,6 +4,7 @@ batch = per event, the state round trip, the silent-indicator bound and the erro
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -60,7 +61,7 @@ def test_each_bet_integrates_to_one_and_does_not_increase() -> None:
     edges = np.concatenate([[0.0], np.sort(np.unique(c)), [1.0]])
     integral = np.zeros(c.size)
     previous = None
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         f = _one_step_factors(0.5 * (lo + hi))
         integral += (hi - lo) * f
         if previous is not None:
