@@ -70,6 +70,9 @@ class Mutation:
 ALARMS = "monitor/core/martingales/alarms"
 BATCH = "monitor/core/martingales/batch.py"
 VALIDITY = "tests/statistical/test_validity.py"
+QUALITY = "monitor/core/quality.py"
+QUALITY_TESTS = ("tests/core/test_quality.py", "tests/statistical/test_quality.py")
+CORE_ATTRIBUTION = "monitor/core/attribution.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
@@ -164,10 +167,46 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "holm-adjustment-wrong", "Holm's factor d − k instead of d − k + 1",
-        (Edit("monitor/streams/attribution.py",
+        (Edit(CORE_ATTRIBUTION,
               "scaled = np.minimum(1.0, (d - np.arange(d)) * arr[order])",
               "scaled = np.minimum(1.0, np.maximum(d - 1 - np.arange(d), 1) * arr[order])"),),
         ("tests/detectors/test_attribution.py",),
+    ),
+    Mutation(
+        "quality-bonferroni-dropped", "data-quality alarm at D_j ≥ A instead of k·A",
+        (Edit(QUALITY, "a * (k * N_BETS)", "a * N_BETS"),),
+        QUALITY_TESTS,
+    ),
+    Mutation(
+        "quality-p-value-anticonservative",
+        "data-quality p-value o/(n + 1) instead of (o + 1)/(n + 1)",
+        (Edit(QUALITY, "(o + 1.0) / (m + 1.0)", "o / (m + 1.0)"),),
+        QUALITY_TESTS,
+    ),
+    Mutation(
+        "quality-bet-payoff", "data-quality bet pays 1 + κ/c instead of 1 + κ(1/c − 1)",
+        (Edit(QUALITY, "return c, 1.0 + kappa * (1.0 / c - 1.0), 1.0 - kappa",
+              "return c, 1.0 + kappa / c, 1.0 - kappa"),),
+        QUALITY_TESTS,
+    ),
+    Mutation(
+        "quality-sr-recursion", "data-quality SR step f·R + 1 instead of f·(R + 1)",
+        (Edit(QUALITY, "s = f * (stat[j, g] + 1.0)", "s = f * stat[j, g] + 1.0"),),
+        QUALITY_TESTS,
+    ),
+    Mutation(
+        "g-test-multinomial-null", "G-test's Monte Carlo null drawn with replacement "
+        "(multinomial) instead of the permutation (hypergeometric)",
+        (Edit(CORE_ATTRIBUTION,
+              "window = rng.multivariate_hypergeometric(pooled, int(table[1].sum()), size=n)",
+              "window = rng.multinomial(int(table[1].sum()), pooled / pooled.sum(), size=n)"),),
+        ("tests/core/test_attribution_tests.py",),
+    ),
+    Mutation(
+        "fisher-one-sided", "missing-rate Fisher test one-sided the wrong way (window lower)",
+        (Edit(CORE_ATTRIBUTION, "p = float(stats.fisher_exact(table).pvalue)",
+              "p = float(stats.fisher_exact(table, alternative=\"greater\").pvalue)"),),
+        ("tests/core/test_attribution_tests.py",),
     ),
 )
 

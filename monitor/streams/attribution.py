@@ -18,6 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from monitor.core.attribution import holm_adjusted
+
 __all__ = [
     "GUARANTEE",
     "METHOD",
@@ -44,21 +46,6 @@ GUARANTEE = (
 
 #: Default number of post-alarm prediction events in an attribution window.
 DEFAULT_WINDOW = 200
-
-
-def holm_adjusted(p: ArrayLike) -> FloatArray:
-    """Holm's step-down adjusted p-values (Holm 1979, Scand. J. Statist. 6:65-70):
-    p̃_(i) = max_{k ≤ i} min(1, (d − k + 1)·p_(k)) for the sorted p_(1) ≤ … ≤ p_(d).
-    Rejecting where p̃ ≤ a controls the family-wise error rate at a under any dependence."""
-    arr = np.asarray(p, dtype=np.float64).ravel()
-    if arr.size and not (np.all(arr >= 0.0) and np.all(arr <= 1.0)):
-        raise ValueError("p-values must lie in [0, 1]")
-    order = np.argsort(arr, kind="stable")
-    d = arr.size
-    scaled = np.minimum(1.0, (d - np.arange(d)) * arr[order])
-    out = np.empty(d, np.float64)
-    out[order] = np.maximum.accumulate(scaled)
-    return out
 
 
 def attribute_features(
