@@ -54,7 +54,7 @@ last update after which its CUSUM statistic was within :data:`CHANGEPOINT_SLACK`
 (Page's estimate with the slack of :class:`~monitor.core.martingales.alarms.base.RunningMinimum`).
 Each indicator reports log D_j (``log_e``), its own changepoint and its rate since then.
 
-**Re-baselining** as the other monitors (:mod:`monitor.core.detectors._base`): after an alarm
+**Re-baselining** as the other monitors (:mod:`monitor.core.detectors.base`): after an alarm
 the next ``rebaseline`` events' counts become the fresh reference, then the statistics restart.
 """
 
@@ -68,7 +68,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from monitor.core.detectors._base import (
+from monitor.core.detectors.base import (
     MONITORING,
     STOPPED,
     WARMING_UP,
@@ -77,8 +77,8 @@ from monitor.core.detectors._base import (
     check_lifecycle,
     check_test_params,
 )
-from monitor.core.martingales._jit import jit
-from monitor.core.martingales._state import check_state, new_state
+from monitor.core.martingales.jit import jit
+from monitor.core.martingales.state import check_state, new_state
 from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK
 
 __all__ = [
