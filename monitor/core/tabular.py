@@ -10,7 +10,9 @@ embedding :func:`mixed_embedding` makes of them, fixed by the calibration:
   value imputed by 0 (the mean), plus a 0/1 missing-indicator column when the calibration had
   missing values in it;
 * a categorical feature with K vocabulary codes: one-hot over the K codes, "other" (a code of K:
-  a calibration category outside the vocabulary; K + 1, unseen, joins it) and "missing", each
+  a calibration category outside the vocabulary), "unseen" (K + 1: never in the calibration, a
+  column that is 0 on every calibration row, so an unseen category lies outside the calibration
+  support: the covariate monitor's coordinate check flags it) and "missing", each
   column scaled by √½, so that two rows differing in that feature's category are at a squared
   Euclidean distance of exactly 2 · ½ = 1 more than if they agreed (up to rounding).
 
@@ -22,8 +24,8 @@ alone, so a conformal score computed from it is as valid as any (Vovk, Gammerman
 
 >>> layout = (NumericLayout(mean=1.0, scale=2.0, indicator=True), CategoricalLayout(n_codes=2))
 >>> mixed_embedding(np.array([[3.0, 1.0], [np.nan, np.nan]]), layout).round(3)
-array([[1.   , 0.   , 0.   , 0.707, 0.   , 0.   ],
-       [0.   , 1.   , 0.   , 0.   , 0.   , 0.707]])
+array([[1.   , 0.   , 0.   , 0.707, 0.   , 0.   , 0.   ],
+       [0.   , 1.   , 0.   , 0.   , 0.   , 0.   , 0.707]])
 """
 
 from __future__ import annotations
@@ -78,13 +80,14 @@ class NumericLayout:
 
 @dataclass(frozen=True)
 class CategoricalLayout:
-    """A categorical feature's one-hot columns: ``n_codes`` vocabulary codes, other, missing."""
+    """A categorical feature's one-hot columns: ``n_codes`` vocabulary codes, other, unseen,
+    missing."""
 
     n_codes: int
 
     @property
     def width(self) -> int:
-        return self.n_codes + 2
+        return self.n_codes + 3
 
 
 Layout = NumericLayout | CategoricalLayout
@@ -121,9 +124,9 @@ def mixed_embedding(C: np.ndarray, layout: Sequence[Layout]) -> np.ndarray:
             if column.indicator:
                 out[:, at + 1] = missing
         else:
-            # codes 0..K-1 the vocabulary, K other, K+1 unseen (as other); missing after them
+            # codes 0..K-1 the vocabulary, K other, K+1 unseen; missing after them
             k = column.n_codes
-            cell = np.where(missing, k + 1, np.minimum(np.nan_to_num(values, nan=0.0), k))
+            cell = np.where(missing, k + 2, np.minimum(np.nan_to_num(values, nan=0.0), k + 1))
             out[rows, at + cell.astype(np.intp)] = ONE_HOT_SCALE
         at += column.width
     return out

@@ -63,11 +63,11 @@ def test_cars_origin_and_name_are_categorical_with_nan_measurements() -> None:
     assert int(np.isnan(C[:, names.index("Horsepower")]).sum()) == 6
     assert int(np.isnan(C[:, names.index("Miles_per_Gallon")]).sum()) == 8
     X = schema.encode(C)
-    # Name 8+2, Origin 3+2 one-hot columns; MPG and Horsepower carry a missing indicator
-    assert X.shape == (len(rows), 7 + 2 + 10 + 5)
+    # Name 8+3, Origin 3+3 one-hot columns; MPG and Horsepower carry a missing indicator
+    assert X.shape == (len(rows), 7 + 2 + 11 + 6)
     assert np.isfinite(X).all()
     assert schema.numeric_columns.sum() == 7
-    assert schema.encoded_features.count("Name") == 10
+    assert schema.encoded_features.count("Name") == 11
     assert schema.encoded_features.count("Horsepower") == 2
 
 
@@ -184,11 +184,11 @@ def test_a_category_mismatch_adds_exactly_one() -> None:
                     X = schema.encode(np.stack([x, y]))
                     same = a == b or (math.isnan(a) and math.isnan(b))
                     assert _squared(X[0], X[1]) == pytest.approx(0.0 if same else 1.0, abs=1e-12)
-        # unseen is inside "other" in the embedding
+        # unseen has a column of its own (0 on every calibration row): a mismatch with other
         x, y = base.copy(), base.copy()
         x[j], y[j] = feature.other, feature.unseen
         X = schema.encode(np.stack([x, y]))
-        assert _squared(X[0], X[1]) == 0.0
+        assert _squared(X[0], X[1]) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_numeric_features_are_standardised_with_a_missing_indicator() -> None:
@@ -223,7 +223,7 @@ def test_high_cardinality_is_bounded() -> None:
     assert len({r[0] for r in rows}) > MAX_SEEN
     assert len(user.vocabulary) == 64 and len(user.seen) == MAX_SEEN
     assert len(user.seen_a) == MAX_SEEN  # part A alone has more than 10 000
-    assert schema.width == 1 + 66
+    assert schema.width == 1 + 67
     state = json.dumps(schema.state_dict(), allow_nan=False)
     assert len(state) < 3 * 2 * MAX_SEEN * 16  # two bounded sets of short ids
     # the most frequent are kept: a calibration id beyond the bound reads as unseen
