@@ -158,8 +158,8 @@ class FeatureSchema:
     >>> row = schema.read({"amount": 5, "country": "IT", "device": "ios"})
     >>> row.codes, row.unknown
     ([5.0, 3.0], ('device',))
-    >>> schema.encode(schema.codes(rows)).shape   # amount; DE, FR, other, missing
-    (20, 5)
+    >>> schema.encode(schema.codes(rows)).shape   # amount; DE, FR, other, unseen, missing
+    (20, 6)
     """
 
     def __init__(self, features: Sequence[Feature], names: tuple[str, ...] | None,
