@@ -709,7 +709,8 @@ def _api_figures(api: dict[str, Any]) -> dict[str, str]:
     one, two = api["by_workers"]["1"]["get_alarms"], api["by_workers"]["2"]["get_alarms"]
     cpu = sorted((one["server_cpu_ms_per_request"], two["server_cpu_ms_per_request"]))
     return {"api.alarms": spaced(api["alarms"]), "api.trace_points": spaced(api["trace_points"]),
-            "api.rate": f"{api['rate']:g}", "api.p99_ms.workers_2": f"{two['service']['p99_ms']:.0f}",
+            "api.rate": f"{api['rate']:g}",
+            "api.p99_ms.workers_2": f"{two['service']['p99_ms']:.0f}",
             "api.p99_ms.workers_1": f"{one['service']['p99_ms']:.0f}",
             "api.cpu_ms": f"{cpu[0]:.1f}–{cpu[1]:.1f}",
             "api.trace_points_per_stream": spaced(api["trace_points"] / api["streams"]),

@@ -41,7 +41,7 @@ PROSE = ((harness.ROOT / "README.md", "## Performance and known limits"),
          (harness.ROOT / "docs" / "algorithms.md", "## 8. Throughput"))
 #: A rate or latency as prose writes it: "2.63 M events/s", "13 000 records/s", "91 µs", "23 ms".
 RATE = re.compile(r"\d[\d ,.]*(?: ?[Mk])?(?: events| records| requests)?(?:/s| µs| ms)\b")
-#: The figures of the run before the quiet one, quoted on purpose (with the load they were taken at).
+#: The figures of the loaded run before the quiet one, quoted on purpose with their load.
 EARLIER = ("1.09 M", "245 k", "64 k", "2.17 M")
 
 
