@@ -26,6 +26,7 @@ import pytest
 from connectors.mock_kafka import produce_kafka_python
 from monitor.db.migrate import upgrade
 from tests.support.processes import (
+    PATIENCE_S,
     OffsetWatch,
     WorkerProcess,
     assignments,
@@ -45,11 +46,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 TopicPartition = tuple[str, int]
 
-#: Seconds any one wait may take: a liveness bound (a hung worker fails the test), not a speed
-#: bound — each wait takes seconds on an idle machine.
-PATIENCE_S = 600.0
-
-
 @pytest.mark.parametrize("checkpoint_every", [1, 3], ids=["every-batch", "checkpoint-every-3"])
 def test_two_workers_share_partitions_and_one_stops_midway(
     checkpoint_every: int, kafka_broker_module: str, pg_url: str, example: Example,
@@ -64,8 +60,7 @@ def test_two_workers_share_partitions_and_one_stops_midway(
     stored = OffsetWatch(pg_url, f"kafka:{topic}")
     before = len(example.values) * 2 // 3
     try:
-        wait_until(lambda: len(owned(a)) == 2 and len(owned(b)) == 2, "a 2 + 2 split", [a, b],
-                   timeout_s=PATIENCE_S)
+        wait_until(lambda: len(owned(a)) == 2 and len(owned(b)) == 2, "a 2 + 2 split", [a, b])
         assert owned(a) | owned(b) == {0, 1, 2, 3}
         placed = produce_kafka_python(kafka_broker_module, topic, example.values[:before],
                                       example.keys[:before])
@@ -73,16 +68,14 @@ def test_two_workers_share_partitions_and_one_stops_midway(
         b_before = sum(end_offsets(placed).get(p, 0) for p in b_partitions)
         assert b_before > 0 and sum(end_offsets(placed).values()) > b_before  # each has work
         b_done = lambda: sum(stored().get(p, 0) for p in b_partitions)  # noqa: E731
-        wait_until(lambda: b_done() >= b_before // 2, "b halfway through what exists", [a, b],
-                   timeout_s=PATIENCE_S)
+        wait_until(lambda: b_done() >= b_before // 2, "b halfway through what exists", [a, b])
         assert b.terminate(timeout_s=PATIENCE_S) == 0, b.tail()
         at_stop = stored()
         placed += produce_kafka_python(kafka_broker_module, topic, example.values[before:],
                                        example.keys[before:])
         end = end_offsets(placed)
         assert b_done() < sum(end.get(p, 0) for p in b_partitions)  # b stopped midway
-        wait_until(lambda: stored() == end, "stored offsets at the end", [a],
-                   timeout_s=PATIENCE_S)
+        wait_until(lambda: stored() == end, "stored offsets at the end", [a])
         assert a.terminate(timeout_s=PATIENCE_S) == 0, a.tail()
     finally:
         for worker in (a, b):
