@@ -1,7 +1,8 @@
 """The benchmark harness: every benchmark in one run, its results, figures and doc tables.
 
 Results go to ``bench/results/*.json``, plots to ``docs/figures/``, tables into
-``docs/benchmarks.md``.
+``docs/benchmarks.md``, and the figures README.md and docs/algorithms.md quote in their text
+(between inline ``<!-- bench:KEY -->…<!-- /bench:KEY -->`` markers; :func:`quoted_figures`).
 
     python bench/harness.py                    # everything, full size; then --report
     python bench/harness.py --quick            # CI sizes (seconds), into bench/results/quick/
@@ -818,8 +819,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="results folder (default bench/results[/quick])")
     parser.add_argument("--seeds", type=int, help="seeds per scenario of the comparison")
     parser.add_argument("--report", action="store_true",
-                        help="only regenerate the figures and the doc tables from the results")
-    parser.add_argument("--write-doc", action="store_true", help="only regenerate doc tables")
+                        help="only regenerate the figures, doc tables and quoted figures from "
+                        "the results")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="only regenerate the doc tables and quoted figures")
     parser.add_argument("--memory-child", choices=["ctm", "covariate"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=10_000, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, help=argparse.SUPPRESS)
