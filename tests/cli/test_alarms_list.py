@@ -9,7 +9,7 @@ from rich.console import Console
 from bench.api_rows import alarm
 from monitor.cli.alarms_commands import _alarm_table
 from monitor.cli.main import main
-from monitor.core.diagnosis import ALARM_KINDS
+from monitor.streams.records import ALARM_KINDS
 
 
 def test_unknown_kind_is_refused_with_the_valid_kinds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -24,6 +24,13 @@ def test_every_valid_kind_is_accepted() -> None:
     from monitor.cli.main import _parser
 
     for kind in ALARM_KINDS:
+        assert _parser().parse_args(["alarms", "list", "--kind", kind]).kind == kind
+
+
+def test_the_data_quality_and_schema_kinds_are_accepted() -> None:
+    from monitor.cli.main import _parser
+
+    for kind in ("data_quality", "schema_change"):
         assert _parser().parse_args(["alarms", "list", "--kind", kind]).kind == kind
 
 
