@@ -82,11 +82,12 @@ def categorical_shift_alarm(stream: str = STREAM, index: int = 900,
 
 
 def tabular_alarms(stream: str = STREAM, t0: datetime = T0) -> list[Alarm]:
-    """One alarm of each tabular kind, a minute apart from ``t0``."""
+    """One alarm of each tabular kind, a minute apart from ``t0`` (the covariate one at event
+    1199, where the dashboards' example run raises none)."""
     minute = timedelta(minutes=1)
     return [
         schema_change_alarm(stream, ts=t0),
         schema_change_alarm(stream, 420, t0 + minute, key="amount", change="absent_feature"),
-        categorical_shift_alarm(stream, ts=t0 + 2 * minute),
+        categorical_shift_alarm(stream, 1199, t0 + 2 * minute),
         data_quality_alarm(stream, ts=t0 + 3 * minute),
     ]
