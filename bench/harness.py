@@ -1,7 +1,8 @@
 """The benchmark harness: every benchmark in one run, its results, figures and doc tables.
 
 Results go to ``bench/results/*.json``, plots to ``docs/figures/``, tables into
-``docs/benchmarks.md``.
+``docs/benchmarks.md``, and the figures README.md and docs/algorithms.md quote in their text
+(between inline ``<!-- bench:KEY -->…<!-- /bench:KEY -->`` markers; :func:`quoted_figures`).
 
     python bench/harness.py                    # everything, full size; then --report
     python bench/harness.py --quick            # CI sizes (seconds), into bench/results/quick/
@@ -52,6 +53,8 @@ BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 QUICK_RESULTS = RESULTS / "quick"
 DOC = ROOT / "docs" / "benchmarks.md"
+#: The docs whose tables and quoted figures (between ``bench:KEY`` markers) come from the results.
+DOCS_WITH_RESULTS: tuple[Path, ...] = (DOC, ROOT / "README.md", ROOT / "docs" / "algorithms.md")
 FIGURES = ROOT / "docs" / "figures"
 for _path in (str(ROOT), str(BENCH)):
     if _path not in sys.path:
@@ -648,19 +651,129 @@ def all_tables(docs: dict[str, dict[str, Any]]) -> dict[str, Table]:
     return {t.key: t for t in tables}
 
 
+# ------------------------------------------------------------------- figures quoted in prose
+def spaced(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures, thousands apart: 13 006 → "13 000"."""
+    rounded = float(f"{value:.{digits}g}")
+    return f"{rounded:,.0f}".replace(",", " ") if rounded >= 100 else f"{rounded:g}"
+
+
+def millions(value: float) -> str:
+    return f"{value / 1e6:.2f} M"
+
+
+def thousands(value: float) -> str:
+    return f"{value / 1e3:.0f} k"
+
+
+def _core_figures(core: dict[str, Any]) -> dict[str, str]:
+    rate, goal = core["events_per_second"], core["goals"]
+    adwin = rate["adwin_per_event"]
+    out = {"core.numba_speedup": f"{rate['ctm_batch'] / rate['ctm_batch_no_numba']:.0f}"}
+    for name, value in rate.items():
+        out[f"core.{name}"] = f"{value:,}".replace(",", " ")
+        out[f"core.{name}.short"] = millions(value) if value >= 1e6 else thousands(value)
+        out[f"core.{name}.adwin"] = f"{value / adwin:.2g}"
+        if name in goal:
+            out[f"core.{name}.goal"] = f"{goal[name]:,}".replace(",", " ")
+    return out
+
+
+def _stage_us(profile: dict[str, Any], name: str) -> float:
+    """µs per record of the profiled stage whose label starts with ``name``."""
+    stages = profile["stages_us_per_record"]
+    return float(next(v for k, v in stages.items() if k.strip().startswith(name)))
+
+
+def _end_to_end_figures(e2e: dict[str, Any]) -> dict[str, str]:
+    kafka, profile = e2e["kafka"], e2e["profile"]
+    out = {f"e2e.{k.removesuffix('_per_s')}": spaced(v) for k, v in e2e.items()
+           if k.endswith("_per_s")}
+    out |= {f"e2e.{k}": f"{v:.2f}" for k, v in e2e.items() if "_over_" in k}
+    out |= {"e2e.batch": spaced(e2e["batch"]), "e2e.streams": str(e2e["streams"]),
+            "e2e.defaults.batch": spaced(e2e["cli_defaults"]["batch"]),
+            "e2e.defaults.checkpoint_every": str(e2e["cli_defaults"]["checkpoint_every"]),
+            "e2e.goal.kafka_over_raw": f"{e2e['goals']['kafka_over_raw']['goal']:g}",
+            "e2e.raw_consume.cpu_us": f"{kafka['raw']['cpu_us_per_record']:.0f}",
+            "e2e.worker.cpu_us": f"{kafka['worker']['cpu_us_per_record']:.0f}",
+            "e2e.worker_defaults.cpu_us": f"{kafka['worker_defaults']['cpu_us_per_record']:.0f}",
+            "e2e.profile.total_us": f"{profile['total_us_per_record']:.0f}"}
+    for key, stage in (("poll", "poll:"), ("pipeline", "pipeline:"),
+                       ("detectors", "StreamDetectors.update_batch"),
+                       ("ood", "OODDecider.add_many"), ("state_dict", "state_dict"),
+                       ("other", "other")):
+        out[f"e2e.profile.{key}_us"] = f"{_stage_us(profile, stage):.0f}"
+    return out
+
+
+def _api_figures(api: dict[str, Any]) -> dict[str, str]:
+    one, two = api["by_workers"]["1"]["get_alarms"], api["by_workers"]["2"]["get_alarms"]
+    cpu = sorted((one["server_cpu_ms_per_request"], two["server_cpu_ms_per_request"]))
+    return {"api.alarms": spaced(api["alarms"]), "api.trace_points": spaced(api["trace_points"]),
+            "api.rate": f"{api['rate']:g}",
+            "api.p99_ms.workers_2": f"{two['service']['p99_ms']:.0f}",
+            "api.p99_ms.workers_1": f"{one['service']['p99_ms']:.0f}",
+            "api.cpu_ms": f"{cpu[0]:.1f}–{cpu[1]:.1f}",
+            "api.trace_points_per_stream": spaced(api["trace_points"] / api["streams"]),
+            "api.trace_p50_ms": f"{api['get_trace']['service']['p50_ms']:.0f}"}
+
+
+def _memory_figures(memory: dict[str, Any]) -> dict[str, str]:
+    out = {"memory.events": spaced(memory["events"]),
+           "memory.max_reference": spaced(memory["max_reference"])}
+    for name, run in memory["runs"].items():
+        if "error" not in run:
+            growth = run["rss_mb"][-1] - run["rss_mb"][0]
+            out[f"memory.{name.replace('/', '.')}.growth_mb"] = f"{growth:.1f}"
+    return out
+
+
+def _load(doc: dict[str, Any]) -> str:
+    """The 1-minute load average recorded before and after the run, lower first."""
+    low, high = sorted((doc["meta"]["load_before"], doc["meta"]["load_after"]))
+    return f"{low:.2f}–{high:.2f}"
+
+
+def quoted_figures(docs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The figures README.md and docs/algorithms.md quote in their text, by marker key, as
+    they print them; a section whose results are missing or failed quotes nothing."""
+    out: dict[str, str] = {}
+    makers: dict[str, list[tuple[str, Callable[[dict[str, Any]], dict[str, str]]]]] = {
+        "throughput": [("core", _core_figures), ("end_to_end", _end_to_end_figures)],
+        "api": [("", _api_figures)], "memory": [("", _memory_figures)]}
+    for section, parts in makers.items():
+        doc = docs.get(section)
+        if doc is None or "error" in doc["data"]:
+            continue
+        out[f"{section}.load"] = _load(doc)
+        out[f"{section}.cores"] = str(doc["meta"]["machine"]["nproc"])
+        for key, make in parts:
+            data = doc["data"][key] if key else doc["data"]
+            if not ("error" in data or "skipped" in data):
+                out |= make(data)
+    return out
+
+
 BLOCK = re.compile(r"^<!-- bench:([\w.]+) -->\n.*?^<!-- /bench:\1 -->$", re.M | re.S)
+#: A figure quoted in a sentence: ``<!-- bench:KEY -->2.63 M<!-- /bench:KEY -->`` on one line.
+INLINE = re.compile(r"<!-- bench:([\w.]+) -->([^\n]*?)<!-- /bench:\1 -->")
 
 
-def fill_doc(text: str, tables: dict[str, Table]) -> str:
+def fill_doc(text: str, tables: dict[str, Table], quoted: dict[str, str] | None = None) -> str:
     """``text`` with every block between the lines ``<!-- bench:KEY -->`` and
-    ``<!-- /bench:KEY -->`` rewritten from ``tables`` ("No results yet" for a missing key)."""
+    ``<!-- /bench:KEY -->`` rewritten from ``tables`` ("No results yet" for a missing key), and
+    every figure between inline markers from ``quoted`` ("–" for a missing key)."""
 
     def block(match: re.Match[str]) -> str:
         key = match.group(1)
         body = tables[key].markdown() if key in tables else "_No results yet._"
         return f"<!-- bench:{key} -->\n{body}\n<!-- /bench:{key} -->"
 
-    return BLOCK.sub(block, text)
+    def figure(match: re.Match[str]) -> str:
+        key = match.group(1)
+        return f"<!-- bench:{key} -->{(quoted or {}).get(key, '–')}<!-- /bench:{key} -->"
+
+    return INLINE.sub(figure, BLOCK.sub(block, text))
 
 
 def doc_blocks(text: str) -> dict[str, str]:
@@ -669,17 +782,25 @@ def doc_blocks(text: str) -> dict[str, str]:
             for m in BLOCK.finditer(text)}
 
 
+def doc_figures(text: str) -> dict[str, str]:
+    """The text of every figure quoted between inline markers in ``text``, by key."""
+    return {m.group(1): m.group(2) for m in INLINE.finditer(text)}
+
+
 def figure_paths(text: str) -> list[str]:
     """The image paths a markdown text shows (``![...](path)``)."""
     return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
 
 
-def regenerate(results: Path, doc: Path, figures_dir: Path | None) -> int:
-    """Rewrite the doc's tables (and the figures unless ``figures_dir`` is None) from the
-    JSON results in ``results``."""
+def regenerate(results: Path, doc_paths: Sequence[Path], figures_dir: Path | None) -> int:
+    """Rewrite the tables and quoted figures of ``doc_paths`` (and the plots unless
+    ``figures_dir`` is None) from the JSON results in ``results``."""
     docs = load_results(results)
-    doc.write_text(fill_doc(doc.read_text(), all_tables(docs)))
-    print(f"[bench] tables of {doc} rewritten from {len(docs)} result files", file=sys.stderr)
+    tables, quoted = all_tables(docs), quoted_figures(docs)
+    for doc in doc_paths:
+        doc.write_text(fill_doc(doc.read_text(), tables, quoted))
+        print(f"[bench] figures of {doc} rewritten from {len(docs)} result files",
+              file=sys.stderr)
     if figures_dir is not None:
         import figures
 
@@ -698,8 +819,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="results folder (default bench/results[/quick])")
     parser.add_argument("--seeds", type=int, help="seeds per scenario of the comparison")
     parser.add_argument("--report", action="store_true",
-                        help="only regenerate the figures and the doc tables from the results")
-    parser.add_argument("--write-doc", action="store_true", help="only regenerate doc tables")
+                        help="only regenerate the figures, doc tables and quoted figures from "
+                        "the results")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="only regenerate the doc tables and quoted figures")
     parser.add_argument("--memory-child", choices=["ctm", "covariate"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=10_000, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, help=argparse.SUPPRESS)
@@ -709,7 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     results = args.out or (QUICK_RESULTS if args.quick else RESULTS)
     if args.report or args.write_doc:
-        return regenerate(results, DOC, None if args.write_doc else FIGURES)
+        return regenerate(results, DOCS_WITH_RESULTS, None if args.write_doc else FIGURES)
     default = QUICK_SECTIONS if args.quick else SECTIONS
     sections = [s for s in (args.sections or ",".join(default)).split(",") if s]
     unknown = sorted(set(sections) - set(SECTIONS))
@@ -720,7 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = dataclasses.replace(plan, compare_seeds=args.seeds)
     status = run(sections, plan, results, as_json=args.json)
     if not args.quick and args.out is None:
-        status |= regenerate(results, DOC, FIGURES)
+        status |= regenerate(results, DOCS_WITH_RESULTS, FIGURES)
     return status
 
 

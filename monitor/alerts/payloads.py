@@ -11,17 +11,21 @@
     ``annotations`` (``summary``, ``description``), ``startsAt`` and, when a ``generator_url``
     is configured, ``generatorURL``. The ``alarm_id`` label makes each alarm its own alert;
     Alertmanager resolves it after its ``resolve_timeout``.
+
+Every format's summary names what moved when the evidence says it (:func:`evidence_summary`):
+the features and rates of a ``data_quality`` alarm, the key of a ``schema_change`` alarm.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from monitor.alerts.routing import Receiver, severity
 from monitor.db.types import json_dumps
 from monitor.streams.records import Alarm, iso
 
-__all__ = ["render"]
+__all__ = ["evidence_summary", "render"]
 
 #: ``alertname`` label of the Alertmanager alerts.
 ALERTNAME = "MonitorAlarm"
@@ -36,9 +40,55 @@ def render(receiver: Receiver, alarm: Alarm, generator_url: str | None = None) -
     return json_dumps({**alarm.to_json(), "severity": severity(alarm).label})
 
 
+#: Indicators named in a data-quality summary; the rest are counted ("and 2 more").
+SUMMARY_INDICATORS = 3
+
+
 def summary(alarm: Alarm) -> str:
+    what = evidence_summary(alarm)
     return (f"{alarm.kind.replace('_', ' ')} on stream {alarm.stream} "
-            f"({severity(alarm).label}, {alarm.detector} detector)")
+            f"({severity(alarm).label}, {alarm.detector} detector){': ' + what if what else ''}")
+
+
+def evidence_summary(alarm: Alarm) -> str:
+    """What moved, in words, for the kinds whose evidence names it; ``""`` for the others.
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> alarm = Alarm("fraud", "data_quality", "data_quality", "e9", 9,
+    ...               datetime(2026, 12, 1, tzinfo=UTC), 4, 250.0, 200.0, "shiryaev_roberts",
+    ...               {"indicators": [{"feature": "area", "rate": "missing",
+    ...                                "calibration_rate": 0.05, "rate_after": 0.25}]})
+    >>> evidence_summary(alarm)
+    'missing rate of area 5 % → 25 %'
+    """
+    evidence = alarm.evidence
+    if alarm.kind == "data_quality":
+        indicators = [i for i in evidence.get("indicators") or () if isinstance(i, Mapping)]
+        named = [_indicator(i) for i in indicators[:SUMMARY_INDICATORS]]
+        more = len(indicators) - len(named)
+        return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+    if alarm.kind == "schema_change" and "key" in evidence:
+        what = ("declared feature {!r} absent from the events" if evidence.get("change") ==
+                "absent_feature" else "new key {!r}").format(evidence["key"])
+        since = evidence.get("first_event_index")
+        return what + ("" if since is None else f" since event {since}")
+    return ""
+
+
+def _indicator(indicator: Mapping[str, Any]) -> str:
+    rate = str(indicator.get("rate", "?")).replace("_", "-")
+    return (f"{rate} rate of {indicator.get('feature', '?')} "
+            f"{percent(indicator.get('calibration_rate'))} → "
+            f"{percent(indicator.get('rate_after'))}")
+
+
+def percent(share: Any) -> str:
+    """A share in [0, 1] as a percentage with 3 significant digits (``?`` if not a number)."""
+    if isinstance(share, bool) or not isinstance(share, int | float):
+        return "?"
+    return f"{100.0 * share:.3g} %"
 
 
 def description(alarm: Alarm) -> str:

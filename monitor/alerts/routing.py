@@ -7,9 +7,11 @@ routes; an alarm goes to the receivers of every route it matches, each receiver 
       - {name: oncall, type: webhook, url: "https://hooks.example/monitor"}
       - {name: ml-team, type: slack, url: "https://hooks.slack.com/services/T0/B0/XYZ"}
       - {name: am, type: alertmanager, url: "http://alertmanager:9093/api/v2/alerts"}
+      - {name: data-eng, type: slack, url: "https://hooks.slack.com/services/T0/B1/UVW"}
     routes:
       - {receivers: [oncall], min_severity: critical}
       - {receivers: [ml-team], streams: ["fraud-*", bikes], kinds: [concept_shift]}
+      - {receivers: [data-eng], kinds: [data_quality, schema_change]}
       - {receivers: [am]}
     delivery: {max_attempts: 8, backoff_seconds: 1, max_backoff_seconds: 300}
     generator_url: "http://monitor.internal:8000"
@@ -76,12 +78,17 @@ class Severity(enum.IntEnum):
 #: model extrapolates (look soon); a benign covariate shift moves inputs within the support, where
 #: the model is still valid (for the record). An alarm raised before its diagnosis has enough
 #: evidence (``insufficient_evidence``) is a warning; its revision carries the decided kind's
-#: severity and is routed again.
+#: severity and is routed again. A ``data_quality`` alarm (a feature's missing, unseen-category
+#: or out-of-range rate rose above its calibration rate) and a ``schema_change`` alarm (a new
+#: key, or a declared feature absent) are warnings: the inputs the model sees are degraded or
+#: not what it was built for, but whether its predictions suffer is the other monitors' call.
 SEVERITY_OF_KIND: dict[str, Severity] = {
     "concept_shift": Severity.CRITICAL,
     "extreme_covariate_shift": Severity.WARNING,
     "benign_covariate_shift": Severity.INFO,
     "insufficient_evidence": Severity.WARNING,
+    "data_quality": Severity.WARNING,
+    "schema_change": Severity.WARNING,
 }
 
 ReceiverType = Literal["webhook", "slack", "alertmanager"]

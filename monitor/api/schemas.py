@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.streams.config import NAME_PATTERN, StreamConfig
+from monitor.streams.records import AlarmKind, Detector
 
 __all__ = [
     "AckRequest",
@@ -39,10 +40,9 @@ __all__ = [
     "TracePublic",
 ]
 
-DetectorName = Literal["covariate", "conditional", "ood"]
-AlarmKindName = Literal[
-    "concept_shift", "extreme_covariate_shift", "benign_covariate_shift", "insufficient_evidence"
-]
+#: The query parameters' enums (``?detector=``, ``?kind=``) are the alarm record's.
+DetectorName = Detector
+AlarmKindName = AlarmKind
 StreamName = Annotated[str, Field(pattern=NAME_PATTERN, examples=["bikes"])]
 
 ALARM_EXAMPLE: dict[str, Any] = {
@@ -96,12 +96,18 @@ class AlarmPublic(BaseModel):
 
     id: str
     stream: str
-    detector: str = Field(description="`covariate`, `conditional` or `ood`.")
+    detector: str = Field(
+        description="`covariate`, `conditional`, `ood`, `data_quality` or `schema`."
+    )
     kind: str = Field(
         description="`concept_shift`, `extreme_covariate_shift`, "
-        "`benign_covariate_shift` (informational: the monitor adapted) or "
+        "`benign_covariate_shift` (informational: the monitor adapted), "
         "`insufficient_evidence` (too few events to decide yet: the alarm is revised with the "
-        "decided kind once the next events complete its evidence)."
+        "decided kind once the next events complete its evidence), `data_quality` (a "
+        "feature's missing, unseen-category or out-of-range rate rose above its calibration "
+        "rate; `evidence.indicators` names the features) or `schema_change` (a key the "
+        "calibration never had, or a declared feature absent from the events; "
+        "`evidence.key` names it)."
     )
     event_id: str
     event_index: int = Field(ge=0, description="The stream's events counted from 0.")

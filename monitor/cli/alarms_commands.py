@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor.cli.common import UserError, positive_int
-from monitor.core.diagnosis import ALARM_KINDS
 from monitor.settings import Settings
+from monitor.streams.records import ALARM_KINDS
 
 
 def add_alarms(sub: Any) -> None:

@@ -47,7 +47,7 @@ stream.
 from __future__ import annotations
 
 __all__ = [
-    "ALARM_KINDS",
+    "DIAGNOSIS_KINDS",
     "INSUFFICIENT_EVIDENCE",
     "MIN_EVIDENCE",
     "MIN_RECENT",
@@ -58,7 +58,9 @@ __all__ = [
     "diagnose_covariate",
 ]
 
-ALARM_KINDS: tuple[str, ...] = (
+#: The kinds a diagnosis decides. Every alarm kind, with those of the data-quality and schema
+#: detectors, is :data:`monitor.streams.records.ALARM_KINDS`.
+DIAGNOSIS_KINDS: tuple[str, ...] = (
     "concept_shift",
     "extreme_covariate_shift",
     "benign_covariate_shift",

@@ -3,8 +3,9 @@
 The benchmarks live in ``bench/`` beside the package (they need the test helpers and write
 their results to ``bench/results/``), so ``monitor bench`` works from a source checkout:
 ``monitor bench`` runs every benchmark at full size, writes ``bench/results/*.json`` and
-regenerates ``docs/figures/`` and the tables of ``docs/benchmarks.md``; ``monitor bench
---quick`` runs the reduced CI sizes into ``bench/results/quick/`` and touches no docs.
+regenerates ``docs/figures/``, the tables of ``docs/benchmarks.md`` and the figures README.md
+and ``docs/algorithms.md`` quote; ``monitor bench --quick`` runs the reduced CI sizes into
+``bench/results/quick/`` and touches no docs.
 """
 
 from __future__ import annotations

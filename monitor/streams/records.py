@@ -10,20 +10,34 @@ import math
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-Detector = Literal["covariate", "conditional", "ood"]
+#: Who raised an alarm: the covariate and conditional monitors, the OOD decision, the
+#: data-quality monitor (per-feature missing / unseen / out-of-range rates) and the schema
+#: watch (a key the calibration never had, a declared feature absent from the events).
+Detector = Literal["covariate", "conditional", "ood", "data_quality", "schema"]
+#: An alarm's kind: the shift diagnosis of a covariate or conditional alarm
+#: (:data:`monitor.core.diagnosis.DIAGNOSIS_KINDS`), ``data_quality`` or ``schema_change``.
 AlarmKind = Literal[
-    "concept_shift", "extreme_covariate_shift", "benign_covariate_shift", "insufficient_evidence"
-]
-
-DETECTORS: tuple[str, ...] = ("covariate", "conditional", "ood")
-ALARM_KINDS: tuple[str, ...] = (
     "concept_shift",
     "extreme_covariate_shift",
     "benign_covariate_shift",
     "insufficient_evidence",
-)
+    "data_quality",
+    "schema_change",
+]
+
+DETECTORS: tuple[str, ...] = get_args(Detector)
+ALARM_KINDS: tuple[str, ...] = get_args(AlarmKind)
+#: The kinds each detector raises (a covariate alarm is never a concept shift; the OOD decision
+#: flags events, it raises no alarm).
+KINDS_OF_DETECTOR: dict[str, tuple[str, ...]] = {
+    "covariate": ("extreme_covariate_shift", "benign_covariate_shift", "insufficient_evidence"),
+    "conditional": ("concept_shift", "extreme_covariate_shift", "insufficient_evidence"),
+    "ood": (),
+    "data_quality": ("data_quality",),
+    "schema": ("schema_change",),
+}
 
 #: Namespace for deterministic alarm ids: replaying the same events yields the same ids, which
 #: makes storing an alarm idempotent (a replay after a crash never stores it twice).

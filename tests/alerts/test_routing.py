@@ -25,6 +25,7 @@ from monitor.alerts.delivery import exponential_backoff
 from monitor.alerts.outbox import outbox_rows
 from monitor.alerts.routing import parse_alert_routing
 from monitor.alerts.signing import sign, signed_headers, verify
+from monitor.streams.records import ALARM_KINDS
 
 ROUTING: dict[str, Any] = {
     "receivers": [
@@ -64,7 +65,10 @@ def test_severity_of_each_kind() -> None:
         "extreme_covariate_shift": Severity.WARNING,
         "benign_covariate_shift": Severity.INFO,
         "insufficient_evidence": Severity.WARNING,
+        "data_quality": Severity.WARNING,
+        "schema_change": Severity.WARNING,
     }
+    assert tuple(SEVERITY_OF_KIND) == ALARM_KINDS
 
 
 def test_webhook_urls_are_a_catch_all_route(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def test_ingested_alarms_are_routed_delivered_and_measured(
         alarms = post(client, events(100, seed=6, shift=4.0, start=100))["alarms"]
         concept = [a["id"] for a in alarms if a["kind"] == "concept_shift"]
         assert concept
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 120  # liveness, not speed
         while True:
             listed = client.get("/alerts/deliveries?status=delivered", headers=READ).json()
             if listed["count"] == len(concept):

@@ -1,5 +1,6 @@
 """docs/benchmarks.md shows the numbers of bench/results/*.json, and its figures are drawn
-from them: regenerate with ``python bench/harness.py --report`` after a run."""
+from them; README.md and docs/algorithms.md quote them in their text: regenerate with
+``python bench/harness.py --report`` after a run."""
 
 from __future__ import annotations
 
@@ -33,6 +34,21 @@ def number(cell: str) -> float:
 def data(section: str) -> dict[str, Any]:
     assert section in DOCS, f"bench/results/{section}.json is missing: run `monitor bench`"
     return dict(DOCS[section]["data"])
+
+
+#: (doc, the heading of its section whose every rate is a quoted figure of the results)
+PROSE = ((harness.ROOT / "README.md", "## Performance and known limits"),
+         (harness.ROOT / "docs" / "algorithms.md", "## 8. Throughput"))
+#: A rate or latency as prose writes it: "2.63 M events/s", "13 000 records/s", "91 µs", "23 ms".
+RATE = re.compile(r"\d[\d ,.]*(?: ?[Mk])?(?: events| records| requests)?(?:/s| µs| ms)\b")
+#: The figures of the loaded run before the quiet one, quoted on purpose with their load.
+EARLIER = ("1.09 M", "245 k", "64 k", "2.17 M")
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end < 0 else text[start:end]
 
 
 def test_every_doc_table_is_the_table_of_the_json_results() -> None:
@@ -114,3 +130,41 @@ def test_figures_of_the_doc_exist_and_regenerate_from_the_results(tmp_path: Path
         assert (harness.FIGURES / name).is_file(), f"docs/figures/{name} is missing: {FIX}"
     drawn = sorted(p.name for p in figures.make_all(harness.RESULTS, tmp_path))
     assert drawn == referenced
+
+
+@pytest.mark.parametrize(("doc", "heading"), PROSE, ids=lambda v: getattr(v, "name", ""))
+def test_prose_figures_are_the_figures_of_the_json_results(doc: Path, heading: str) -> None:
+    """Every figure between ``bench:KEY`` markers is the one the harness writes from the JSON
+    results, and the section quotes no rate, latency or CPU time outside a marker."""
+    text = doc.read_text()
+    quoted, figures = harness.quoted_figures(DOCS), harness.doc_figures(text)
+    unknown = sorted(set(figures) - set(quoted))
+    assert not unknown, f"{doc.name} quotes figures the results do not hold: {unknown}"
+    assert harness.fill_doc(text, {}, quoted) == text, f"{doc.name}'s figures are stale: {FIX}"
+    body = harness.INLINE.sub("§", section(text, heading))
+    for earlier in EARLIER:
+        body = body.replace(earlier, "")
+    assert not RATE.findall(body), f"figures typed by hand in {doc.name}, {heading!r}"
+
+
+def test_prose_quotes_the_kernel_rates_and_the_load_of_the_json() -> None:
+    """The README's and docs/algorithms.md's kernel rates, read back as numbers, are the JSON's
+    (to the digits printed), and both state the load the JSON recorded."""
+    doc = DOCS["throughput"]
+    rates = doc["data"]["core"]["events_per_second"]
+    readme = harness.doc_figures((harness.ROOT / "README.md").read_text())
+    algorithms = harness.doc_figures((harness.ROOT / "docs" / "algorithms.md").read_text())
+    scale = {"M": 1e6, "k": 1e3}
+    for name in ("ctm_batch", "ctm_per_event", "wctm_per_event"):
+        value, unit = readme[f"core.{name}.short"].split()
+        assert float(value) * scale[unit] == pytest.approx(rates[name], abs=scale[unit] / 2)
+        assert number(algorithms[f"core.{name}"].replace(" ", "")) == rates[name]
+    low, high = sorted((doc["meta"]["load_before"], doc["meta"]["load_after"]))
+    for figures_ in (readme, algorithms):
+        assert figures_["throughput.load"] == f"{low:.2f}–{high:.2f}"
+
+
+def test_the_readme_says_the_end_to_end_goal_is_not_met_while_it_is_not() -> None:
+    goal = data("throughput")["end_to_end"]["goals"]["kafka_over_raw"]
+    text = " ".join((harness.ROOT / "README.md").read_text().split())
+    assert ("× the raw consumer is not met" in text) == (not goal["met"])

@@ -46,7 +46,7 @@ def test_quick_harness_runs_every_benchmark_and_feeds_the_report(tmp_path: Path)
     # in test_doc_tables.py, which keeps this test within its time budget).
     doc = tmp_path / "benchmarks.md"
     doc.write_text(harness.DOC.read_text())
-    assert harness.regenerate(results, doc, None) == 0
+    assert harness.regenerate(results, [doc], None) == 0
     blocks = harness.doc_blocks(doc.read_text())
     filled = {k for k, body in blocks.items() if body != "_No results yet._"}
     assert filled == set(harness.all_tables(docs)) == set(blocks) - {"api"}

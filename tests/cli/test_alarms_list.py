@@ -1,7 +1,11 @@
-"""``monitor alarms list``: an unknown ``--kind`` is refused with the valid kinds, and the table
-is readable in an 80-column terminal."""
+"""``monitor alarms list``: an unknown ``--kind`` is refused with the valid kinds, the tabular
+kinds (``data_quality``, ``schema_change``) list their alarms, and the table is readable in an
+80-column terminal."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -9,7 +13,11 @@ from rich.console import Console
 from bench.api_rows import alarm
 from monitor.cli.alarms_commands import _alarm_table
 from monitor.cli.main import main
-from monitor.core.diagnosis import ALARM_KINDS
+from monitor.db.engine import make_engine, session_factory
+from monitor.db.migrate import upgrade
+from monitor.db.store import persist_batch
+from monitor.streams.records import ALARM_KINDS
+from tests.support.tabular_alarms import tabular_alarms
 
 
 def test_unknown_kind_is_refused_with_the_valid_kinds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,6 +33,21 @@ def test_every_valid_kind_is_accepted() -> None:
 
     for kind in ALARM_KINDS:
         assert _parser().parse_args(["alarms", "list", "--kind", kind]).kind == kind
+
+
+def test_the_data_quality_and_schema_kinds_list_their_alarms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'monitor.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with session_factory(engine)() as session:
+        persist_batch(session, alarms=tabular_alarms())
+    engine.dispose()
+    for kind, keys in (("schema_change", ["amount", "model_version"]), ("data_quality", [None])):
+        assert main(["--db", url, "alarms", "list", "--kind", kind, "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert [(a["kind"], a["evidence"].get("key")) for a in listed] == [(kind, k) for k in keys]
 
 
 def _render(width: int) -> list[str]:

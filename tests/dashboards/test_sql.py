@@ -7,7 +7,9 @@ lines for the dead letters) is registered as ``monitor streams create`` does and
 and template variable, with Grafana's macros and variables expanded
 (:mod:`tests.support.grafana_sql`), runs as the read-only reader role of the compose stack
 (docs/dashboards.md), in a read-only transaction, and must return the
-columns its panel expects; aggregates are cross-checked against the tables.
+columns its panel expects; aggregates are cross-checked against the tables. Hand-built alarms of
+the tabular kinds (``data_quality``, ``schema_change``, a categorical attribution:
+:mod:`tests.support.tabular_alarms`) are stored beside the run's for the panels that show them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -32,6 +34,7 @@ from monitor.settings import Settings
 from tests.support.dashboards import load_dashboards, queries
 from tests.support.databases import READER_PASSWORD, grafana_reader, postgres_database
 from tests.support.grafana_sql import QueryContext, Variable, expand
+from tests.support.tabular_alarms import tabular_alarms
 
 pytestmark = pytest.mark.postgres
 
@@ -135,11 +138,28 @@ EXPECTED: dict[str, list[str]] = {
         "detector",
         "kind",
         "feature",
+        "feature_type",
+        "test",
         "statistic",
         "p_value",
         "p_adjusted",
         "window_start",
         "window_n",
+    ],
+    "monitor-stream/panel-15/A": [
+        "time",
+        "kind",
+        "feature",
+        "indicator",
+        "calibration_rate",
+        "rate_after",
+        "log_e_value",
+        "changepoint",
+        "event_index",
+        "event_id",
+    ],
+    "monitor-stream/panel-16/A": [
+        "time", "detector", "kind", "feature", "category", "calibration_share", "window_share"
     ],
     "monitor-stream/annotation/Alarms": ANNOTATION,
     "monitor-stream/annotation/Changepoints": ANNOTATION,
@@ -214,6 +234,7 @@ def run(postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Ite
         stream = register_stream(str(paths["config"]), settings)  # as `monitor streams create`
         run_source(f"file:{paths['events']}", [], "dashboards", settings)  # as the worker
         _fleet_run(url, stream)
+        _tabular_alarms(url, stream)
         reader = reader_url.render_as_string(hide_password=False)
         first, last = _stored_time_range(reader)
         yield PipelineRun(reader, url, stream, first, last)
@@ -232,6 +253,31 @@ def _fleet_run(url: str, stream: str) -> None:
             create_fleet(session, FLEET, members, rule="e_d_bonferroni", alpha=0.01)
             evaluate_fleet(session, FLEET, through=datetime(2100, 1, 1, tzinfo=UTC))
             session.commit()
+    finally:
+        engine.dispose()
+
+
+def _tabular_alarms(url: str, stream: str) -> None:
+    """One alarm of each tabular kind on the stream, each at the time of its event index (the
+    time of the latest trace point at or before it), where the run raised none."""
+    from sqlalchemy import func, select
+
+    from monitor.db.engine import make_engine, session_factory
+    from monitor.db.models import AlarmRow, TracePointRow
+    from monitor.db.store import persist_batch
+
+    engine = make_engine(url)
+    try:
+        with session_factory(engine)() as session:
+            alarms = [replace(a, ts=session.scalar(
+                select(func.max(TracePointRow.ts)).where(
+                    TracePointRow.stream == stream, TracePointRow.event_index <= a.event_index)))
+                for a in tabular_alarms(stream)]
+            before = session.scalar(select(func.count()).select_from(AlarmRow))
+            session.rollback()
+            persist_batch(session, alarms=alarms)
+            after = session.scalar(select(func.count()).select_from(AlarmRow))
+            assert after == before + len(alarms)
     finally:
         engine.dispose()
 
@@ -333,7 +379,7 @@ NON_EMPTY = [
     *(f"monitor-overview/panel-{i}/A" for i in (7, 8, 10, 12, 13, 14)),
     "monitor-overview/annotation/Alarms",
     "monitor-overview/variable/stream",
-    *(f"monitor-stream/panel-{i}/A" for i in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)),
+    *(f"monitor-stream/panel-{i}/A" for i in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16)),
     "monitor-stream/panel-6/B",
     "monitor-stream/panel-7/B",
     "monitor-stream/annotation/Alarms",
@@ -408,6 +454,27 @@ def test_stream_detail_matches_the_tables(run: PipelineRun) -> None:
     assert {f"{d} threshold" for d in ("covariate", "conditional")} <= thresholds
     p_values = [r[2] for r in _execute(run.url, expand(_panel_sql("monitor-stream", 8), ctx))[1]]
     assert p_values and all(0.0 <= p <= 1.0 for p in p_values)
+
+
+def test_tabular_panels_show_the_features_rates_keys_and_frequencies(run: PipelineRun) -> None:
+    ctx = run.context(interval="1s")
+    rows = _execute(run.url, expand(_panel_sql("monitor-stream", 15), ctx))[1]
+    shown = [(r[1], r[2], r[3], r[4], r[5]) for r in rows]
+    assert shown == [
+        ("data_quality", "area", "missing", 0.05, 0.251),
+        ("data_quality", "merchant", "unseen", 0.004, 0.031),
+        ("schema_change", "amount", "absent_feature", None, None),
+        ("schema_change", "model_version", "new_key", None, None),
+    ]
+    assert [r[7] for r in rows] == [1200, 1200, 411, 301]  # the changepoints
+    frequencies = _execute(run.url, expand(_panel_sql("monitor-stream", 16), ctx))[1]
+    country = [(r[4], r[5], r[6]) for r in frequencies if r[3] == "country"]
+    assert country == [("DE", 0.48, 0.22), ("FR", 0.31, 0.30), ("IT", 0.15, 0.14),
+                       ("other", 0.04, 0.05), ("missing", 0.02, 0.02), ("unseen", 0.0, 0.27)]
+    attribution = _execute(run.url, expand(_panel_sql("monitor-stream", 14), ctx))[1]
+    typed = {r[3]: (r[4], r[5], r[8]) for r in attribution if r[4] is not None}
+    assert typed == {"country": ("categorical", "g_test", 1.2e-11),
+                     "amount": ("numeric", "ks", 0.42), "area": ("missing", "fisher_exact", 0.6)}
 
 
 def test_late_labels_leave_both_detectors_on_one_clock(run: PipelineRun) -> None:

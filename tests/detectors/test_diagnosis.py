@@ -6,16 +6,20 @@ import numpy as np
 import pytest
 
 from monitor.core.detectors import AlarmEvent, ConditionalMonitor, CovariateMonitor
-from monitor.core.diagnosis import ALARM_KINDS, diagnose_conditional, diagnose_covariate
+from monitor.core.diagnosis import DIAGNOSIS_KINDS, diagnose_conditional, diagnose_covariate
 from monitor.streams.config import StreamConfig
 from monitor.streams.detector_diagnosis import evidence_share
 from monitor.streams.detectors import DetectorAlarm, StreamDetectors
-from monitor.streams.records import ALARM_KINDS as RECORD_KINDS
+from monitor.streams.records import ALARM_KINDS, DETECTORS, KINDS_OF_DETECTOR
 from tests.support.toy_streams import Toy, make_toy
 
 
-def test_kinds_match_the_alarm_record() -> None:
-    assert ALARM_KINDS == RECORD_KINDS
+def test_every_diagnosed_kind_is_an_alarm_kind() -> None:
+    assert set(DIAGNOSIS_KINDS) <= set(ALARM_KINDS)
+    diagnosed = {*KINDS_OF_DETECTOR["covariate"], *KINDS_OF_DETECTOR["conditional"]}
+    assert diagnosed == set(DIAGNOSIS_KINDS)
+    assert tuple(KINDS_OF_DETECTOR) == DETECTORS
+    assert {k for kinds in KINDS_OF_DETECTOR.values() for k in kinds} == set(ALARM_KINDS)
 
 
 @pytest.mark.parametrize(

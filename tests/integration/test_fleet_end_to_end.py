@@ -71,7 +71,7 @@ def test_fleet_alarms_from_two_workers(
         wait_until(lambda: len(owned(a)) == 2 and len(owned(b)) == 2, "a 2 + 2 split", [a, b])
         end = end_offsets(produce_kafka_python(kafka_broker_module, topic, example.values,
                                                example.keys))
-        wait_until(lambda: stored() == end, "stored offsets at the end", [a, b], timeout_s=120)
+        wait_until(lambda: stored() == end, "stored offsets at the end", [a, b])
         a_parts, b_parts = owned(a), owned(b)
         assert a.terminate() == 0, a.tail()
         assert b.terminate() == 0, b.tail()

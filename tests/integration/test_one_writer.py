@@ -95,7 +95,7 @@ def test_two_groups_on_one_database_write_each_stream_once(
             return all(group_offsets(kafka_broker_module, group, topic, range(4)) == end
                        for group in ("g-a", "g-b"))
 
-        wait_until(both_at_end, "both groups at the end", [a, b], timeout_s=120, every_s=0.5)
+        wait_until(both_at_end, "both groups at the end", [a, b], every_s=0.5)
         assert a.terminate() == 0, a.tail()
         assert b.terminate() == 0, b.tail()
     finally:

@@ -126,7 +126,7 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
     try:
         end = produce(first)
         worker = WorkerThread(example, bootstrap, topic, pg_url, retry)
-        wait_until(lambda: stored() == end, "the first third stored", timeout_s=60)
+        wait_until(lambda: stored() == end, "the first third stored")
         # A short outage: retried with backoff, logged, nothing committed meanwhile; then the
         # worker carries on by itself.
         with database_down(postgres_admin, pg_url):
@@ -134,7 +134,7 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
             wait_until(lambda: caplog.text.count("persisting a batch failed") >= 3, "retries")
             assert committed() == previous
             assert worker.alive
-        wait_until(lambda: stored() == end, "the second third stored", timeout_s=60)
+        wait_until(lambda: stored() == end, "the second third stored")
         assert worker.alive and worker.error is None
         # A long outage: the worker gives up at its deadline, without committing.
         with database_down(postgres_admin, pg_url):
@@ -147,7 +147,7 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
         assert stored() == previous
         # A restarted worker resumes exactly where the database left off.
         restarted = WorkerThread(example, bootstrap, topic, pg_url, retry)
-        wait_until(lambda: stored() == end, "everything stored", timeout_s=60)
+        wait_until(lambda: stored() == end, "everything stored")
         restarted.finish()
         assert restarted.error is None
     finally:

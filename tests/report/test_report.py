@@ -14,7 +14,6 @@ import pytest
 from monitor.cli.main import main
 from monitor.db.errors import AlarmNotFoundError
 from monitor.ops.report import (
-    _render_html,
     check_performance,
     render_html,
     render_png,
@@ -22,6 +21,7 @@ from monitor.ops.report import (
     trace_window,
     write_report,
 )
+from monitor.ops.report.html import _render_html
 from tests.support.real_alarms import ReportDatabase, performance_windows, shuttle_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -89,7 +89,7 @@ def test_attribution_and_directions_render_when_present(report_db: ReportDatabas
     assert page.count("<svg") == 2
     features = alarm.evidence["attribution"]["features"]
     ranked = sorted(features, key=lambda f: f["p_adjusted"])
-    shown = re.findall(r"<tr><td>(f\d)</td><td class=\"n\">[^<]*</td><td", page)
+    shown = re.findall(r"<tr><td>(f\d)</td><td class=\"n\">[^<]*</td><td", page)  # no type column
     assert shown == [f["feature"] for f in ranked]
     for direction in alarm.evidence["density_ratio_directions"]:
         assert f'{direction["weight"]:.4g}</td>' in page

@@ -89,8 +89,13 @@ def _every(checkpoint_every: int) -> list[str]:
     return [] if checkpoint_every == 1 else ["--checkpoint-every", str(checkpoint_every)]
 
 
+#: Seconds a wait on a worker may take: a liveness bound (a hung worker fails the test; a dead
+#: one fails it at once), never a speed bound — each wait takes seconds on an idle machine.
+PATIENCE_S = 600.0
+
+
 def wait_until(condition: Callable[[], bool], what: str, workers: Sequence[WorkerProcess] = (),
-               timeout_s: float = 60.0, every_s: float = 0.02) -> None:
+               timeout_s: float = PATIENCE_S, every_s: float = 0.02) -> None:
     """Poll ``condition``; fail with the workers' logs if one dies or time runs out."""
     deadline = time.monotonic() + timeout_s
     while not condition():
