@@ -77,9 +77,9 @@ from monitor.core.detectors.base import (
     check_lifecycle,
     check_test_params,
 )
+from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK
 from monitor.core.martingales.jit import jit
 from monitor.core.martingales.state import check_state, new_state
-from monitor.core.martingales.alarms.base import CHANGEPOINT_SLACK
 
 __all__ = [
     "BET_GAINS",

@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from monitor.core.attribution import holm_adjusted
+from monitor.core.attribution import category_test, holm_adjusted, missing_rate_test
+from monitor.streams.schema import FeatureSchema
 
 __all__ = [
     "GUARANTEE",
@@ -104,6 +105,78 @@ def attribute_features(
     }
 
 
+#: The method of a tabular stream's attribution (docs/tabular.md, "Attribution by type").
+TYPED_METHOD = "typed_holm_post_alarm"
+
+TYPED_GUARANTEE = (
+    "Per original column, the window of prediction events after the alarm against the "
+    "calibration rows (the window starts after the alarm, so the alarm did not choose it): "
+    "numeric — a two-sample Kolmogorov-Smirnov test of the values present; categorical — a "
+    "G-test of the counts over the vocabulary, other, unseen and missing cells (chi-square, or "
+    "a Monte Carlo permutation p-value where an expected count is small); missing — Fisher's "
+    "exact test of the missing rate. Each p-value is valid (P(p <= a) <= a) when the window's "
+    "events are independent of those before it and the column did not change. p_adjusted: "
+    "Holm's step-down adjustment across all the tests; P(some unchanged column's test has "
+    "p_adjusted <= a) <= a, under any dependence."
+)
+
+
+def attribute_mixed(
+    reference: ArrayLike,
+    window: ArrayLike,
+    schema: FeatureSchema,
+    start_index: int = 0,
+    end_index: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Attribution of a tabular stream's alarm by feature type (docs/tabular.md): code rows
+    ``window`` (n, d) against the calibration's ``reference`` (m, d), one test per numeric or
+    categorical column and one of the missing rate per column with a missing value in either,
+    Holm-adjusted together, each named by its original column; sorted by p-value ascending.
+    A categorical entry carries the cells' shares before and after (``frequencies``)."""
+    ref = _matrix(reference, "reference")
+    win = _matrix(window, "window")
+    entries: list[dict[str, Any]] = []
+    for j, feature in enumerate(schema.features):
+        r, w = ref[:, j], win[:, j]
+        r_missing, w_missing = np.isnan(r), np.isnan(w)
+        if feature.kind == "categorical":
+            n_codes = int(feature.unseen) + 1  # vocabulary, other, unseen
+            cells = [*feature.vocabulary, "other", "unseen", "missing"]
+            out = category_test(_cell_counts(r, n_codes), _cell_counts(w, n_codes), cells,
+                                seed=seed + j)
+            entries.append({"feature": feature.name, "type": "categorical", **out})
+            continue
+        r_present, w_present = r[~r_missing], w[~w_missing]
+        if r_present.size >= 2 and w_present.size >= 2:
+            statistic, p_value = ks_statistics(r_present[:, None], w_present[:, None])
+            entries.append({"feature": feature.name, "type": "numeric", "test": "ks",
+                            "statistic": float(statistic[0]), "p_value": float(p_value[0])})
+        if r_missing.any() or w_missing.any():
+            out = missing_rate_test(int(r.size), int(r_missing.sum()), int(w.size),
+                                    int(w_missing.sum()))
+            entries.append({"feature": feature.name, "type": "missing", **out})
+    adjusted = holm_adjusted([e["p_value"] for e in entries])
+    for entry, p in zip(entries, adjusted.tolist(), strict=True):
+        entry["p_adjusted"] = float(p)
+    order = sorted(range(len(entries)),
+                   key=lambda i: (entries[i]["p_value"], -abs(entries[i]["statistic"])))
+    end = int(start_index) + win.shape[0] - 1 if end_index is None else int(end_index)
+    return {
+        "method": TYPED_METHOD,
+        "guarantee": TYPED_GUARANTEE,
+        "window": {"start_index": int(start_index), "end_index": end, "n": int(win.shape[0])},
+        "features": [entries[i] for i in order],
+    }
+
+
+def _cell_counts(codes: FloatArray, n_codes: int) -> NDArray[np.int64]:
+    """Counts of codes 0..n_codes-1 and a last cell of the missing (NaN) values."""
+    missing = np.isnan(codes)
+    counts = np.bincount(codes[~missing].astype(np.intp), minlength=n_codes)[:n_codes]
+    return np.append(counts, int(missing.sum())).astype(np.int64)
+
+
 def ks_statistics(reference: FloatArray, window: FloatArray) -> tuple[FloatArray, FloatArray]:
     """KS distance and two-sided p-value of each column of ``window`` against the same
     column of ``reference``."""
@@ -173,7 +246,8 @@ class AlarmAttribution:
     """
 
     def __init__(
-        self, calibration_X: ArrayLike, feature_names: Sequence[str], window: int = DEFAULT_WINDOW
+        self, calibration_X: ArrayLike, feature_names: Sequence[str], window: int = DEFAULT_WINDOW,
+        schema: FeatureSchema | None = None,
     ) -> None:
         if not (isinstance(window, int) and window >= 20):
             raise ValueError(f"window must be an integer >= 20, got {window!r}")
@@ -183,6 +257,9 @@ class AlarmAttribution:
                 f"{len(feature_names)} feature names for {reference.shape[1]} calibration columns"
             )
         self.window = window
+        #: A tabular stream's schema: its code rows are attributed by type
+        #: (:func:`attribute_mixed`); None for numeric features (:func:`attribute_features`).
+        self.schema = schema
         self.feature_names = tuple(str(name) for name in feature_names)
         self._reference = np.sort(reference, axis=0)
         self._open: list[_OpenWindow] = []
@@ -245,10 +322,15 @@ class AlarmAttribution:
             w.end_index = int(first_index) + take - 1
             if len(w.rows) == size:
                 reference = self._reference if w.reference is None else w.reference
-                done.append(CompletedAttribution(w.alarm_id, attribute_features(
-                    reference, np.asarray(w.rows), self.feature_names,
-                    w.start_index, w.end_index,
-                )))
+                if self.schema is None:
+                    attribution = attribute_features(
+                        reference, np.asarray(w.rows), self.feature_names,
+                        w.start_index, w.end_index)
+                else:
+                    attribution = attribute_mixed(
+                        reference, np.asarray(w.rows), self.schema, w.start_index,
+                        w.end_index, seed=w.start_index)
+                done.append(CompletedAttribution(w.alarm_id, attribution))
         self._open = [w for w in self._open if len(w.rows) < (w.size or self.window)]
         return done
 

@@ -67,9 +67,16 @@ class Calibration:
     def n_classes(self) -> int | None:
         return int(self.predictions.shape[1]) if self.predictions.ndim == 2 else None
 
+    @property
+    def encoded(self) -> np.ndarray:
+        """The matrix the covariate scorer, the OOD feature scorers and the density ratio read
+        (:meth:`FeatureSchema.encode`): ``features`` itself for a plain schema."""
+        return self.schema.encode(self.features)
+
     def inputs(self) -> dict[str, np.ndarray]:
-        """Arrays by OOD input kind (``features``, ``logits``, ``embedding``)."""
-        out = {"features": self.features}
+        """Arrays by OOD input kind (``features``: the schema's embedding of the code matrix,
+        the features themselves for a plain schema; ``logits``, ``embedding``)."""
+        out = {"features": self.encoded}
         if self.logits is not None:
             out["logits"] = self.logits
         if self.embedding is not None:

@@ -22,6 +22,7 @@ from monitor.core.detectors.base import FloatArray, as_row, check_int
 from monitor.core.diagnosis import MIN_EVIDENCE, OUTSIDE_SUPPORT_LEVEL, PENALISED_LEVEL
 from monitor.core.martingales.alarms import EventRateThreshold, Ville
 from monitor.core.martingales.state import check_state, new_state
+from monitor.core.ood import Scorer, make_scorer
 from monitor.streams.config import BUDGET_SHARE, DEFAULT_THRESHOLD
 from monitor.streams.detector_batches import BatchResult, BatchUpdates
 from monitor.streams.detector_diagnosis import DetectorAlarm, EventIndex, PendingAlarm
@@ -129,7 +130,8 @@ class StreamDetectors(BatchUpdates):
 
     @classmethod
     def from_config(
-        cls, config: StreamConfig, calibration_X: ArrayLike, calibration_scores: ArrayLike
+        cls, config: StreamConfig, calibration_X: ArrayLike, calibration_scores: ArrayLike,
+        *, mixed: bool = False, ratio_columns: ArrayLike | None = None,
     ) -> StreamDetectors:
         """Both monitors as a :class:`monitor.streams.config.StreamConfig` describes them.
 
@@ -139,6 +141,11 @@ class StreamDetectors(BatchUpdates):
         keeps its own default (Composite Jumper for the covariate monitor, the one-sided plug-in
         power for the conditional monitor: ``docs/detectors.md``). ``max_reference`` needs
         ``weighted: false``; a weighted stream bounds its reference with ``reference_window``.
+
+        ``mixed``: ``calibration_X`` is a tabular schema's mixed embedding (docs/tabular.md),
+        already scaled, so a ``knn`` covariate score reads it without standardising again (its
+        squared distance is then the Gower-type distance); ``ratio_columns`` are its numeric
+        columns, the only ones the density ratio's normal-scores transform applies to.
         """
         betting: dict[str, Any] = {}
         if config.betting is not None:
@@ -154,8 +161,12 @@ class StreamDetectors(BatchUpdates):
             for name, alarm in (("covariate", cov_alarm), ("conditional", config.alarm))
             if alarm.budget_seconds is not None
         }
+        scorer: Scorer | str = config.covariate_score
+        if mixed and scorer == "knn":
+            scorer = make_scorer("knn", standardize=False, normalize=False, k=1,
+                                 input_kind="features")
         covariate = CovariateMonitor(
-            config.covariate_score,
+            scorer,
             calibration_X,
             rule=cov_alarm.rule,
             threshold=_first_threshold(cov_alarm),
@@ -177,6 +188,7 @@ class StreamDetectors(BatchUpdates):
             max_reference=config.max_reference,
             reference_window=config.reference_window,
             seed=config.seed,
+            ratio_columns=ratio_columns,
             **betting,
         )
         for monitor, alarm in ((covariate, cov_alarm), (conditional, config.alarm)):

@@ -251,7 +251,9 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
         return np.asarray(self.feature_values(names), dtype=float)
 
 
-_FLOAT_ONLY = {float}
+#: The types of a numeric event's feature values (``set(map(type, values)) == FLOAT_ONLY``).
+FLOAT_ONLY = frozenset({float})
+_FLOAT_ONLY = FLOAT_ONLY
 
 
 def _keys(features: list[Any] | dict[str, Any]) -> tuple[str, ...] | None:

@@ -35,9 +35,13 @@ def calibration_scores(config: StreamConfig, calibration: Calibration) -> np.nda
 
 
 def build_detectors(config: StreamConfig, calibration: Calibration) -> StreamDetectors:
-    """Covariate + conditional monitors with diagnosis (docs/detectors.md)."""
+    """Covariate + conditional monitors with diagnosis (docs/detectors.md), on the schema's
+    embedding of the calibration features (the features themselves for a plain schema)."""
     return StreamDetectors.from_config(
-        config, calibration.features, calibration_scores(config, calibration)
+        config, calibration.encoded, calibration_scores(config, calibration),
+        mixed=not calibration.schema.is_plain,
+        ratio_columns=None if calibration.schema.is_plain
+        else calibration.schema.numeric_columns,
     )
 
 

@@ -22,7 +22,7 @@ from monitor.core.scores import SCALED_RESIDUALS
 from monitor.streams.attribution import AlarmAttribution, CompletedAttribution
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
-from monitor.streams.events import Event, InvalidEvent, PredictionEvent
+from monitor.streams.events import FLOAT_ONLY, Event, InvalidEvent, PredictionEvent
 from monitor.streams.factory import build_detectors, build_ood, conditional_score
 from monitor.streams.join import Joined, LabelJoin, Pending
 from monitor.streams.monitor_inputs import ALREADY_PROCESSED, InputChecks, check_calibration
@@ -34,6 +34,7 @@ from monitor.streams.monitor_versions import (
     VersionedState,
 )
 from monitor.streams.performance import ClosedWindow, PerformanceWindows
+from monitor.streams.quality import StreamQuality
 from monitor.streams.records import (
     Alarm,
     AlarmEvidence,
@@ -41,6 +42,7 @@ from monitor.streams.records import (
     PerformanceWindow,
     TracePoint,
 )
+from monitor.streams.schema import FeatureRow
 
 __all__ = ["ALREADY_PROCESSED", "STATE_VERSION", "FeatureOrderError", "StreamMonitor"]
 
@@ -73,8 +75,11 @@ class StreamMonitor(InputChecks, VersionedState):
         self.join = LabelJoin(config.labels.max_pending, config.labels.max_delay_seconds)
         self.performance = PerformanceWindows(calibration.n_classes, config.performance.window)
         self.attribution = AlarmAttribution(
-            calibration.features, self.feature_names, config.attribution.window
+            calibration.features, self.feature_names, config.attribution.window,
+            schema=None if calibration.schema.is_plain else calibration.schema,
         )
+        #: Data quality and schema changes, beside the two monitors (docs/tabular.md).
+        self.quality = StreamQuality(config.name, config, calibration.schema, config_version)
         #: Set by a replay of dead letters: an event whose kind and id the label join still
         #: knows (:meth:`LabelJoin.processed`) is refused with an :data:`ALREADY_PROCESSED`
         #: reason instead of being processed a second time. Not part of the state.
@@ -127,19 +132,22 @@ class StreamMonitor(InputChecks, VersionedState):
         d = self.calibration.n_features
         needs_scale = config.conditional_score in SCALED_RESIDUALS
         plain = self.calibration.feature_names is None and not ood_kinds \
-            and self.calibration.logits is None and self.calibration.embedding is None
+            and self.calibration.logits is None and self.calibration.embedding is None \
+            and self.calibration.schema.is_plain
         for k, event in enumerate(events):
             ts = event.ts or fallback_ts(k)
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
             try:
                 if isinstance(event, PredictionEvent):
-                    features = event.features
+                    features: Any = event.features
+                    read = None
                     # The common case inline (a list of d numbers, a number, no OOD inputs);
                     # anything else through the full checks, with their messages.
                     if not (plain and type(features) is list and len(features) == d
+                            and set(map(type, features)) == FLOAT_ONLY
                             and event.logits is None and event.embedding is None):
-                        features = self._feature_list(event)
+                        features, read = self._read_features(event)
                         self._ood_lists(event, ood_kinds)
                     raw = event.prediction
                     prediction: float | tuple[float, ...] = (
@@ -161,6 +169,8 @@ class StreamMonitor(InputChecks, VersionedState):
                     self.event_index = index + 1
                     batch.add_prediction(event.id, index, ts, features,
                                          self._ood_lists(event, ood_kinds) if ood_kinds else {})
+                    if read is not None:
+                        batch.add_read(read)
                     seconds = ts.timestamp()
                     join.add_prediction(Pending(event.id, index, seconds, tuple(features),
                                                 prediction, scale))
@@ -187,8 +197,11 @@ class StreamMonitor(InputChecks, VersionedState):
     def _advance(self, batch: _Batch) -> None:
         """Both monitors and the OOD rule over the batch laid out by :meth:`step`."""
         d = self.calibration.n_features
-        X_cov = np.array(batch.cov_rows, np.float64).reshape(len(batch.cov_rows), d)
-        X_cond = np.array(batch.cond_rows, np.float64).reshape(len(batch.cond_rows), d)
+        schema = self.calibration.schema
+        # code rows (docs/tabular.md); the detectors and the OOD scorers read their embedding
+        C_cov = np.array(batch.cov_rows, np.float64).reshape(len(batch.cov_rows), d)
+        C_cond = np.array(batch.cond_rows, np.float64).reshape(len(batch.cond_rows), d)
+        X_cov, X_cond = schema.encode(C_cov), schema.encode(C_cond)
         budgets = self.detectors.budgets
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
@@ -231,9 +244,13 @@ class StreamMonitor(InputChecks, VersionedState):
                 alarms.append((seq, alarm))
                 retired_windows[alarm.id] = retired
         self._retired = [r for r in self._retired if r.detectors.pending]
+        if batch.cov_index:
+            alarms += [(batch.cov_seq[i], alarm) for i, alarm in self.quality.update(
+                self._quality_matrix(C_cov, batch.quality), batch.cov_index, batch.cov_ids,
+                batch.cov_ts, batch.keys)]
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
-        self._attribute_batch(batch, X_cov, alarms, retired_windows)
+        self._attribute_batch(batch, C_cov, alarms, retired_windows)
         self._add_performance(self.performance.add(
             batch.cond_predictions, batch.cond_labels, batch.cond_index, batch.cond_ts
         ))
@@ -248,6 +265,20 @@ class StreamMonitor(InputChecks, VersionedState):
             for decision in self.ood.windows():
                 ts = batch.cov_ts[decision.end_index - first]
                 self._windows.append(self._window_record(decision, ts))
+
+    def _quality_matrix(
+        self, C_cov: np.ndarray, read: Sequence[tuple[int, tuple[bool, ...]]]
+    ) -> np.ndarray:
+        """The (n, k) data-quality indicators of prediction events with code rows ``C_cov``:
+        vectorised from the codes for a stream of numeric features, else as the schema read
+        each event (``read``: ``(position, indicators)``)."""
+        schema = self.calibration.schema
+        if all(kind == "numeric" for kind in schema.kinds):
+            return schema.numeric_quality(C_cov)
+        out = np.zeros((C_cov.shape[0], len(schema.indicators)), dtype=bool)
+        for position, quality in read:
+            out[position] = quality
+        return out
 
     def _attribute_batch(
         self, batch: _Batch, X_cov: np.ndarray, alarms: list[tuple[int, Alarm]],
@@ -342,6 +373,10 @@ class _Batch:
     cond_before: list[int] = field(default_factory=list)
     cond_predictions: list[Any] = field(default_factory=list)
     cond_labels: list[Any] = field(default_factory=list)
+    #: ``(position, indicators)`` of the predictions the schema read (docs/tabular.md)
+    quality: list[tuple[int, tuple[bool, ...]]] = field(default_factory=list)
+    #: ``(position, unknown keys, absent features)`` of the predictions that had any
+    keys: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     seq: int = 0
 
     def add_prediction(
@@ -356,6 +391,13 @@ class _Batch:
         self.seq += 1
         for kind, value in inputs.items():
             self.ood_rows.setdefault(kind, []).append(value)
+
+    def add_read(self, read: FeatureRow) -> None:
+        """What the schema read of the last prediction added: its indicators, its keys."""
+        position = len(self.cov_index) - 1
+        self.quality.append((position, read.quality))
+        if read.unknown or read.absent:
+            self.keys.append((position, read.unknown, read.absent))
 
     def add_joined(self, joined: Joined, config: StreamConfig) -> None:
         pending = joined.pending

@@ -14,8 +14,9 @@ from typing import Any
 from monitor.core.scores import SCALED_RESIDUALS
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import StreamConfig
-from monitor.streams.events import InvalidEvent, PredictionEvent
+from monitor.streams.events import FLOAT_ONLY, InvalidEvent, PredictionEvent
 from monitor.streams.join import LabelJoin, Pending
+from monitor.streams.schema import FeatureRow
 
 __all__ = ["ALREADY_PROCESSED", "ConfiguredStream", "InputChecks", "check_calibration"]
 
@@ -86,6 +87,27 @@ class InputChecks(ConfiguredStream):
             f"{version}, whose features ({before}) the version {self.config_version} "
             f"detectors ({_listed(self.feature_names)}) cannot use"
         )
+
+    def _read_features(self, event: PredictionEvent) -> tuple[list[float], FeatureRow | None]:
+        """The event's code row (docs/tabular.md) and, when the schema read it, the
+        :class:`FeatureRow` (its data-quality indicators and keys). Numbers in the stream's
+        order and width take today's path (:meth:`_feature_list`), with today's messages."""
+        schema = self.calibration.schema
+        features = event.features
+        if schema.is_plain:
+            values = (features.values() if isinstance(features, dict) else features)
+            names = self.calibration.feature_names
+            if set(map(type, values)) == FLOAT_ONLY and (
+                    not isinstance(features, dict) or names is None
+                    or (len(features) == len(names) and all(n in features for n in names))):
+                return self._feature_list(event), None
+        if isinstance(features, list) and len(features) != self.calibration.n_features:
+            raise InvalidEvent(
+                f"wrong feature dimension: got {len(features)}, "
+                f"stream {self.name!r} expects {self.calibration.n_features}"
+            )
+        read = schema.read(features)
+        return read.codes, read
 
     def _feature_list(self, event: PredictionEvent) -> list[float]:
         """The event's features in the stream's order, checked against its width (a list: the

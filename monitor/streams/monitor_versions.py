@@ -21,6 +21,7 @@ from monitor.streams.detectors import StreamDetectors
 from monitor.streams.join import LabelJoin
 from monitor.streams.monitor_records import AlarmRecords, json_safe
 from monitor.streams.performance import PerformanceWindows
+from monitor.streams.quality import StreamQuality
 from monitor.streams.records import Alarm, AlarmEvidence, OODWindow, PerformanceWindow, alarm_id
 
 __all__ = ["STATE_VERSION", "FeatureOrderError", "RetiredDetectors", "VersionedState"]
@@ -46,6 +47,7 @@ class VersionedState(AlarmRecords):
     join: LabelJoin
     performance: PerformanceWindows
     attribution: AlarmAttribution
+    quality: StreamQuality
     _windows: list[OODWindow]
     _retired: list[RetiredDetectors]
     _closed: list[Alarm]
@@ -73,6 +75,9 @@ class VersionedState(AlarmRecords):
             "attribution": self.attribution.state_dict(keep_reference=bool(self._unrevised)),
             "attributed": [[done.alarm_id, done.attribution, ts.isoformat()]
                            for done, ts in self._attributed],
+            # data quality and schema changes (docs/tabular.md); a checkpoint without it, of
+            # before, starts them afresh
+            "quality": self.quality.state_dict(),
             **self._carried_state(),
         }
 
@@ -122,6 +127,7 @@ class VersionedState(AlarmRecords):
         self._retired = [RetiredDetectors.load(r) for r in state.get("retired", [])]
         if self.ood is not None and state["ood"] is not None:
             self.ood = type(self.ood).from_state(state["ood"])
+        self.quality.load_state(state.get("quality"))
 
     def _close_old_ood(self, state: dict[str, Any] | None) -> None:
         """At a configuration update: close the old version's partial OOD window (decided by

@@ -300,6 +300,22 @@ class FeatureSchema:
                 quality.append(not missing and not feature.seen_in_a(category_text(value)))
         return FeatureRow(codes, tuple(quality), unknown, absent)
 
+    def numeric_quality(self, C: np.ndarray) -> np.ndarray:
+        """The (n, 2d) data-quality indicators of a code matrix of a schema whose features are
+        all numeric (as :meth:`read` gives them, per feature ``missing`` then
+        ``out_of_range``), vectorised: the batch path's events of a numeric stream."""
+        if not all(isinstance(f, NumericFeature) for f in self.features):
+            raise ValueError("numeric_quality needs a schema of numeric features only")
+        C = np.asarray(C, dtype=float).reshape(-1, len(self.features))
+        low = np.array([f.low for f in self.features])  # type: ignore[union-attr]
+        high = np.array([f.high for f in self.features])  # type: ignore[union-attr]
+        missing = np.isnan(C)
+        with np.errstate(invalid="ignore"):
+            outside = ~missing & ~((low <= C) & (high >= C))
+        out = np.empty((C.shape[0], 2 * len(self.features)), dtype=bool)
+        out[:, 0::2], out[:, 1::2] = missing, outside
+        return out
+
     def codes(self, rows: Sequence[Sequence[Any]]) -> np.ndarray:
         """The code matrix of raw rows in the schema's order (``None`` for missing).
 

@@ -150,9 +150,11 @@ def test_npz_checkpoint_loads_and_continues_exactly(
     now = _layout(monitor.state_dict())
     # Keys added since (read with defaults when absent): the configuration version in force,
     # the alarms waiting for their evidence and the diagnosis' min_events (alarm revisions), the
-    # open performance window and attribution windows (docs/explain.md).
+    # open performance window and attribution windows (docs/explain.md), data quality and
+    # schema changes (docs/tabular.md).
     assert set(now) - set(_layout(old_state)) == {
-        "config_version", "version_since", "unrevised", "performance", "attribution", "attributed"
+        "config_version", "version_since", "unrevised", "performance", "attribution", "attributed",
+        "quality",
     }
     assert now["detectors"].pop("pending") == []
     assert now["detectors"]["params"].pop("min_events") == "int"

@@ -57,7 +57,7 @@ class PerEventStream:
         self.monitor = monitor
         # The checked features of the last prepared batch's events, by id(event); the event is
         # kept beside them so that its id cannot be reused while the entry lives.
-        self._prepared: dict[int, tuple[PredictionEvent, np.ndarray]] = {}
+        self._prepared: dict[int, tuple[PredictionEvent, tuple[np.ndarray, Any]]] = {}
 
     def prepare(self, events: Sequence[Event]) -> None:
         """Score the inputs of a batch's prediction events at once before they are observed
@@ -72,9 +72,9 @@ class PerEventStream:
                 except InvalidEvent:
                     continue
                 prepared[id(event)] = (event, x)
-                rows.append(x)
+                rows.append(x[0])
         if rows:
-            self.monitor.detectors.covariate.prepare(np.vstack(rows))
+            self.monitor.detectors.covariate.prepare(_encoded(self.monitor, np.vstack(rows)))
 
     def observe(self, event: Event, fallback_ts: datetime) -> None:
         """Validate ``event`` against the stream, then update its monitors.
@@ -95,10 +95,11 @@ class PerEventStream:
     def _observe_prediction(self, event: PredictionEvent, ts: datetime) -> None:
         m = self.monitor
         found = self._prepared.pop(id(event), None)
-        x = found[1] if found is not None and found[0] is event else _features(m, event)
+        x, read = found[1] if found is not None and found[0] is event else _features(m, event)
         prediction = m._prediction(event)
         scale = m._scale(event)
-        inputs = _ood_inputs(m, event, x)
+        xe = _encoded(m, x.reshape(1, -1))[0]  # what the detectors and OOD scorers read
+        inputs = _ood_inputs(m, event, xe)
         if event.label is not None:
             m._check_label(event.label)
         m._check_not_processed("prediction", event.id)
@@ -108,11 +109,15 @@ class PerEventStream:
             )
         index = m.event_index
         m.event_index += 1
-        m.detectors.update_covariate(x, index, ts.timestamp())
+        m.detectors.update_covariate(xe, index, ts.timestamp())
         m._attributed += [(d, ts) for d in m.attribution.add(x.reshape(1, -1), index)]
         self._collect_alarms(event.id, index, ts)
         if m._retired:
-            self._revise_retired(x.reshape(1, -1), [index], _NO_ROWS, [], ts)
+            self._revise_retired(xe.reshape(1, -1), [index], _NO_ROWS, [], ts)
+        quality = m._quality_matrix(x.reshape(1, -1), [] if read is None else [(0, read.quality)])
+        keys = [] if read is None or not (read.unknown or read.absent) else [
+            (0, read.unknown, read.absent)]
+        m._alarms += [a for _, a in m.quality.update(quality, [index], [event.id], [ts], keys)]
         self._trace("covariate", index, ts)
         if m.ood is not None:
             m.ood.add(event.id, inputs)
@@ -140,12 +145,13 @@ class PerEventStream:
         ts = datetime.fromtimestamp(pending.ts, UTC)
         score = conditional_score(m.config, pending.prediction, joined.label, pending.scale)
         m.detectors.update_conditional(
-            np.asarray(pending.features), score, pending.event_index, ts.timestamp()
+            _encoded(m, np.asarray(pending.features, np.float64).reshape(1, -1))[0], score,
+            pending.event_index, ts.timestamp()
         )
         m.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)
         if m._retired:
-            row = np.asarray(pending.features, np.float64).reshape(1, -1)
+            row = _encoded(m, np.asarray(pending.features, np.float64).reshape(1, -1))
             self._revise_retired(_NO_ROWS, [], row, [pending.event_index], ts)
         self._trace("conditional", pending.event_index, ts)
         m._add_performance(
@@ -258,8 +264,15 @@ class PerEventPipeline(Pipeline):
         out.touched.add(event.stream)
 
 
-def _features(monitor: StreamMonitor, event: PredictionEvent) -> np.ndarray:
-    return np.asarray(monitor._feature_list(event), dtype=float)
+def _features(monitor: StreamMonitor, event: PredictionEvent) -> tuple[np.ndarray, Any]:
+    """The event's code row and what the schema read of it (None: today's numeric path)."""
+    codes, read = monitor._read_features(event)
+    return np.asarray(codes, dtype=float), read
+
+
+def _encoded(monitor: StreamMonitor, C: np.ndarray) -> np.ndarray:
+    """Code rows as the detectors and the OOD scorers read them (docs/tabular.md)."""
+    return monitor.calibration.schema.encode(C)
 
 
 def _ood_inputs(

@@ -60,12 +60,23 @@ class QuantileNormalizer:
     weighted conformal validity (Tibshirani et al. 2019, Lemma 3) is unaffected.
     """
 
-    def __init__(self, X: FloatArray) -> None:
-        self.sorted = np.sort(X, axis=0)
+    def __init__(self, X: FloatArray, columns: ArrayLike | None = None) -> None:
+        #: Which columns are transformed (None: all); the others pass through unchanged — a
+        #: tabular stream's embedding transforms its numeric columns only (docs/tabular.md).
+        self.columns = None if columns is None else np.asarray(columns, dtype=bool)
+        self.sorted = np.sort(X if self.columns is None else X[:, self.columns], axis=0)
         self._columns = self.sorted.T.tolist()
         self._sorted_T = np.ascontiguousarray(self.sorted.T)
 
     def __call__(self, X: FloatArray) -> FloatArray:
+        if self.columns is not None:
+            out = np.array(X, dtype=np.float64, copy=True)
+            if self.sorted.shape[1]:
+                out[:, self.columns] = self._all(np.ascontiguousarray(X[:, self.columns]))
+            return out
+        return self._all(X)
+
+    def _all(self, X: FloatArray) -> FloatArray:
         if X.shape[0] == 1:
             return self._one(X[0])
         m = self.sorted.shape[0]
@@ -86,11 +97,15 @@ class QuantileNormalizer:
         return ndtri(np.array([ranks], np.float64))
 
     def state(self) -> dict[str, Any]:
-        return {"sorted": self.sorted.copy()}
+        if self.columns is None:
+            return {"sorted": self.sorted.copy()}
+        return {"sorted": self.sorted.copy(), "columns": self.columns.tolist()}
 
     @classmethod
     def load(cls, state: dict[str, Any]) -> QuantileNormalizer:
         obj = cls.__new__(cls)
+        columns = state.get("columns")
+        obj.columns = None if columns is None else np.asarray(columns, dtype=bool)
         obj.sorted = np.asarray(state["sorted"], np.float64)
         obj._columns = obj.sorted.T.tolist()
         obj._sorted_T = np.ascontiguousarray(obj.sorted.T)
@@ -173,6 +188,9 @@ class ConditionalMonitor(MartingaleMonitor):
     ratio_features
         What the density ratio sees: ``"quantile"`` (normal scores of x under the calibration
         ECDF, :class:`QuantileNormalizer`) or ``"raw"`` (x itself).
+    ratio_columns
+        With ``"quantile"``: which columns of x get normal scores (None: all); the others,
+        a tabular stream's one-hot and missing-indicator columns, pass through as they are.
 
     Examples
     --------
@@ -215,6 +233,7 @@ class ConditionalMonitor(MartingaleMonitor):
         restart_on_adaptation: bool = True,
         ratio_features: str = "quantile",
         ratio_learning_rate: float = 0.05,
+        ratio_columns: ArrayLike | None = None,
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
         _check_params(weighted, batch_size, penalty_alpha, rebaseline, max_reference, seed)
@@ -242,6 +261,8 @@ class ConditionalMonitor(MartingaleMonitor):
         self.reference_window = reference_window
         self.restart_on_adaptation = restart_on_adaptation
         self.ratio_features = ratio_features
+        self.ratio_columns = None if ratio_columns is None else [
+            bool(c) for c in np.asarray(ratio_columns, dtype=bool).tolist()]
         self.ratio_learning_rate = ratio_learning_rate
 
         self._threshold_arg = threshold
@@ -262,7 +283,7 @@ class ConditionalMonitor(MartingaleMonitor):
         if not self.weighted or X is None:
             return ConformalPValue(scores, seed=seed, max_reference=self.max_reference)
         if self.ratio_features == "quantile":
-            self._transform = QuantileNormalizer(X)
+            self._transform = QuantileNormalizer(X, self.ratio_columns)
             X = self._transform(X)
         ratio = OnlineDensityRatio(
             self._n_features,
@@ -578,6 +599,8 @@ class ConditionalMonitor(MartingaleMonitor):
             "restart_on_adaptation": self.restart_on_adaptation,
             "ratio_features": self.ratio_features,
             "ratio_learning_rate": self.ratio_learning_rate,
+            # a tabular stream's numeric columns (absent from the state of a numeric stream)
+            **({} if self.ratio_columns is None else {"ratio_columns": self.ratio_columns}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -604,6 +627,7 @@ class ConditionalMonitor(MartingaleMonitor):
         params = dict(state["params"])
         obj._threshold_arg = params.pop("threshold")
         obj.reference_window = None  # states saved before the window: the unbounded reference
+        obj.ratio_columns = None
         for name, value in params.items():
             setattr(obj, name, value)
         obj.calibration_scores, obj.calibration_X = None, None
