@@ -22,7 +22,7 @@ from monitor.core.scores import SCALED_RESIDUALS
 from monitor.streams.attribution import AlarmAttribution, CompletedAttribution
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
-from monitor.streams.events import FLOAT_ONLY, Event, InvalidEvent, PredictionEvent
+from monitor.streams.events import Event, InvalidEvent, PredictionEvent
 from monitor.streams.factory import build_detectors, build_ood, conditional_score
 from monitor.streams.join import Joined, LabelJoin, Pending
 from monitor.streams.monitor_inputs import ALREADY_PROCESSED, InputChecks, check_calibration
@@ -144,8 +144,9 @@ class StreamMonitor(InputChecks, VersionedState):
                     read = None
                     # The common case inline (a list of d numbers, a number, no OOD inputs);
                     # anything else through the full checks, with their messages.
+                    # (the decoders give a list only of numbers: a feature list with a string,
+                    # a boolean or a null decodes to a tuple)
                     if not (plain and type(features) is list and len(features) == d
-                            and set(map(type, features)) == FLOAT_ONLY
                             and event.logits is None and event.embedding is None):
                         features, read = self._read_features(event)
                         self._ood_lists(event, ood_kinds)
