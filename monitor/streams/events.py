@@ -401,7 +401,13 @@ def decode_event(
     if raw is None:
         raise InvalidEvent(NO_VALUE)
     if not isinstance(raw, dict) and len(raw) <= max_bytes:
-        event = _fast(raw, _FAST.decode) or _fast(raw, _tabular)
+        try:
+            event: Event | None = _FAST.decode(raw)
+        except Exception:  # rejected: the second fast decoder, else the reference
+            event = _fast(raw, _tabular)
+        else:
+            if event.ts is not None and _suspect_ts(raw):  # type: ignore[union-attr]
+                event = _with_pydantic_ts(event, raw)  # type: ignore[arg-type]
         if event is not None:
             return event
     return _public(_decode_slow(raw, max_bytes))
