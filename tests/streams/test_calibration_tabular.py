@@ -11,7 +11,7 @@ import pytest
 
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import StreamConfig
-from tests.streams.tabular_data import cars, penguins, wire_rows
+from tests.support.tabular_data import cars, penguins, wire_rows
 
 
 def numeric_rows(n: int = 30) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from monitor.streams.schema import (
     NumericFeature,
     SchemaError,
 )
-from tests.streams.tabular_data import cars, penguins
+from tests.support.tabular_data import cars, penguins
 
 # -- inference on real data -----------------------------------------------------------------------
 
