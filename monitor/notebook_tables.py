@@ -36,7 +36,7 @@ Features = np.ndarray | list[list[Any]]
 class Batch:
     """A validated batch: plain Python values, ready to become events."""
 
-    def __init__(self, ids: list[str], features: list[list[Any]], predictions: list[Any],
+    def __init__(self, ids: list[str], features: list[Any], predictions: list[Any],
                  labels: list[Any]) -> None:
         self.ids, self.features, self.predictions, self.labels = ids, features, predictions, labels
 
@@ -77,9 +77,12 @@ class Columns:
         if width != self.n_features:
             raise ValueError(f"features have {width} columns, the calibration has "
                              f"{self.n_features}")
-        rows = X.tolist() if isinstance(X, np.ndarray) else X
-        if not isinstance(X, np.ndarray):
-            _check_rows(rows, schema)
+        if isinstance(X, np.ndarray):
+            rows: list[Any] = X.tolist()
+        else:
+            _check_rows(X, schema)
+            # as the wire decodes them: a list holds numbers only, other values are a tuple
+            rows = [tuple(r) for r in X]
         P = _predictions(predictions, n, self.n_classes)
         y = [None] * n if labels is None else _labels(labels, n, self.n_classes)
         names = [str(first + k) for k in range(n)] if ids is None else [str(i) for i in ids]

@@ -264,7 +264,7 @@ def _raw_rows(events: Sequence[PredictionEvent], names: tuple[str, ...] | None) 
         if len(event.features) != width:
             raise CalibrationError(f"calibration row {i}: {len(event.features)} features, "
                                    f"row 0 has {width}")
-    return [list(e.features) for e in events]  # type: ignore[arg-type]
+    return [list(e.features) for e in events]
 
 
 def _optional(events: Sequence[PredictionEvent], name: str) -> np.ndarray | None:

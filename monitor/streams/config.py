@@ -305,7 +305,7 @@ class StreamConfig(_Strict):
         return self.score
 
 
-def _check_declaration(features: dict[str, str] | None,
+def _check_declaration(features: dict[str, FeatureKind] | None,
                        vocabulary: dict[str, list[Any]] | None) -> None:
     """A ``features:`` / ``vocabulary:`` declaration that can describe a schema."""
     if features is not None and not features:

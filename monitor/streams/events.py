@@ -214,8 +214,10 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
 
     kind: ClassVar[Literal["prediction"]] = "prediction"
     #: Raw feature values, by position or by name (an absent name is a missing value); a
-    #: stream's :class:`~monitor.streams.schema.FeatureSchema` reads them into a code row.
-    features: Annotated[list[_FastValue], msgspec.Meta(min_length=1)] | dict[str, _FastValue]
+    #: stream's :class:`~monitor.streams.schema.FeatureSchema` reads them into a code row. By
+    #: position, a ``list`` holds numbers only (the numeric streams' fast path relies on it);
+    #: values among which is a string, a boolean or ``null`` come as a ``tuple``.
+    features: Annotated[list[_FastNumber], msgspec.Meta(min_length=1)] | dict[str, _FastValue]
     prediction: _FastNumber | Annotated[list[_FastNumber], msgspec.Meta(min_length=2)]
     logits: list[_FastNumber] | None = None
     embedding: list[_FastNumber] | None = None
@@ -239,12 +241,13 @@ class PredictionEvent(_EventStruct, frozen=True, tag="prediction"):
             if names is not None and (len(features) != len(names)
                                       or any(n not in features for n in names)):
                 raise InvalidEvent(_name_mismatch(features, names))
-            values = list(features.values()) if names is None else [features[n] for n in names]
+            values: list[Any] = (list(features.values()) if names is None
+                                 else [features[n] for n in names])
         else:
-            values = features
+            values = features if type(features) is list else list(features)
         if set(map(type, values)) != _FLOAT_ONLY:  # in C: the numeric path stays fast
             raise InvalidEvent(_not_numbers(values, names or _keys(features)))
-        return values  # type: ignore[return-value]
+        return values
 
     def feature_vector(self, names: tuple[str, ...] | None) -> np.ndarray:
         """:meth:`feature_values` as a float vector."""
@@ -292,6 +295,38 @@ Event = PredictionEvent | LabelEvent
 
 #: One decoder of the tagged union, reused: it validates while it parses.
 _FAST = msgspec.json.Decoder(Event)
+
+
+class _TabularPrediction(_EventStruct, frozen=True, tag="prediction"):
+    """A prediction whose feature list holds other values than numbers: decoded by a second
+    fast decoder (:func:`_tabular`) into this, then given as a :class:`PredictionEvent` whose
+    features are a ``tuple``."""
+
+    features: Annotated[tuple[_FastValue, ...], msgspec.Meta(min_length=1)]
+    prediction: _FastNumber | Annotated[list[_FastNumber], msgspec.Meta(min_length=2)]
+    logits: list[_FastNumber] | None = None
+    embedding: list[_FastNumber] | None = None
+    scale: _FastScale | None = None
+    label: int | _FastNumber | None = None
+
+
+#: In a tagged union, as :data:`_FAST`: a lone tagged struct would take an event without a kind.
+_FAST_TABULAR = msgspec.json.Decoder(_TabularPrediction | LabelEvent)
+
+
+def _tabular(raw: bytes | bytearray | memoryview | str) -> Event:
+    """The second fast decoder: a prediction with a feature list of any values."""
+    event = _FAST_TABULAR.decode(raw)
+    if isinstance(event, LabelEvent):  # pragma: no cover - the first decoder takes labels
+        return event
+    features: Any = event.features
+    if set(map(type, features)) == _FLOAT_ONLY:  # pragma: no cover - the first decoder's
+        features = list(features)
+    return PredictionEvent(
+        stream=event.stream, id=event.id, ts=event.ts, meta=event.meta, features=features,
+        prediction=event.prediction, logits=event.logits, embedding=event.embedding,
+        scale=event.scale, label=event.label,
+    )
 
 
 class _TsOnly(msgspec.Struct):
@@ -369,16 +404,27 @@ def decode_event(
         raise InvalidEvent(NO_VALUE)
     if not isinstance(raw, dict) and len(raw) <= max_bytes:
         try:
-            event: Event = _FAST.decode(raw)
-        except Exception:  # rejected or doubtful: the reference decides (and says why)
-            pass
+            event: Event | None = _FAST.decode(raw)
+        except Exception:  # rejected: the second fast decoder, else the reference
+            event = _fast(raw, _tabular)
         else:
-            if event.ts is None or not _suspect_ts(raw):
-                return event
-            checked = _with_pydantic_ts(event, raw)
-            if checked is not None:
-                return checked
+            if event.ts is not None and _suspect_ts(raw):  # type: ignore[union-attr]
+                event = _with_pydantic_ts(event, raw)  # type: ignore[arg-type]
+        if event is not None:
+            return event
     return _public(_decode_slow(raw, max_bytes))
+
+
+def _fast(raw: bytes | bytearray | memoryview | str, decode: Any) -> Event | None:
+    """``raw`` by a fast decoder, its ``ts`` as pydantic reads it; None when rejected or
+    doubtful (the reference decides then, and says why)."""
+    try:
+        event: Event = decode(raw)
+    except Exception:
+        return None
+    if event.ts is None or not _suspect_ts(raw):
+        return event
+    return _with_pydantic_ts(event, raw)
 
 
 def decode_batch(
@@ -427,8 +473,10 @@ def decode_batch(
                     retry.append(i)
                 out[i] = checked
     for i in retry:
+        value = values[i]
+        event = _fast(value, _tabular) if len(value) <= max_bytes else None
         try:
-            out[i] = _public(_decode_slow(values[i], max_bytes))
+            out[i] = event if event is not None else _public(_decode_slow(value, max_bytes))
         except InvalidEvent as exc:
             out[i] = exc
     return out
@@ -479,12 +527,15 @@ def _public(model: _PredictionModel | _LabelModel) -> Event:
     if isinstance(model, _LabelModel):
         return LabelEvent(stream=model.stream, id=model.id, ts=_public_ts(model.ts),
                           meta=model.meta, label=model.label)
+    features = model.features
+    if isinstance(features, list) and set(map(type, features)) != _FLOAT_ONLY:
+        features = tuple(features)  # type: ignore[assignment]  # not numbers only
     return PredictionEvent(
         stream=model.stream,
         id=model.id,
         ts=_public_ts(model.ts),
         meta=model.meta,
-        features=model.features,
+        features=features,  # type: ignore[arg-type]
         prediction=model.prediction,
         logits=model.logits,
         embedding=model.embedding,

@@ -107,7 +107,7 @@ class CategoricalFeature:
         return float(len(self.vocabulary) + 1)
 
     def code(self, text: str) -> float:
-        return self._codes.get(text, self.unseen)  # type: ignore[attr-defined, no-any-return]
+        return self._codes.get(text, self.unseen)  # type: ignore[attr-defined]
 
     def seen_in_a(self, text: str) -> bool:
         return text in self._seen_a  # type: ignore[attr-defined]
@@ -390,7 +390,7 @@ class FeatureSchema:
         return f"FeatureSchema({kinds})"
 
 
-# -- fitting ----------------------------------------------------------------------------------------
+# -- fitting ---------------------------------------------------------------------------------------
 
 
 def _part_a(n: int, seed: int) -> np.ndarray:
@@ -465,7 +465,7 @@ def _reference(feature: Feature, values: Sequence[Any], part_a: np.ndarray) -> l
             QualityCount(feature.name, rate, int(part_b.sum()), int((other & part_b).sum()))]
 
 
-# -- state ------------------------------------------------------------------------------------------
+# -- state -----------------------------------------------------------------------------------------
 
 
 def _feature_state(feature: Feature) -> dict[str, Any]:

@@ -34,9 +34,9 @@ def test_object_features_follow_calibration_order() -> None:
     event = decode_event(raw(features={"b": 2.0, "a": 1.0}))
     assert isinstance(event, PredictionEvent)
     assert event.feature_vector(("a", "b")).tolist() == [1.0, 2.0]
-    with pytest.raises(InvalidEvent, match="field 'features.c': missing$"):
+    with pytest.raises(InvalidEvent, match=r"field 'features\.c': missing$"):
         event.feature_vector(("a", "c"))
-    with pytest.raises(InvalidEvent, match="field 'features.b': not one of the stream's 1 "):
+    with pytest.raises(InvalidEvent, match=r"field 'features\.b': not one of the stream's 1 "):
         event.feature_vector(("a",))
 
 
@@ -88,8 +88,11 @@ def test_oversized_event_is_rejected_unread() -> None:
 def test_feature_values_may_be_strings_booleans_and_nulls() -> None:
     event = decode_event(raw(features=[1, "DE", True, None]))
     assert isinstance(event, PredictionEvent)
-    assert event.features == [1.0, "DE", True, None]
+    # a list holds numbers only (the numeric fast path relies on it); other values: a tuple
+    assert event.features == (1.0, "DE", True, None)
     assert type(event.features[0]) is float
+    numeric = decode_event(raw(features=[1, 2.5]))
+    assert isinstance(numeric, PredictionEvent) and numeric.features == [1.0, 2.5]
     named = decode_event(raw(features={"amount": 3, "country": "DE", "vip": False, "age": None}))
     assert isinstance(named, PredictionEvent)
     assert named.features == {"amount": 3.0, "country": "DE", "vip": False, "age": None}
@@ -106,11 +109,11 @@ def test_meta_is_accepted_and_ignored() -> None:
 def test_feature_values_of_a_numeric_stream_name_the_feature() -> None:
     event = decode_event(raw(features={"a": 1, "country": "DE"}))
     assert isinstance(event, PredictionEvent)
-    with pytest.raises(InvalidEvent, match="""field 'features.country': "DE" is not a number"""):
+    with pytest.raises(InvalidEvent, match=r"""field 'features\.country': "DE" is not a number"""):
         event.feature_values(("a", "country"))
     listed = decode_event(raw(features=[1.5, None]))
     assert isinstance(listed, PredictionEvent)
-    with pytest.raises(InvalidEvent, match="field 'features.1': null is not a number"):
+    with pytest.raises(InvalidEvent, match=r"field 'features\.1': null is not a number"):
         listed.feature_values(None)
     names = tuple(f"f{i}" for i in range(18))
     wide = decode_event(raw(features={n: 1.0 for n in names[1:]}))

@@ -29,6 +29,7 @@ from monitor.streams.events import (
     _decode_slow,
     _public,
     _suspect_ts,
+    _tabular,
     _with_pydantic_ts,
     decode_batch,
     decode_event,
@@ -46,8 +47,8 @@ def typed(value: Any) -> Any:
         return (type(value).__name__, value)
     if isinstance(value, float):
         return ("float", repr(value))
-    if isinstance(value, list):
-        return ("list", [typed(v) for v in value])
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [typed(v) for v in value])
     if isinstance(value, dict):
         return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
     if isinstance(value, datetime):
@@ -85,17 +86,18 @@ def check(raw: Raw, max_bytes: int = 256 * 1024) -> None:
     """Every agreement for one input."""
     expected = outcome(reference(raw, max_bytes))
     assert outcome(via_decode_event(raw, max_bytes)) == expected, raw
-    # The raw fast decoder: whatever it accepts, the reference accepts with the same values.
+    # The raw fast decoders: whatever they accept, the reference accepts with the same values.
     if len(raw) <= max_bytes:
-        try:
-            fast = _FAST.decode(raw)
-        except Exception:
-            fast = None
-        if fast is not None:
-            if fast.ts is not None and _suspect_ts(raw):
-                fast = _with_pydantic_ts(fast, raw)
-            assert fast is not None
-            assert outcome(fast) == expected, raw
+        for decode in (_FAST.decode, _tabular):
+            try:
+                fast = decode(raw)
+            except Exception:
+                fast = None
+            if fast is not None:
+                if fast.ts is not None and _suspect_ts(raw):
+                    fast = _with_pydantic_ts(fast, raw)
+                assert fast is not None
+                assert outcome(fast) == expected, raw
 
 
 def check_batch(values: list[Raw], max_bytes: int = 256 * 1024) -> None:

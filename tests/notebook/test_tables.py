@@ -15,7 +15,7 @@ from monitor.notebook_tables import Table, read_features
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.events import PredictionEvent, decode_event
-from tests.streams.tabular_data import penguins
+from tests.support.tabular_data import penguins
 
 OPTIONS = StreamConfig(name="s", task="regression", calibration="x").schema_options
 

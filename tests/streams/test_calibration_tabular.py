@@ -11,7 +11,7 @@ import pytest
 
 from monitor.streams.calibration import Calibration, CalibrationError
 from monitor.streams.config import StreamConfig
-from tests.streams.tabular_data import cars, penguins, wire_rows
+from tests.support.tabular_data import cars, penguins, wire_rows
 
 
 def numeric_rows(n: int = 30) -> list[dict[str, Any]]:
@@ -69,12 +69,12 @@ def test_errors_name_the_row_and_the_feature() -> None:
                                                r"\"C\" is not a number \(the feature is "
                                                "declared numeric\\)$"):
         Calibration.from_rows(rows, kinds={"zurich-class": "numeric"})
-    with pytest.raises(CalibrationError, match="^feature 'colour' is declared"):
+    with pytest.raises(CalibrationError, match=r"^feature 'colour' is declared"):
         Calibration.from_rows(numeric_rows(), kinds={"colour": "categorical"})
     listed = [{"features": [1.0, 2.0], "prediction": 1.0, "label": 1.0}] * 25
-    with pytest.raises(CalibrationError, match="^calibration row 24: 1 features, row 0 has 2"):
+    with pytest.raises(CalibrationError, match=r"^calibration row 24: 1 features, row 0 has 2"):
         Calibration.from_rows([*listed[:24], {**listed[0], "features": [1.0]}])
-    with pytest.raises(CalibrationError, match="^calibration row 2: features are an object"):
+    with pytest.raises(CalibrationError, match=r"^calibration row 2: features are an object"):
         Calibration.from_rows([*listed[:2], *numeric_rows()])
 
 

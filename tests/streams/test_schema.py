@@ -18,7 +18,7 @@ from monitor.streams.schema import (
     NumericFeature,
     SchemaError,
 )
-from tests.streams.tabular_data import cars, penguins
+from tests.support.tabular_data import cars, penguins
 
 # -- inference on real data -----------------------------------------------------------------------
 
@@ -107,7 +107,7 @@ def test_read_object_and_list_forms() -> None:
     with pytest.raises(InvalidEvent, match="""field 'features.amount': "12" is not a number """
                                            r"\(feature 'amount' is numeric\)"):
         schema.read({"amount": "12", "country": "DE", "vip": True})
-    with pytest.raises(InvalidEvent, match="field 'features.amount': true is not a number"):
+    with pytest.raises(InvalidEvent, match=r"field 'features\.amount': true is not a number"):
         schema.read([True, "DE", True])
 
 

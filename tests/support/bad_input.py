@@ -175,7 +175,8 @@ def extra_field(rng: Rng, t: Templates) -> Made:
     event = _event(rng, t)
     name = _pick(rng, ["extra", "Features", "model", "__proto__", "prediction_", "lable"])
     event[name] = _pick(rng, [1, "x", None, {"nested": [1, 2]}])
-    return event["stream"], _dump(event), f"field '{name}': not a field of the event format; put metadata"
+    reason = f"field '{name}': not a field of the event format; put metadata"
+    return event["stream"], _dump(event), reason
 
 
 def wrong_dimension(rng: Rng, t: Templates) -> Made:
@@ -213,7 +214,8 @@ def wrong_value(rng: Rng, t: Templates) -> Made:
     elif choice == 1:
         event["label"] = _pick(rng, ["high", "n/a", "57 units"])
         # Refused by the stream (a text label) or already by the wire format (numbers only).
-        reason = "regression stream expects a numeric 'label'|field 'label': \"[^\"]*\" is a class name"
+        reason = ("regression stream expects a numeric 'label'"
+                  "|field 'label': \"[^\"]*\" is a class name")
     else:
         event["logits"] = [0.1, 2.0, -1.0]
         reason = "'logits' has length 3, stream expects None"
