@@ -134,8 +134,8 @@ def attribute_mixed(
     categorical column and one of the missing rate per column with a missing value in either,
     Holm-adjusted together, each named by its original column; sorted by p-value ascending.
     A categorical entry carries the cells' shares before and after (``frequencies``)."""
-    ref = _matrix(reference, "reference")
-    win = _matrix(window, "window")
+    ref = _matrix(reference, "reference", missing=True)
+    win = _matrix(window, "window", missing=True)
     entries: list[dict[str, Any]] = []
     for j, feature in enumerate(schema.features):
         r, w = ref[:, j], win[:, j]
@@ -251,7 +251,7 @@ class AlarmAttribution:
     ) -> None:
         if not (isinstance(window, int) and window >= 20):
             raise ValueError(f"window must be an integer >= 20, got {window!r}")
-        reference = _matrix(calibration_X, "calibration_X")
+        reference = _matrix(calibration_X, "calibration_X", missing=schema is not None)
         if len(feature_names) != reference.shape[1]:
             raise ValueError(
                 f"{len(feature_names)} feature names for {reference.shape[1]} calibration columns"
@@ -309,7 +309,7 @@ class AlarmAttribution:
         attributions of the windows they completed, in the order the alarms were opened."""
         if not self._open:
             return []
-        rows = _matrix(X, "X", min_rows=0)
+        rows = _matrix(X, "X", min_rows=0, missing=self.schema is not None)
         done: list[CompletedAttribution] = []
         for w in self._open:
             size = w.size or self.window
@@ -397,12 +397,13 @@ def _collected(alarm_id: str, start_index: int | None, n: int, end_index: int) -
         "start_index": start_index, "n": n, "end_index": end_index if n else None}}
 
 
-def _matrix(X: ArrayLike, name: str, min_rows: int = 1) -> FloatArray:
+def _matrix(X: ArrayLike, name: str, min_rows: int = 1, missing: bool = False) -> FloatArray:
+    """A float matrix, finite (``missing``: NaN allowed, a tabular stream's missing value)."""
     arr = np.asarray(X, dtype=np.float64)
     if arr.ndim == 1 and min_rows == 0 and arr.size == 0:
         return arr.reshape(0, 0)
     if arr.ndim != 2 or arr.shape[0] < min_rows:
         raise ValueError(f"{name} must be a 2-d array with >= {min_rows} rows, got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not (np.isfinite(arr) | (missing & np.isnan(arr))).all():
         raise ValueError(f"{name} contains NaN or infinite values")
     return arr

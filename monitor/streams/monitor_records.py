@@ -114,9 +114,14 @@ class AlarmRecords(ConfiguredStream):
         if "density_ratio_coefficients" not in evidence:
             return evidence
         out = dict(evidence)
-        out["density_ratio_directions"] = density_ratio_directions(
-            out.pop("density_ratio_coefficients"), self.feature_names
-        )
+        schema = self.calibration.schema
+        names = self.feature_names if schema.is_plain else schema.encoded_features
+        directions = density_ratio_directions(out.pop("density_ratio_coefficients"), names)
+        if not schema.is_plain:  # one per original column: its embedding column of largest |β|
+            seen: set[str] = set()
+            directions = [d for d in directions
+                          if d["feature"] not in seen and not seen.add(d["feature"])]
+        out["density_ratio_directions"] = directions
         return out
 
     def _alarm_config(self, detector: str) -> AlarmConfig:
