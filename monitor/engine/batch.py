@@ -85,7 +85,7 @@ class Batch:
     performance_windows: Sequence[PerformanceWindow] = ()
     alarm_evidence: Sequence[AlarmEvidence] = ()
     dead_letters: Sequence[DeadLetter] = ()
-    checkpoints: Mapping[str, Checkpoint] = _NONE
+    checkpoints: Mapping[str, Checkpoint] = field(default_factory=dict)
     offsets: Sequence[SourceOffset] = ()
     fencing: Fencing | None = None
     ingested: Sequence[tuple[str, str, str]] = ()
