@@ -25,6 +25,7 @@ from monitor.db.models import (
     SourceOffsetRow,
     TracePointRow,
 )
+from monitor.db.replay_store import persist_replay
 from monitor.db.repositories import ood_flags_query, traces_query
 from monitor.db.store import load_offsets, load_state, persist_batch
 from monitor.engine.batch import Batch
@@ -126,6 +127,14 @@ def test_an_error_mid_batch_leaves_nothing(db_session: Session) -> None:
     assert set(row_counts(db_session).values()) == {0}
     persist_batch(db_session, Batch(**full_batch(0, 40)))  # the session is usable afterwards
     assert row_counts(db_session)["alarms"] == 6
+
+
+def test_a_replay_batch_moving_offsets_is_refused_before_writing(db_session: Session) -> None:
+    batch = Batch(alarms=[alarm(0)], offsets=[SourceOffset(SOURCE, 0, 5)])
+    with pytest.raises(ValueError, match="carries no offsets"):
+        persist_replay(db_session, batch)
+    assert not db_session.in_transaction()
+    assert row_counts(db_session)["alarms"] == 0
 
 
 def test_offsets_only_increase(db_session: Session) -> None:
