@@ -23,7 +23,7 @@ Hierarchy::
     │       calibration data that cannot be used; the message names the line
     ├── SchemaError (ValueError)                    streams.schema
     │       calibration values that do not fit a feature schema; the message names row and feature
-    ├── InvalidEvent (ValueError)                   streams.events
+    ├── InvalidEvent (ValueError)                   streams.event_reference
     │       an event that cannot be processed; the message is its dead-letter reason
     ├── FeatureOrderError (ValueError)              streams.monitor_versions
     │       features that cannot be read in the order the stream's state or calibration needs: the
