@@ -118,9 +118,10 @@ class AlarmRecords(ConfiguredStream):
         names = self.feature_names if schema.is_plain else schema.encoded_features
         directions = density_ratio_directions(out.pop("density_ratio_coefficients"), names)
         if not schema.is_plain:  # one per original column: its embedding column of largest |β|
-            seen: set[str] = set()
-            directions = [d for d in directions
-                          if d["feature"] not in seen and not seen.add(d["feature"])]
+            first: dict[str, dict[str, Any]] = {}
+            for direction in directions:
+                first.setdefault(direction["feature"], direction)
+            directions = list(first.values())
         out["density_ratio_directions"] = directions
         return out
 
