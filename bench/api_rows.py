@@ -3,7 +3,7 @@ tests/api/conftest.py) and ``bench/bench_api.py --fuzz``, which seeds its databa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from monitor.db.queries import create_stream
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.settings import Settings
 from monitor.streams.config import StreamConfig
 from monitor.streams.records import Alarm, DeadLetter, OODWindow, PerformanceWindow, TracePoint
@@ -143,9 +144,9 @@ def checkpoint(
     return Checkpoint(stream, 1, event_index, state)
 
 
-def store(session: Session, **records: Any) -> None:
-    """``persist_batch`` with keyword lists of records."""
-    persist_batch(session, **records)
+def store(session: Session, alerts: Sequence[Mapping[str, Any]] = (), **records: Any) -> None:
+    """``persist_batch`` of a :class:`Batch` of keyword lists of records, with ``alerts``."""
+    persist_batch(session, Batch(**records), alerts=alerts)
 
 
 def seed(session: Session) -> None:

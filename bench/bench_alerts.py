@@ -34,6 +34,7 @@ from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.models import AlertOutboxRow
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import Alarm
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -104,7 +105,7 @@ def run(dialect: str, n: int, processes: int) -> None:
         for i in range(0, n, 500):
             batch = records[i:i + 500]
             with session_factory(engine)() as session:
-                persist_batch(session, alarms=batch, alerts=outbox_rows(batch, routing))
+                persist_batch(session, Batch(alarms=batch), alerts=outbox_rows(batch, routing))
         enqueued = time.perf_counter() - start
         engines = [make_engine(url) for _ in range(processes)]
         deliverers = [AlertDelivery(session_factory(e), "secret", routing.delivery, poll_s=0.05)

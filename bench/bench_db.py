@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import Alarm, SourceOffset, TracePoint
 from monitor.streams.state import Checkpoint
 
@@ -84,7 +85,7 @@ def alarms(start: int, n: int, rng: np.random.Generator) -> list[Alarm]:
 def timed(session: Session, batches: list[dict[str, Any]]) -> float:
     started = time.perf_counter()
     for batch in batches:
-        persist_batch(session, **batch)
+        persist_batch(session, Batch(**batch))
     return time.perf_counter() - started
 
 

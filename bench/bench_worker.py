@@ -113,7 +113,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
      "update_batch"),
     ("    OODDecider.add_many (scorers + eg-BH)", "monitor/core/decisions/decider.py", "add_many"),
     ("state_dict (checkpoint states)", "monitor/streams/monitor_versions.py", "state_dict"),
-    ("persist: DatabaseSink.persist (encode + transaction)", "monitor/cli/runs.py", "persist"),
+    ("persist: DatabaseSink.persist (encode + transaction)", "monitor/db/sink.py", "persist"),
     ("commit: KafkaSource.commit (offsets to Kafka)", "connectors/kafka.py", "commit"),
 )
 #: What the stages are a part of (their total, and "other" = total - the top-level stages).

@@ -23,7 +23,7 @@ Hierarchy::
     │       calibration data that cannot be used; the message names the line
     ├── SchemaError (ValueError)                    streams.schema
     │       calibration values that do not fit a feature schema; the message names row and feature
-    ├── InvalidEvent (ValueError)                   streams.events
+    ├── InvalidEvent (ValueError)                   streams.event_reference
     │       an event that cannot be processed; the message is its dead-letter reason
     ├── FeatureOrderError (ValueError)              streams.monitor_versions
     │       features that cannot be read in the order the stream's state or calibration needs: the
@@ -37,9 +37,9 @@ Hierarchy::
     ├── BatchStepError                              engine.pipeline
     │       a stream's batch step failed on something other than the data (a bug): the worker
     │       reloads the streams and processes the records one at a time
-    ├── WorkerError                                 engine.worker
+    ├── WorkerError                                 engine.retry
     │   │   base class of the errors the worker raises on purpose
-    │   └── DatabaseUnavailableError                engine.worker
+    │   └── DatabaseUnavailableError                engine.retry
     │           the database could not be written (or read) before the retry deadline; nothing of
     │           the batch was persisted or committed
     ├── PersistenceError                            db.errors
@@ -66,7 +66,7 @@ Hierarchy::
     │   │       retrying an alert delivery that is not dead
     │   ├── FleetExistsError (ValueError)           db.errors
     │   │       creating a fleet whose name is taken
-    │   ├── CheckpointMovedError                    db.store
+    │   ├── CheckpointMovedError                    db.replay_store
     │   │       a stream's checkpoint changed between a dead-letter replay's load and its write (a
     │   │       worker runs the stream): the replay batch is not stored
     │   └── NotFoundError (LookupError)             db.errors

@@ -250,13 +250,9 @@ def _check_rows(rows: list[list[Any]], schema: FeatureSchema) -> None:
     """Raw batch rows the stream can take (before any change), naming row and column."""
     for i, row in enumerate(rows):
         try:
-            codes = schema.read(row).codes
+            schema.read(row)
         except InvalidEvent as exc:
             raise ValueError(f"features: row {i}: {exc}") from None
-        if schema.is_plain and any(math.isnan(c) for c in codes):
-            j = next(j for j, c in enumerate(codes) if math.isnan(c))
-            raise ValueError(f"features: row {i}, column {_column(schema.names, j)} is missing "
-                             "(NaN or None), and the calibration had no missing values")
 
 
 def _check_shape(X: np.ndarray) -> None:

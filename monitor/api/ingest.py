@@ -30,7 +30,6 @@ from typing import Any
 from sqlalchemy import delete, select, text, tuple_
 from sqlalchemy.orm import Session
 
-from monitor.db.fencing import Writer
 from monitor.db.models import (
     IngestedEventRow,
     IngestRequestRow,
@@ -40,6 +39,7 @@ from monitor.db.models import (
 )
 from monitor.db.sink import DatabaseSink
 from monitor.db.store import load_offsets, stored_stream
+from monitor.engine.batch import Batch, Fencing
 from monitor.engine.pipeline import Pipeline, RawRecord
 from monitor.errors import MonitorError
 from monitor.streams.calibration import Calibration
@@ -99,9 +99,6 @@ class IngestResult:
             alarm_json=list(data["alarms"]),
             replayed=True,
         )
-
-
-HTTP_WRITER = Writer("http")
 
 
 class IdempotencyKeyReusedError(MonitorError, ValueError):
@@ -256,8 +253,10 @@ class Ingestor:
         answer = None if request is None else (*request, result.to_json())
         # One writer per stream: a stream bound to a consumer group (or a file source) refuses
         # the whole request (StreamBoundError, 409); the first request binds unbound streams.
-        self.sink.persist(out, offsets, states, ingested=ingested, ingest_request=answer,
-                          writer=HTTP_WRITER, streams=sorted(out.touched))
+        self.sink.persist(Batch.of(
+            out, states, offsets=offsets, ingested=ingested, ingest_request=answer,
+            fencing=Fencing(HTTP_SOURCE, "", streams=sorted(out.touched)),
+        ))
         return result
 
     def _already_ingested(self, keys: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:

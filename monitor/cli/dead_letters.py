@@ -26,7 +26,8 @@ in their original order (source, partition, offset, then row id):
 One transaction per replay batch. Replay writes the streams' detector states: it must not run
 while a worker processes the same streams. Each batch checks, in its transaction, that the
 checkpoints it replaces are the ones it started from, and stops with
-:class:`~monitor.db.store.CheckpointMovedError` otherwise (the batches before it stay stored).
+:class:`~monitor.db.replay_store.CheckpointMovedError` otherwise (the batches before it stay
+stored).
 On PostgreSQL the replay holds HTTP ingest's advisory lock throughout, so ``POST /events`` waits.
 """
 
@@ -37,14 +38,15 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from monitor.cli.runs import registered_monitors
 from monitor.db.sink import DatabaseSink
+from monitor.engine.batch import Batch
 from monitor.engine.pipeline import BatchOutput, BatchStepError, Pipeline, RawRecord
-from monitor.streams.monitor import ALREADY_PROCESSED, StreamMonitor
+from monitor.streams.monitor import ALREADY_PROCESSED
 from monitor.streams.records import DeadLetter
 from monitor.streams.setup import RunError
 
@@ -239,7 +241,7 @@ def replay_dead_letters(
     ------
     RunError
         Nothing is registered, or ``where.stream`` is not registered (nothing is done).
-    monitor.db.store.CheckpointMovedError
+    monitor.db.replay_store.CheckpointMovedError
         A stream's checkpoint changed under the replay (a worker processes it); the batches
         committed before stay stored, the failing one is not.
     """
@@ -358,23 +360,18 @@ def _record(row: Any) -> RawRecord:
 def _restore(
     sink: DatabaseSink, pipeline: Pipeline, names: set[str]
 ) -> dict[str, tuple[int, int] | None]:
-    """Load the streams' stored states; returns each one's ``(version, event_index)`` mark."""
+    """Load the streams' stored states (one without starts afresh), refusing what each has
+    processed already (rule 2, module docstring); returns each one's ``(version,
+    event_index)`` mark."""
     from monitor.db.store import load_state
 
-    marks: dict[str, tuple[int, int] | None] = {}
     with sink.sessions() as session:
-        for name in sorted(names & set(pipeline.streams)):
-            checkpoint = load_state(session, name)
-            monitor = pipeline.streams[name]
-            if checkpoint is None:
-                monitor = StreamMonitor(monitor.config, monitor.calibration,
-                                        monitor.config_version)
-                marks[name] = None
-            else:
-                marks[name] = (checkpoint.version, checkpoint.event_index)
-            monitor.refuse_processed = True  # rule 2 (module docstring)
-            pipeline.resume(name, monitor, None if checkpoint is None else checkpoint.state)
-    return marks
+        stored = {name: load_state(session, name)
+                  for name in pipeline.names() if name in names}
+    pipeline.restore({name: None if c is None else c.state for name, c in stored.items()},
+                     afresh=stored)
+    pipeline.refuse_processed()
+    return {name: None if c is None else (c.version, c.event_index) for name, c in stored.items()}
 
 
 def _process(sink: DatabaseSink, pipeline: Pipeline, records: Sequence[RawRecord]) -> BatchOutput:
@@ -385,7 +382,7 @@ def _process(sink: DatabaseSink, pipeline: Pipeline, records: Sequence[RawRecord
         return pipeline.process(records)
     except BatchStepError as exc:
         log.exception("a stream's batch step failed during replay (%s)", exc)
-    _restore(sink, pipeline, set(pipeline.streams))
+    _restore(sink, pipeline, set(pipeline.names()))
     out = BatchOutput()
     for record in records:
         one = pipeline.process([record])
@@ -462,23 +459,15 @@ def _persist(
 ) -> set[int]:
     """One transaction: results, checkpoints (checked against ``marks``), replayed dead letters
     deleted, failed ones updated; the ids actually deleted."""
-    from monitor.db.store import persist_replay
-    from monitor.streams.state import Checkpoint
+    from monitor.db.replay_store import persist_replay
 
-    checkpoints = {
-        name: Checkpoint(name, state["version"], state["event_index"], state)
-        for name, state in states.items()
-    }
+    # The records that failed again are updated in place (``failed``), not stored anew.
+    batch = replace(Batch.of(out, states), dead_letters=())
     with sink.sessions() as session:
         return persist_replay(
             session,
-            alarms=out.alarms,
-            trace_points=out.trace_points,
-            ood_windows=out.ood_windows,
-            performance_windows=out.performance_windows,
-            alarm_evidence=out.alarm_evidence,
-            checkpoints=checkpoints,
-            expected={name: marks.get(name) for name in checkpoints},
+            batch,
+            expected={name: marks.get(name) for name in batch.checkpoints},
             replayed=replayed,
             failed=failed,
             route=sink.route,

@@ -92,8 +92,8 @@ def _print_skipped(report: Any, verb: str) -> None:
 def _cmd_dead_letters_replay(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.alerts import AlertRoutingError, routing_from_settings
     from monitor.cli.dead_letters import replay_dead_letters
+    from monitor.db.replay_store import CheckpointMovedError
     from monitor.db.sink import DatabaseSink
-    from monitor.db.store import CheckpointMovedError
     from monitor.streams.setup import RunError
 
     try:  # alarms raised by the replay are queued for the receivers; a worker or API sends them

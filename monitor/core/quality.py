@@ -73,6 +73,7 @@ from monitor.core.detectors.base import (
     STOPPED,
     WARMING_UP,
     AlarmEvent,
+    Lifecycle,
     check_choice,
     check_lifecycle,
     check_test_params,
@@ -201,7 +202,7 @@ class QualityAlarm:
 QualityCallback = Callable[[int, QualityAlarm], None]
 
 
-class DataQualityMonitor:
+class DataQualityMonitor(Lifecycle["QualityAlarm"]):
     """Anytime-valid monitor of k 0/1 data-quality indicators against their reference rates.
 
     Parameters
@@ -280,27 +281,6 @@ class DataQualityMonitor:
         self._offset = self._n_seen  # absolute index of the segment's first update
 
     # -------------------------------------------------------------------------- properties
-    @property
-    def alarm(self) -> bool:
-        """True if the last update (batch) raised an alarm."""
-        return bool(self._last_alarms)
-
-    @property
-    def last_alarms(self) -> tuple[QualityAlarm, ...]:
-        return self._last_alarms
-
-    @property
-    def n_seen(self) -> int:
-        return self._n_seen
-
-    @property
-    def n_alarms(self) -> int:
-        return self._n_alarms
-
-    @property
-    def phase(self) -> str:
-        return self._phase
-
     @property
     def log_e(self) -> dict[tuple[str, str], float]:
         """log D_j of each indicator (its average statistic over the bets) in this segment."""

@@ -5,17 +5,16 @@ detector checkpoints and source offsets in one transaction, writer fencing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from monitor.db.errors import sink_fault
-from monitor.engine.pipeline import BatchOutput
-from monitor.engine.sink import Fault, Fencing, TopicPartition
+from monitor.engine.sink import Batch, Fault, TopicPartition
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.monitor import FeatureOrderError
-from monitor.streams.records import Alarm, SourceOffset
+from monitor.streams.records import Alarm
 from monitor.streams.setup import stored_calibration
 
 if TYPE_CHECKING:
@@ -64,40 +63,13 @@ class DatabaseSink:
             checkpoint = load_state(session, stream)
         return None if checkpoint is None else checkpoint.state
 
-    def persist(
-        self,
-        out: BatchOutput,
-        offsets: list[SourceOffset],
-        states: Mapping[str, dict[str, Any]],
-        fencing: Fencing | None = None,
-        **ingest: Any,
-    ) -> None:
-        """Store a batch atomically, checked against the worker's ``fencing`` (``ingest``: HTTP
-        ingest's ``ingested`` event keys and ``ingest_request``, and its ``writer`` and
-        ``streams``; see :func:`monitor.db.store.persist_batch`)."""
+    def persist(self, batch: Batch) -> None:
+        """Store ``batch`` atomically, with the alert rows of its alarms under :attr:`routing`
+        (:func:`monitor.db.store.persist_batch`)."""
         from monitor.db.store import persist_batch
-        from monitor.streams.state import Checkpoint
 
-        if fencing is not None:
-            ingest.update(_fencing_arguments(fencing))
-        checkpoints = {
-            name: Checkpoint(name, state["version"], state["event_index"], state)
-            for name, state in states.items()
-        }
         with self.sessions() as session:
-            persist_batch(
-                session,
-                route=self.route,
-                alarms=out.alarms,
-                trace_points=out.trace_points,
-                ood_windows=out.ood_windows,
-                performance_windows=out.performance_windows,
-                alarm_evidence=out.alarm_evidence,
-                checkpoints=checkpoints,
-                offsets=offsets,
-                dead_letters=out.dead_letters,
-                **ingest,
-            )
+            persist_batch(session, batch, route=self.route)
 
     def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:
         """Take ``partitions`` of ``source`` for ``group``: the offset key to store them under and
@@ -172,12 +144,3 @@ class DatabaseSink:
     def close(self) -> None:
         self.engine.dispose()
 
-
-def _fencing_arguments(fencing: Fencing) -> dict[str, Any]:
-    """The ``writer``, ``fences`` and ``streams`` of :func:`monitor.db.store.persist_batch` for
-    a worker's ``fencing``."""
-    from monitor.db.fencing import Writer
-    from monitor.db.models import source_key
-
-    return {"writer": Writer(source_key(fencing.source), fencing.group),
-            "fences": dict(fencing.fences), "streams": list(fencing.streams)}

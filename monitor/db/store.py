@@ -1,4 +1,4 @@
-"""Writing a batch of results atomically, and reading back what a restart needs.
+"""Writing a batch atomically, and reading back what a restart needs.
 
 One batch = one transaction: the alarms, trace points, OOD windows (and their flags), dead letters,
 detector checkpoints and the source offsets they correspond to are committed together or not at
@@ -12,40 +12,35 @@ with ``revision`` > 1) is inserted into ``alarm_revisions`` the same way and upd
 row only when it is newer than the stored one. Offsets only ever increase: a
 batch carrying a smaller offset than the stored one raises :class:`StaleWriterError` and
 writes nothing.
+
+The records' rows are built (and validated) in :mod:`monitor.db.rows`; the dead-letter replay's
+transaction, which shares :func:`write_results`, is :mod:`monitor.db.replay_store`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
-from monitor.db.errors import InvalidRecordError, PersistenceError, StaleWriterError
+from monitor.db.errors import PersistenceError, StaleWriterError
 from monitor.db.fencing import Writer, check_bindings, check_fences
 from monitor.db.models import (
     AlarmRevisionRow,
     AlarmRow,
     AlertOutboxRow,
-    Base,
     CheckpointRow,
-    DeadLetterRow,
     IngestedEventRow,
     IngestRequestRow,
-    OODFlagRow,
-    OODWindowRow,
-    PerformanceWindowRow,
     SourceOffsetRow,
     StreamRow,
-    TracePointRow,
     event_key,
     source_key,
     utcnow,
@@ -60,86 +55,59 @@ from monitor.db.queries import (
     offsets_query,
     update_stream,
 )
+from monitor.db.rows import BatchRows, Row
+from monitor.engine.batch import Batch
 from monitor.streams.config import StreamConfig
-from monitor.streams.records import (
-    Alarm,
-    AlarmEvidence,
-    DeadLetter,
-    OODWindow,
-    PerformanceWindow,
-    SourceOffset,
-    TracePoint,
-)
+from monitor.streams.records import Alarm, AlarmEvidence, SourceOffset
 from monitor.streams.state import Checkpoint
 
 __all__ = [
-    "CheckpointMovedError",
+    "Route",
     "StoredStream",
     "checkpoint_mark",
+    "idle",
     "load_offsets",
     "load_state",
     "load_streams",
     "persist_batch",
-    "persist_replay",
     "stored_stream",
     "upsert_stream",
+    "write_results",
+    "writing",
 ]
 
-Row = dict[str, Any]
-_NO_CHECKPOINTS: Mapping[str, Checkpoint] = MappingProxyType({})
+#: The ``alert_outbox`` rows of alarms (:func:`monitor.alerts.outbox_rows` under a routing).
+Route = Callable[[Sequence[Alarm]], Sequence[Mapping[str, Any]]]
 
 
 def persist_batch(
     session: Session,
+    batch: Batch,
     *,
-    alarms: Sequence[Alarm] = (),
-    trace_points: Sequence[TracePoint] = (),
-    ood_windows: Sequence[OODWindow] = (),
-    performance_windows: Sequence[PerformanceWindow] = (),
-    alarm_evidence: Sequence[AlarmEvidence] = (),
-    checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
-    offsets: Sequence[SourceOffset] = (),
-    dead_letters: Sequence[DeadLetter] = (),
-    ingested: Sequence[tuple[str, str, str]] = (),
-    ingest_request: tuple[str, str, Mapping[str, Any]] | None = None,
-    writer: Writer | None = None,
-    fences: Mapping[tuple[str, int], int] | None = None,
-    streams: Iterable[str] = (),
     alerts: Sequence[Mapping[str, Any]] = (),
-    route: Callable[[Sequence[Alarm]], Sequence[Mapping[str, Any]]] | None = None,
+    route: Route | None = None,
 ) -> None:
-    """Store one batch's results in one transaction, and commit it.
+    """Store one batch in one transaction, and commit it.
 
     Parameters
     ----------
     session
         A session with no transaction in progress; ``persist_batch`` begins one, commits it on
         success and rolls it back on any error.
-    alarms, trace_points, ood_windows, performance_windows, dead_letters
-        New results; ones already stored (a replay) are skipped.
-    alarm_evidence
-        Evidence completing stored alarms (a feature attribution), merged into their
-        ``evidence`` as a new revision of each; stored after this batch's alarms.
-    checkpoints
-        Detector state per stream name after this batch; replaces the stored one.
-    offsets
-        Next offset to read per source partition after this batch.
-    ingested, ingest_request
-        HTTP ingest only: the ``(stream, kind, id)`` of the events processed, and the request's
-        ``(Idempotency-Key, body SHA-256, answer)``, committed with the results.
-    writer, streams
-        The source of writes (see :mod:`monitor.db.fencing`): every stream of the results and
-        checkpoints, and ``streams``, must be bound to it (unbound ones are bound to it now).
-    fences
-        ``{(offset key, partition): epoch}``: the writer's fencing tokens, checked (and locked)
-        in this transaction.
+    batch
+        The results (ones already stored, a replay, are skipped; its ``alarm_evidence`` is
+        merged into the stored alarms' ``evidence`` as a new revision of each, after its
+        alarms), the checkpoints (each replaces the stored one), the next offsets to read, the
+        fencing and, for HTTP ingest, the event keys and the request's answer
+        (:class:`~monitor.engine.batch.Batch`). Every stream the batch writes must be bound to
+        its fencing's writer (unbound ones are bound to it now), and the fencing tokens are
+        checked (and locked) in this transaction (see :mod:`monitor.db.fencing`).
     alerts
         ``alert_outbox`` rows of the alarms (:func:`monitor.alerts.outbox_rows`): queued with
         them, so no alarm is stored without its deliveries; ones already queued are skipped.
     route
-        The ``alert_outbox`` rows of alarms (:func:`monitor.alerts.outbox_rows` under a routing):
-        applied to this batch's alarms and to those revised here (an attribution completing an
-        alarm's evidence), queued in the same transaction.
+        The ``alert_outbox`` rows of alarms: applied to this batch's alarms and to those revised
+        here (an attribution completing an alarm's evidence), queued in the same transaction.
 
     Raises
     ------
@@ -158,58 +126,86 @@ def persist_batch(
     >>> from datetime import UTC, datetime
     >>> from monitor.db.engine import make_engine, session_factory
     >>> from monitor.db.migrate import upgrade
+    >>> from monitor.streams.records import TracePoint
     >>> folder = tempfile.TemporaryDirectory()
     >>> url = f"sqlite:///{folder.name}/monitor.db"
     >>> upgrade(url)
     >>> engine = make_engine(url)
     >>> ts = datetime(2026, 11, 30, 12, tzinfo=UTC)
     >>> with session_factory(engine)() as session:
-    ...     persist_batch(
-    ...         session,
+    ...     persist_batch(session, Batch(
     ...         trace_points=[TracePoint("bikes", "conditional", 9, ts, 0.5, 0.2, 0.7, 9.2)],
     ...         offsets=[SourceOffset("file:events.jsonl", 0, 10)],
-    ...     )
+    ...     ))
     ...     load_offsets(session, "file:events.jsonl")
     {0: 10}
     >>> engine.dispose(); folder.cleanup()
     """
+    idle(session, "persist_batch")
+    rows = BatchRows.of(batch)
+    with writing(session):
+        if batch.fencing is not None:
+            writer = Writer(source_key(batch.fencing.source), batch.fencing.group)
+            check_bindings(session, writer, batch.streams)
+            check_fences(session, batch.fencing.fences, writer.group)
+        _check_offsets(session, batch.offsets)
+        write_results(session, batch, rows, alerts, route)
+        _upsert_offsets(session, rows.offsets)
+        _store_ingest(session, batch)
+
+
+def idle(session: Session, what: str) -> None:
+    """Raise :class:`PersistenceError` if ``session`` has a transaction in progress: ``what``
+    commits its own."""
     if session.in_transaction():
         raise PersistenceError(
-            "persist_batch commits its own transaction: call it with a session that has none in "
+            f"{what} commits its own transaction: call it with a session that has none in "
             "progress (commit or roll back the session first)"
         )
-    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, offsets, dead_letters,
-                            performance_windows)
+
+
+@contextmanager
+def writing(session: Session) -> Iterator[None]:
+    """A write transaction on ``session`` (see :func:`idle`): committed at the end of the
+    block, rolled back on any error."""
     with session.begin():
         # SQLite: take the write lock now rather than fail upgrading a read transaction later.
         session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
-        if writer is not None:
-            bound = {*streams, *checkpoints, *(a.stream for a in alarms),
-                     *(t.stream for t in trace_points), *(w.stream for w in ood_windows),
-                     *(w.stream for w in performance_windows),
-                     *(e.stream for e in alarm_evidence)}
-            check_bindings(session, writer, bound)
-            check_fences(session, fences or {}, writer.group)
-        _check_offsets(session, offsets)
-        for model, model_rows in rows.inserts():
-            insert_missing(session, model, model_rows)
-        _revise_alarms(session, rows.revised)
-        completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, [*alerts, *(route([*alarms, *completed]) if route else ())])
-        _upsert_checkpoints(session, rows.checkpoints)
-        _upsert_offsets(session, rows.offsets)
-        now = utcnow()
-        if ingested:
-            keyed = [
-                {"stream": s, "kind": k, "event_id": event_key(i), "created_at": now}
-                for s, k, i in ingested
-            ]
-            insert_missing(session, IngestedEventRow, keyed)
-        if ingest_request is not None:
-            key, digest, answer = ingest_request
-            session.execute(insert(session, IngestRequestRow), [
-                {"key": key, "body_sha256": digest, "response": dict(answer), "created_at": now}
-            ])
+        yield
+
+
+def write_results(
+    session: Session,
+    batch: Batch,
+    rows: BatchRows,
+    alerts: Sequence[Mapping[str, Any]] = (),
+    route: Route | None = None,
+) -> None:
+    """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints in the
+    session's transaction (no offsets: a dead-letter replay moves none)."""
+    for model, model_rows in rows.inserts():
+        insert_missing(session, model, model_rows)
+    _revise_alarms(session, rows.revised)
+    completed = _merge_evidence(session, batch.alarm_evidence, utcnow())
+    _queue_alerts(session, [*alerts, *(route([*batch.alarms, *completed]) if route else ())])
+    _upsert_checkpoints(session, rows.checkpoints)
+
+
+def _store_ingest(session: Session, batch: Batch) -> None:
+    """HTTP ingest's event keys and the request's answer, committed with its results."""
+    now = utcnow()
+    if batch.ingested:
+        keyed = [
+            {"stream": s, "kind": k, "event_id": event_key(i), "created_at": now}
+            for s, k, i in batch.ingested
+        ]
+        insert_missing(session, IngestedEventRow, keyed)
+    if batch.ingest_request is not None:
+        key, digest, answer = batch.ingest_request
+        session.execute(insert(session, IngestRequestRow), [
+            {"key": key, "body_sha256": digest, "response": dict(answer), "created_at": now}
+        ])
+
 
 
 def load_state(session: Session, stream: str) -> Checkpoint | None:
@@ -296,55 +292,17 @@ def _read(session: Session) -> Iterator[None]:
             session.rollback()
 
 
-@dataclass(slots=True)
-class _BatchRows:
-    """A batch turned into row dicts, validated before any write."""
 
-    alarms: list[Row]
-    alarm_revisions: list[Row]
-    revised: list[Row]
-    trace_points: list[Row]
-    ood_windows: list[Row]
-    ood_flags: list[Row]
-    dead_letters: list[Row]
-    checkpoints: list[Row]
-    offsets: list[Row]
-    performance_windows: list[Row]
+def checkpoint_mark(session: Session, stream: str) -> tuple[int, int] | None:
+    """``(version, event_index)`` of the stream's stored checkpoint, or ``None``."""
+    with _read(session):
+        row = session.execute(
+            select(CheckpointRow.version, CheckpointRow.event_index).where(
+                CheckpointRow.stream == stream
+            )
+        ).one_or_none()
+        return None if row is None else (row.version, row.event_index)
 
-    @classmethod
-    def build(
-        cls,
-        alarms: Sequence[Alarm],
-        trace_points: Sequence[TracePoint],
-        ood_windows: Sequence[OODWindow],
-        checkpoints: Mapping[str, Checkpoint],
-        offsets: Sequence[SourceOffset],
-        dead_letters: Sequence[DeadLetter],
-        performance_windows: Sequence[PerformanceWindow] = (),
-    ) -> _BatchRows:
-        now = utcnow()
-        return cls(
-            alarms=[_alarm_row(a, now) for a in alarms if a.revision == 1],
-            alarm_revisions=[_alarm_revision_row(a, now) for a in alarms],
-            revised=[_alarm_row(a, now) for a in alarms if a.revision > 1],
-            trace_points=[_trace_row(t, now) for t in trace_points],
-            ood_windows=[_ood_window_row(w, now) for w in ood_windows],
-            ood_flags=[_ood_flag_row(w, e) for w in ood_windows for e in w.flagged_ids],
-            dead_letters=[_dead_letter_row(d, now) for d in dead_letters],
-            checkpoints=[_checkpoint_row(s, c, now) for s, c in checkpoints.items()],
-            offsets=_offset_rows(offsets, now),
-            performance_windows=[_performance_row(w) for w in performance_windows],
-        )
-
-    def inserts(self) -> Iterable[tuple[type[Base], list[Row]]]:
-        """Insert-if-absent tables in foreign-key order, with their rows."""
-        yield AlarmRow, self.alarms
-        yield AlarmRevisionRow, self.alarm_revisions
-        yield TracePointRow, self.trace_points
-        yield OODWindowRow, self.ood_windows
-        yield OODFlagRow, self.ood_flags
-        yield DeadLetterRow, self.dead_letters
-        yield PerformanceWindowRow, self.performance_windows
 
 
 def _queue_alerts(session: Session, alerts: Sequence[Mapping[str, Any]]) -> None:
@@ -404,93 +362,6 @@ def _upsert_offsets(session: Session, rows: list[Row]) -> None:
     session.execute(stmt, rows)
 
 
-# --- records to rows ----------------------------------------------------------------------------
-
-
-def _alarm_row(alarm: Alarm, now: datetime) -> Row:
-    for name in ("statistic", "threshold"):
-        if math.isnan(getattr(alarm, name)):
-            raise InvalidRecordError(f"alarm {alarm.id} ({alarm.stream}) has a NaN {name}")
-    return {
-        "id": alarm.id,
-        "stream": alarm.stream,
-        "detector": alarm.detector,
-        "kind": alarm.kind,
-        "event_id": alarm.event_id,
-        "event_index": alarm.event_index,
-        "ts": alarm.ts,
-        "changepoint": alarm.changepoint,
-        "statistic": alarm.statistic,
-        "threshold": alarm.threshold,
-        "rule": alarm.rule,
-        "evidence": alarm.evidence,
-        "created_at": now,
-        "revision": alarm.revision,
-        "revised_at": alarm.revised_at,
-    }
-
-
-def _alarm_revision_row(alarm: Alarm, now: datetime) -> Row:
-    return {
-        "alarm_id": alarm.id,
-        "revision": alarm.revision,
-        "kind": alarm.kind,
-        "evidence": alarm.evidence,
-        "revised_at": alarm.revised_at,
-        "created_at": now,
-    }
-
-
-def _trace_row(point: TracePoint, now: datetime) -> Row:
-    # SQLite turns NaN into NULL by itself; doing it here makes PostgreSQL agree.
-    return {
-        "stream": point.stream,
-        "detector": point.detector,
-        "event_index": point.event_index,
-        "ts": point.ts,
-        "log_martingale": _nan_to_none(point.log_martingale),
-        "p_value": _nan_to_none(point.p_value),
-        "log_statistic": _nan_to_none(point.log_statistic),
-        "log_threshold": _nan_to_none(point.log_threshold),
-        "weights_ess": _nan_to_none(point.weights_ess),
-        "config_version": point.config_version,
-        "created_at": now,
-    }
-
-
-def _span(window: OODWindow | PerformanceWindow) -> Row:
-    """The columns a window of a stream's events has, OOD or performance."""
-    return {
-        "stream": window.stream,
-        "window_index": window.window_index,
-        "start_index": window.start_index,
-        "end_index": window.end_index,
-        "ts": window.ts,
-        "n": window.n,
-    }
-
-
-def _ood_window_row(window: OODWindow, now: datetime) -> Row:
-    return {
-        **_span(window),
-        "n_flagged": window.n_flagged,
-        "threshold": _nan_to_none(window.threshold),
-        "rule": window.rule,
-        "alpha": window.alpha,
-        "created_at": now,
-    }
-
-
-def _performance_row(window: PerformanceWindow) -> Row:
-    metrics = {}
-    for name, value in window.metrics.items():
-        if not math.isfinite(value):
-            raise InvalidRecordError(
-                f"performance window {window.window_index} of {window.stream}: metric {name} "
-                f"is {value} (metrics must be finite)"
-            )
-        metrics[name] = float(value)
-    return {**_span(window), "metrics": metrics}
 
 
 def _merge_evidence(
@@ -527,155 +398,3 @@ def _alarm_of(row: AlarmRow) -> Alarm:
     )
 
 
-def _ood_flag_row(window: OODWindow, event_id: str) -> Row:
-    key = event_key(event_id)
-    return {"stream": window.stream, "window_index": window.window_index, "event_id": key,
-            "full_event_id": None if key == event_id else event_id}
-
-
-def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
-    return {
-        "source": source_key(letter.source),
-        "source_name": letter.source,
-        "partition": letter.partition,
-        "offset": letter.offset,
-        "reason": letter.reason,
-        "payload": bytes(letter.payload[: DeadLetter.MAX_PAYLOAD]),
-        "stream": letter.stream,
-        "ts": letter.ts,
-        "ts_source": letter.ts_source,
-        "created_at": now,
-    }
-
-
-def _checkpoint_row(stream: str, checkpoint: Checkpoint, now: datetime) -> Row:
-    if checkpoint.stream != stream:
-        raise InvalidRecordError(
-            f"checkpoint of stream {checkpoint.stream!r} was passed under key {stream!r}"
-        )
-    text, blob = checkpoint.encode()
-    return {
-        "stream": stream,
-        "version": checkpoint.version,
-        "event_index": checkpoint.event_index,
-        "state": text,
-        "arrays": blob,
-        "updated_at": now,
-    }
-
-
-def _offset_rows(offsets: Sequence[SourceOffset], now: datetime) -> list[Row]:
-    latest: dict[tuple[str, int], int] = {}
-    for o in offsets:
-        if o.offset < 0:
-            raise InvalidRecordError(f"offset of {o.source} partition {o.partition} is negative")
-        latest[(o.source, o.partition)] = o.offset
-    return [
-        {"source": source_key(s), "source_name": s, "partition": p, "offset": v, "updated_at": now}
-        for (s, p), v in latest.items()
-    ]
-
-
-def _nan_to_none(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-
-# --- dead-letter replay -------------------------------------------------------------------------
-
-
-class CheckpointMovedError(PersistenceError):
-    """A stream's checkpoint changed between the replay's load and its write (a worker is
-    processing the stream): the replay batch was not stored."""
-
-    def __init__(self, stream: str, expected: tuple[int, int] | None,
-                 found: tuple[int, int] | None) -> None:
-        def show(mark: tuple[int, int] | None) -> str:
-            return "no checkpoint" if mark is None else f"event index {mark[1]}"
-
-        super().__init__(
-            f"stream {stream!r}: its checkpoint moved from {show(expected)} to {show(found)} "
-            "while dead letters were being replayed (a worker is processing it); nothing of this "
-            "replay batch was stored: stop the worker of this stream and replay again"
-        )
-        self.stream = stream
-
-
-def checkpoint_mark(session: Session, stream: str) -> tuple[int, int] | None:
-    """``(version, event_index)`` of the stream's stored checkpoint, or ``None``."""
-    with _read(session):
-        row = session.execute(
-            select(CheckpointRow.version, CheckpointRow.event_index).where(
-                CheckpointRow.stream == stream
-            )
-        ).one_or_none()
-        return None if row is None else (row.version, row.event_index)
-
-
-def persist_replay(
-    session: Session,
-    *,
-    alarms: Sequence[Alarm] = (),
-    trace_points: Sequence[TracePoint] = (),
-    ood_windows: Sequence[OODWindow] = (),
-    performance_windows: Sequence[PerformanceWindow] = (),
-    alarm_evidence: Sequence[AlarmEvidence] = (),
-    checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
-    expected: Mapping[str, tuple[int, int] | None] = MappingProxyType({}),
-    replayed: Sequence[int] = (),
-    failed: Mapping[int, tuple[str, str | None]] = MappingProxyType({}),
-    alerts: Sequence[Mapping[str, Any]] = (),
-    route: Callable[[Sequence[Alarm]], Sequence[Mapping[str, Any]]] | None = None,
-) -> set[int]:
-    """Store one batch of replayed dead letters in one transaction, and commit it.
-
-    The results and checkpoints are written as :func:`persist_batch` writes them (no source
-    offset moves); in the same transaction the dead letters whose record was processed
-    (``replayed``: row ids) are deleted, and those that failed again (``failed``: row id →
-    ``(reason, stream)``) get their new reason and stream. ``expected`` holds, per stream
-    whose checkpoint is written, the ``(version, event_index)`` the replay started from
-    (``None``: no checkpoint): if the stored one differs (another writer moved it), raises
-    :class:`CheckpointMovedError` and writes nothing.
-
-    Returns the ids of the dead-letter rows deleted (a row another replay deleted already is
-    not among them).
-    """
-    if session.in_transaction():
-        raise PersistenceError(
-            "persist_replay commits its own transaction: call it with a session that has none in "
-            "progress (commit or roll back the session first)"
-        )
-    rows = _BatchRows.build(alarms, trace_points, ood_windows, checkpoints, (), (),
-                            performance_windows)
-    with session.begin():
-        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
-        for stream in sorted(checkpoints):
-            query = select(CheckpointRow.version, CheckpointRow.event_index).where(
-                CheckpointRow.stream == stream
-            )
-            row = session.execute(query.with_for_update()).one_or_none()
-            found = None if row is None else (row.version, row.event_index)
-            if found != expected.get(stream):
-                raise CheckpointMovedError(stream, expected.get(stream), found)
-        for model, model_rows in rows.inserts():
-            insert_missing(session, model, model_rows)
-        _revise_alarms(session, rows.revised)
-        completed = _merge_evidence(session, alarm_evidence, utcnow())
-        _queue_alerts(session, [*alerts, *(route([*alarms, *completed]) if route else ())])
-        _upsert_checkpoints(session, rows.checkpoints)
-        deleted: set[int] = set()
-        ids = list(replayed)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            locked = select(DeadLetterRow.id).where(DeadLetterRow.id.in_(chunk)).with_for_update()
-            present = set(session.scalars(locked))
-            if present:
-                session.execute(delete(DeadLetterRow).where(DeadLetterRow.id.in_(present)))
-            deleted |= present
-        for row_id, (reason, stream_name) in failed.items():
-            session.execute(
-                update(DeadLetterRow)
-                .where(DeadLetterRow.id == row_id)
-                .values(reason=reason, stream=stream_name)
-            )
-    return deleted

@@ -1,3 +1,3 @@
-"""The run time: the pipeline over a batch of records, the worker's loop with checkpoints and
-fencing behind the :class:`~monitor.engine.sink.Sink` protocol, dead-letter replay, the fleet
-runner and health (docs/architecture.md)."""
+"""The run time: the pipeline over a batch of records, the :class:`~monitor.engine.batch.Batch` a
+sink stores, and the worker's loop (checkpoints, fencing, retries) behind the
+:class:`~monitor.engine.sink.Sink` protocol (docs/architecture.md)."""

@@ -155,6 +155,33 @@ class Pipeline:
         way back for a stream dropped by :meth:`drop`."""
         self.streams.setdefault(name, monitor)
 
+    def monitor(self, name: str) -> StreamMonitor | None:
+        """The monitor of the stream ``name``, or None if it is not monitored."""
+        return self.streams.get(name)
+
+    def names(self) -> list[str]:
+        """The monitored streams' names, sorted."""
+        return sorted(self.streams)
+
+    def restore(
+        self, states: Mapping[str, dict[str, Any] | None], afresh: Iterable[str] = ()
+    ) -> None:
+        """Resume each monitored stream of ``states`` from its stored state (``None``: none is
+        stored); one without a state goes on as it is or, if it is in ``afresh``, starts again
+        from its calibration. A state a stream cannot resume stops it (:meth:`resume`)."""
+        fresh = set(afresh)
+        for name, state in states.items():
+            monitor = self.streams[name]
+            if state is None and name in fresh:
+                monitor = StreamMonitor(monitor.config, monitor.calibration, monitor.config_version)
+            self.resume(name, monitor, state)
+
+    def refuse_processed(self) -> None:
+        """Make every monitored stream refuse the events it has processed already (a dead-letter
+        replay: :attr:`StreamMonitor.refuse_processed`)."""
+        for monitor in self.streams.values():
+            monitor.refuse_processed = True
+
     def states(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The detector states of the streams ``names``, to checkpoint."""
         return {name: self.streams[name].state_dict() for name in names}

@@ -10,20 +10,18 @@ knows no database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from monitor.engine.batch import Batch, Fencing, TopicPartition
+
 if TYPE_CHECKING:
-    from monitor.engine.pipeline import BatchOutput
     from monitor.streams.calibration import Calibration
     from monitor.streams.config import StreamConfig
-    from monitor.streams.records import SourceOffset
 
-__all__ = ["Fault", "FaultKind", "Fencing", "NullSink", "Sink", "TopicPartition"]
-
-TopicPartition = tuple[str, int]
+__all__ = ["Batch", "Fault", "FaultKind", "Fencing", "NullSink", "Sink", "TopicPartition"]
 
 
 class FaultKind(Enum):
@@ -61,18 +59,6 @@ class Fault:
         return self.message
 
 
-@dataclass(frozen=True)
-class Fencing:
-    """What a transaction of one writer is checked against: the writer (its source's ``name``
-    and consumer group, ``""`` outside Kafka), the fencing epochs of the partitions it covers by
-    ``(offset key, partition)`` (:meth:`Sink.claim`), and the streams it writes."""
-
-    source: str
-    group: str
-    fences: Mapping[TopicPartition, int] = field(default_factory=dict)
-    streams: list[str] = field(default_factory=list)
-
-
 class Sink(Protocol):
     """Where batches go: the database, or nowhere (``NullSink``)."""
 
@@ -86,15 +72,9 @@ class Sink(Protocol):
         """The stream's stored detector state, or None."""
         ...
 
-    def persist(
-        self,
-        out: BatchOutput,
-        offsets: list[SourceOffset],
-        states: Mapping[str, dict[str, Any]],
-        fencing: Fencing | None = None,
-    ) -> None:
-        """Store a batch's results, states and offsets atomically (all or nothing), checked
-        against ``fencing`` (one writer per stream)."""
+    def persist(self, batch: Batch) -> None:
+        """Store ``batch`` atomically (all or nothing): its results, checkpoints and offsets,
+        checked against its fencing (one writer per stream)."""
         ...
 
     def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:
@@ -127,13 +107,7 @@ class NullSink:
     def load_state(self, stream: str) -> dict[str, Any] | None:
         return None
 
-    def persist(
-        self,
-        out: BatchOutput,
-        offsets: list[SourceOffset],
-        states: Mapping[str, dict[str, Any]],
-        fencing: Fencing | None = None,
-    ) -> None:
+    def persist(self, batch: Batch) -> None:
         return None
 
     def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:

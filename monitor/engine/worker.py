@@ -32,7 +32,13 @@ nothing twice. Every resynchronisation rewinds to the last checkpoint; alarms al
 after the last checkpoint are delivered again (at-least-once for them; the alarm id and its
 revision are the idempotency key: a revision of an alarm is delivered as a version of its own).
 
-Exceptions::
+The loop is here; its parts are modules of their own: checkpoints and offset commits
+(:mod:`monitor.engine.checkpoints`), fencing and claims (:mod:`monitor.engine.fencing`), retries
+(:mod:`monitor.engine.retry`), the stop flag (:mod:`monitor.engine.signals`) and the run summary
+(:mod:`monitor.engine.summary`); the worker reaches storage only through its
+:class:`~monitor.engine.sink.Sink`.
+
+Exceptions (:mod:`monitor.engine.retry`)::
 
     WorkerError                    base class of the worker's own errors
     └── DatabaseUnavailableError   the database stayed unavailable past the deadline (or a stop
@@ -42,28 +48,29 @@ Exceptions::
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 from threadpoolctl import threadpool_limits
 
-from monitor.engine.pipeline import (
-    BatchOutput,
-    BatchStepError,
-    Pipeline,
-    dead_letter,
-    unknown_stream_reason,
+from monitor.engine.batch import Batch
+from monitor.engine.checkpoints import Checkpoints
+from monitor.engine.fencing import Claims
+from monitor.engine.pipeline import BatchOutput, BatchStepError, Pipeline, dead_letter
+from monitor.engine.retry import (
+    DatabaseUnavailableError,
+    RetryPolicy,
+    WorkerError,
+    durably,
+    short,
 )
-from monitor.engine.sink import Fault, FaultKind, Fencing, NullSink, Sink, TopicPartition
-from monitor.errors import MonitorError
+from monitor.engine.signals import StopFlag
+from monitor.engine.sink import Fault, FaultKind, NullSink, Sink, TopicPartition
+from monitor.engine.summary import RunSummary
 from monitor.streams.monitor import FeatureOrderError, StreamMonitor
-from monitor.streams.records import Alarm, DeadLetter, SourceOffset
+from monitor.streams.records import Alarm, SourceOffset
 
 __all__ = [
     "DatabaseUnavailableError",
@@ -79,179 +86,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class WorkerError(MonitorError):
-    """Base class of the errors the worker raises on purpose."""
-
-
-class DatabaseUnavailableError(WorkerError):
-    """The database could not be written (or read) before the retry deadline.
-
-    The batch in hand was neither persisted nor committed to the source, so a restarted worker
-    resumes exactly at the last durable batch.
-    """
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long the worker keeps retrying an unavailable database, and how often.
-
-    Waits start at ``backoff_s`` and double up to ``max_backoff_s``; after ``deadline_s`` of
-    failures the worker gives up with :class:`DatabaseUnavailableError`. Keep ``deadline_s``
-    below the Kafka consumer's ``max_poll_interval_ms`` (300 s by default), or the group evicts
-    the worker while it waits.
-
-    Examples
-    --------
-    >>> list(RetryPolicy(deadline_s=10, backoff_s=0.5, max_backoff_s=2).delays(6))
-    [0.5, 1.0, 2.0, 2.0, 2.0, 2.0]
-    >>> RetryPolicy(deadline_s=0)
-    Traceback (most recent call last):
-    ...
-    ValueError: deadline_s must be > 0, got 0
-    """
-
-    deadline_s: float = 60.0
-    backoff_s: float = 0.5
-    max_backoff_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        for name in ("deadline_s", "backoff_s", "max_backoff_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-
-    def delays(self, n: int) -> Iterator[float]:
-        """The first ``n`` waits between attempts, in seconds."""
-        wait = self.backoff_s
-        for _ in range(n):
-            yield float(min(wait, self.max_backoff_s))
-            wait *= 2
-
-
-@dataclass
-class RunSummary:
-    """What a run did (the summary object of ``monitor run --json``, README "Command line").
-
-    ``limit`` bounds the alarms and OOD-flagged ids kept (the most recent ones), for workers that
-    run for months; the counters stay exact. ``None`` keeps everything (finite sources). An
-    alarm's revision replaces its earlier version in :attr:`alarms` (``alarm_count`` counts
-    alarms, not versions).
-    """
-
-    events: int = 0
-    alarms: list[Alarm] = field(default_factory=list)
-    dead_letters: int = 0
-    ood_flagged: list[str] = field(default_factory=list)
-    batches: int = 0
-    seconds: float = 0.0
-    alarm_count: int = 0
-    ood_flagged_count: int = 0
-    limit: int | None = None
-    #: Records of streams bound to another writer, by stream: not stored (Worker._drop_refused).
-    refused: dict[str, int] = field(default_factory=dict)
-
-    def add(self, out: BatchOutput) -> None:
-        self.events += out.events
-        self._add_alarms(out.alarms)
-        self.dead_letters += len(out.dead_letters)
-        self._add_refused(out.refused)
-        for window in out.ood_windows:
-            self.ood_flagged += window.flagged_ids
-            self.ood_flagged_count += len(window.flagged_ids)
-        self._trim()
-
-    def merge(self, other: RunSummary) -> None:
-        """Add the counts and records of ``other`` (a summary of later batches)."""
-        self.events += other.events
-        self._add_alarms(other.alarms, count=False)
-        self.alarm_count += other.alarm_count
-        self.dead_letters += other.dead_letters
-        self._add_refused(other.refused)
-        self.ood_flagged += other.ood_flagged
-        self.ood_flagged_count += other.ood_flagged_count
-        self.batches += other.batches
-        self._trim()
-
-    def _add_refused(self, refused: Mapping[str, int]) -> None:
-        for name, n in refused.items():
-            self.refused[name] = self.refused.get(name, 0) + n
-
-    def _add_alarms(self, alarms: Sequence[Alarm], count: bool = True) -> None:
-        for alarm in alarms:
-            if alarm.revision > 1:
-                at = next((i for i in range(len(self.alarms) - 1, -1, -1)
-                           if self.alarms[i].id == alarm.id), None)
-                if at is not None:
-                    self.alarms[at] = alarm
-                    continue
-            self.alarms.append(alarm)
-            if count and alarm.revision == 1:
-                self.alarm_count += 1
-
-    def _trim(self) -> None:
-        # Trim only at twice the limit, so that keeping the tail costs O(1) amortised per item.
-        if self.limit is None:
-            return
-        for items in (self.alarms, self.ood_flagged):
-            if len(items) > 2 * self.limit:
-                del items[: len(items) - self.limit]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "events": self.events,
-            "alarms": [a.to_json() for a in self.alarms],
-            "dead_letters": self.dead_letters,
-            "refused": dict(sorted(self.refused.items())),
-            "ood_flagged": self.ood_flagged,
-        }
-
-    def print_human(self, stream: Any) -> None:
-        rate = self.events / self.seconds if self.seconds > 0 else float("nan")
-        print(
-            f"{self.events} events in {self.seconds:.2f} s ({rate:,.0f}/s), "
-            f"{self.alarm_count} alarms, {self.dead_letters} dead letters, "
-            f"{self.ood_flagged_count} OOD flags",
-            file=stream,
-        )
-        for name, n in sorted(self.refused.items()):
-            print(f"{n} records of stream {name!r} not stored: the stream is bound to another "
-                  "writer", file=stream)
-
-
-class StopFlag:
-    """Set by SIGTERM/SIGINT: the loop finishes its batch, persists, commits and stops."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def wait(self, timeout_s: float) -> bool:
-        """Sleep up to ``timeout_s``, waking early when the flag is set; True if it is set."""
-        return self._event.wait(timeout_s)
-
-    def __bool__(self) -> bool:
-        return self._event.is_set()
-
-    @contextmanager
-    def on_signals(self) -> Iterator[StopFlag]:
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        for sig in previous:
-            signal.signal(sig, lambda *_: self._requested())
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def _requested(self) -> None:
-        log.info("stop requested: finishing the current batch")
-        self.set()
 
 
 class Worker:
@@ -314,6 +148,7 @@ class Worker:
     (6, True)
     """
 
+
     def __init__(
         self,
         source: Any,
@@ -357,27 +192,13 @@ class Worker:
         # Records are processed one at a time, each its own checkpoint, until every partition
         # here has been read up to this (next) offset (see _unstorable).
         self._isolate_until: dict[TopicPartition, int] = {}
-        self._refused: dict[TopicPartition, int] = {}  # offsets whose source commit was refused
-        self._pending = _Pending()  # progress since the last checkpoint
-        # Alarm versions (id, revision) passed to on_alarm that a resync could replay, and what
-        # decides when they cannot be replayed any more: the furthest (next) offset read, and
-        # the checkpointed one.
-        self._delivered: set[tuple[str, int]] = set()
-        self._read_to: dict[TopicPartition, int] = {}
-        self._stored: dict[TopicPartition, int] = {}
-        # One writer per stream (monitor.db.fencing): the offset key of each topic (another
-        # group's than the source's first one stores under its own), the fencing epoch of each
-        # partition taken at assignment, and the streams bound to another writer (set aside:
-        # nothing of their records is stored here).
-        self._keys: dict[str, str] = {}
-        self._epochs: dict[TopicPartition, int] = {}
-        self._elsewhere: dict[str, tuple[str, StreamMonitor]] = {}
-        self._group = str(getattr(source, "group_id", "") or "")
+        self.checkpoints = Checkpoints(source, checkpoint_every)
+        self.claims = Claims(sink, pipeline, source, source_kind)
         source.on_assign(self._on_assign)
         source.on_revoke(self._on_revoke)
 
     def offset_key(self, topic: str) -> str:
-        return self._keys.get(topic) or f"{self.source_kind}:{topic}"
+        return self.claims.offset_key(topic)
 
     def run(self, stop: StopFlag | None = None, max_batches: int | None = None) -> RunSummary:
         """Process until the source is exhausted, ``stop`` is set or ``max_batches`` is reached.
@@ -397,16 +218,16 @@ class Worker:
             with threadpool_limits(limits=1, user_api="blas"):
                 while not self._stop and (
                     max_batches is None
-                    or self.summary.batches + self._pending.summary.batches < max_batches
+                    or self.summary.batches + self.checkpoints.batches < max_batches
                 ):
                     if not self._step():
                         break
                 self._checkpoint()  # a clean stop stores the progress since the last one
-                self._commit({})  # on a clean stop, retry a commit the source refused earlier
+                self.checkpoints.commit({})  # on a clean stop, retry a commit refused earlier
         except BaseException:
             # The in-memory state may be ahead of what was stored: never checkpoint it (the
             # source's close() revokes partitions, which would); a restart replays instead.
-            self._pending = _Pending()
+            self.checkpoints.rewind()
             raise
         finally:
             self.summary.seconds += time.perf_counter() - start
@@ -464,9 +285,9 @@ class Worker:
         """
         versions = self._durably(self.sink.stream_versions, "reading the registered streams")
         for name, version in sorted((versions or {}).items()):
-            if name in self._elsewhere:  # bound to another writer: set aside until reassigned
+            if self.claims.is_set_aside(name):  # bound to another writer: until reassigned
                 continue
-            current = self.pipeline.streams.get(name)
+            current = self.pipeline.monitor(name)
             if current is not None and current.config_version >= version:
                 continue
             stopped = self.pipeline.stopped.get(name)
@@ -503,22 +324,15 @@ class Worker:
     # -- one batch ------------------------------------------------------------------------------
 
     def _handle(self, out: BatchOutput, records: Sequence[Any]) -> None:
-        checkpoint = (
-            self._pending.summary.batches + 1 >= self.checkpoint_every
-            or not records  # the end-of-source flush
-            or bool(self._isolate_until)
-        )
-        for tp, offset in out.offsets.items():
-            self._read_to[tp] = max(offset, self._read_to.get(tp, offset))
+        checkpoint = self.checkpoints.due(records, bool(self._isolate_until))
+        self.checkpoints.read(out)
         if not self._persist(out, records, checkpoint):
             return
-        self._pending.add(out, records)
+        self.checkpoints.pending.add(out, records)
         self._isolated(records)
-        # A resync replays the batches since the last checkpoint: deliver their alarms once.
-        fresh = [a for a in out.alarms if (a.id, a.revision) not in self._delivered]
-        self._delivered.update((a.id, a.revision) for a in fresh)
+        fresh = self.checkpoints.fresh(out.alarms)
         if checkpoint:
-            self._checkpointed()
+            self.summary.merge(self.checkpoints.checkpointed())
         if self.on_alarm is not None:
             for alarm in fresh:
                 self.on_alarm(alarm)
@@ -527,25 +341,8 @@ class Worker:
 
     def _checkpoint(self) -> None:
         """Store the states and offsets of the batches since the last checkpoint, and commit."""
-        if self._pending.summary.batches and self._persist(BatchOutput(), [], checkpoint=True):
-            self._checkpointed()
-
-    def _checkpointed(self) -> None:
-        """The pending progress is stored: commit it to the source and count it."""
-        offsets = self._pending.offsets
-        self._stored.update(offsets)
-        self._commit(offsets)
-        self.summary.merge(self._pending.summary)
-        self._pending = _Pending()
-        if all(self._stored.get(tp, -1) >= offset for tp, offset in self._read_to.items()):
-            self._delivered.clear()  # everything read is checkpointed: nothing can replay
-
-    def _isolated(self, records: Sequence[Any]) -> None:
-        """Stop isolating the partitions read past the batch that could not be stored."""
-        for record in records:
-            tp = (record.topic, record.partition)
-            if record.offset + 1 >= self._isolate_until.get(tp, record.offset + 2):
-                del self._isolate_until[tp]
+        if self.checkpoints.batches and self._persist(BatchOutput(), [], checkpoint=True):
+            self.summary.merge(self.checkpoints.checkpointed())
 
     def _persist(self, out: BatchOutput, records: Sequence[Any], checkpoint: bool) -> bool:
         """Store the batch (with, at a checkpoint, the states and offsets of every batch since
@@ -553,20 +350,13 @@ class Worker:
         offsets: list[SourceOffset] = []
         states: dict[str, dict[str, Any]] = {}
         if checkpoint:
-            offsets = [
-                SourceOffset(self.offset_key(topic), partition, offset)
-                for (topic, partition), offset in sorted(
-                    {**self._pending.offsets, **out.offsets}.items()
-                )
-            ]
-            touched = sorted(self._pending.touched | out.touched)
+            offsets, touched = self.checkpoints.to_store(out, self.offset_key)
             states = self.pipeline.states(touched)
-        fencing = self._fencing({**self._pending.offsets, **out.offsets}, out.touched)
-        if self._elsewhere:
-            self._drop_refused(out)
+        fencing = self.claims.fencing(self.checkpoints.since(out), out.touched)
+        self.claims.drop_refused(out)
+        batch = Batch.of(out, states, offsets=offsets, fencing=fencing)
         try:
-            self._durably(lambda: self.sink.persist(out, offsets, states, fencing),
-                          "persisting a batch")
+            self._durably(partial(self.sink.persist, batch), "persisting a batch")
         except Exception as exc:
             fault = self.sink.fault(exc)
             if fault is None or not self._refused_batch(fault, exc, records, out.touched):
@@ -582,7 +372,7 @@ class Worker:
             log.warning("batch dropped: %s", fault)
             self._resync(records, touched)
         elif fault.kind is FaultKind.BOUND:
-            self._set_aside(fault)
+            self.claims.set_aside(fault)
             self._resync(records, touched)
         elif fault.kind is FaultKind.CONTENT and records:  # (a flush has no record to blame)
             self._unstorable(records, touched, exc)
@@ -590,58 +380,7 @@ class Worker:
             return False
         return True
 
-    # -- one writer per stream ------------------------------------------------------------------
-
-    def _fencing(self, read: Mapping[TopicPartition, int], touched: set[str]) -> Fencing:
-        """The writer, fencing tokens and streams a transaction covering the partitions ``read``
-        is checked against."""
-        fences = {(self.offset_key(t), p): self._epochs[(t, p)]
-                  for t, p in read if (t, p) in self._epochs}
-        return Fencing(self.source.name, self._group, fences, sorted(touched))
-
-    def _set_aside(self, fault: Fault) -> None:
-        """A stream bound to another writer: this worker stops writing it, and stores nothing
-        of its records (:meth:`_drop_refused`)."""
-        log.error("%s; until then its records are not stored here (counted in the run summary's "
-                  "\"refused\" and in monitor_worker_refused_records_total)", fault)
-        monitor = self.pipeline.drop(fault.stream)
-        if monitor is not None:
-            self._elsewhere[fault.stream] = (fault.bound, monitor)
-
-    def _drop_refused(self, out: BatchOutput) -> None:
-        """Take the records of set-aside streams (the pipeline's ``unknown stream`` dead letters)
-        out of the batch and count them in ``out.refused``. The stream's bound writer reads
-        these records itself: stored here as dead letters, a replay would feed events it already
-        processed into the stream a second time (issue 31)."""
-        refused = {unknown_stream_reason(name): name for name in self._elsewhere}
-        kept: list[DeadLetter] = []
-        for letter in out.dead_letters:
-            name = refused.get(letter.reason)
-            if name is None:
-                kept.append(letter)
-            else:
-                out.refused[name] = out.refused.get(name, 0) + 1
-        out.dead_letters = kept
-
-    def _claim(self, partitions: set[TopicPartition]) -> set[str]:
-        """Take the partitions' fencing tokens (a zombie of them is refused from now on) and
-        give back the streams set aside (a binding may have moved: each is checked again); the
-        names given back."""
-        back = set(self._elsewhere)
-        for name, (_, monitor) in self._elsewhere.items():
-            self.pipeline.add(name, monitor)
-        self._elsewhere.clear()
-        for topic in sorted({t for t, _ in partitions}):
-            ours = {p for t, p in partitions if t == topic}
-            source = f"{self.source_kind}:{topic}"
-
-            def take(source: str = source, ours: set[int] = ours) -> tuple[str, dict[int, int]]:
-                return self.sink.claim(source, self._group, ours)
-
-            key, epochs = self._durably(take, "claiming partitions")
-            self._keys[topic] = key
-            self._epochs.update({(topic, p): e for p, e in epochs.items()})
-        return back
+    # -- a batch the sink refuses for its content -----------------------------------------------
 
     def _unstorable(self, records: Sequence[Any], touched: set[str], exc: Exception) -> None:
         """A batch the database refuses for its content (not its availability).
@@ -652,27 +391,24 @@ class Worker:
         record whose results cannot be stored becomes a dead letter, its effect on the
         detectors is discarded, and the stream goes on.
         """
-        since_checkpoint = bool(self._pending.summary.batches)
-        if len(records) > 1 or since_checkpoint:
+        if len(records) > 1 or self.checkpoints.batches:
             log.error("a record of this batch cannot be stored (%s): processing records one at "
-                      "a time up to its %d", _short(exc), len(records))
+                      "a time up to its %d", short(exc), len(records))
             self._isolate(records, touched)
             return
         self._resync(records, touched)
         record = records[0]
-        reason = f"results cannot be stored: {_short(exc)}"
+        reason = f"results cannot be stored: {short(exc)}"
         log.error("%s[%d]@%d: %s; dead-lettered", record.topic, record.partition, record.offset,
                   reason)
         out = BatchOutput(dead_letters=[dead_letter(self.pipeline.source, record, reason)],
                           offsets={(record.topic, record.partition): record.offset + 1})
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
                                 record.offset + 1)]
-        fencing = self._fencing(out.offsets, set())
-        self._durably(lambda: self.sink.persist(out, offsets, {}, fencing),
-                      "persisting a dead letter")
+        batch = Batch.of(out, offsets=offsets, fencing=self.claims.fencing(out.offsets, set()))
+        self._durably(partial(self.sink.persist, batch), "persisting a dead letter")
         self.source.seek(out.offsets)
-        self._stored.update(out.offsets)
-        self._commit(out.offsets)
+        self.checkpoints.stored(out.offsets)
         self.summary.add(out)
         self._isolated(records)
 
@@ -684,48 +420,16 @@ class Worker:
             tp = (record.topic, record.partition)
             self._isolate_until[tp] = max(record.offset + 1, self._isolate_until.get(tp, 0))
 
-    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        from connectors.errors import OffsetCommitError
-
-        # A refused commit (e.g. during a rebalance) is retried with the next one, for the
-        # partitions still owned; offsets only grow, so later values replace earlier ones.
-        owned = self.source.assignment()
-        pending = {tp: o for tp, o in {**self._refused, **offsets}.items() if tp in owned}
-        self._refused = {}
-        if not pending:
-            return
-        try:
-            self.source.commit(pending)
-        except OffsetCommitError as exc:
-            # The results and offsets are durable in the database, which every owner resumes from.
-            self._refused = pending
-            log.warning("source commit refused (results are stored; retried later): %s", exc)
+    def _isolated(self, records: Sequence[Any]) -> None:
+        """Stop isolating the partitions read past the batch that could not be stored."""
+        for record in records:
+            tp = (record.topic, record.partition)
+            if record.offset + 1 >= self._isolate_until.get(tp, record.offset + 2):
+                del self._isolate_until[tp]
 
     def _durably(self, action: Callable[[], T], what: str) -> T:
-        """Run a database action, retrying transient failures with backoff until the deadline."""
-        deadline = time.monotonic() + self.retry.deadline_s
-        for attempt, wait in enumerate(self.retry.delays(1_000_000), start=1):
-            try:
-                return action()
-            except Exception as exc:
-                fault = self.sink.fault(exc)
-                if fault is None or fault.kind is not FaultKind.TRANSIENT:
-                    raise
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0 or self._stop:
-                    raise self._gave_up(what, attempt, fault) from exc
-                log.warning("%s failed (attempt %d: %s); retrying in %.1f s",
-                            what, attempt, _short(exc), wait)
-                self._stop.wait(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _gave_up(self, what: str, attempts: int, fault: Fault) -> DatabaseUnavailableError:
-        why = "a stop was requested" if self._stop else f"{self.retry.deadline_s:g} s passed"
-        return DatabaseUnavailableError(
-            f"{what} failed {attempts} times and {why}: {fault}; "
-            "nothing was committed to the source, so a restarted worker resumes at the last "
-            "stored batch"
-        )
+        """Run a sink action, retrying transient failures with backoff until the deadline."""
+        return durably(action, what, self.retry, self.sink.fault, self._stop)
 
     # -- rebalances -----------------------------------------------------------------------------
 
@@ -734,7 +438,7 @@ class Worker:
         self._checkpoint()  # (nothing is pending unless partitions arrive without a revoke)
         # Before restoring: no zombie can write after the state is read. Streams given back
         # start afresh unless stored (their monitors advanced on a refused batch).
-        back = self._claim(partitions)
+        back = self.claims.claim(partitions, self._durably)
         self._restore_streams(reset=back)
         stored = self._durably(
             lambda: self.sink.load_offsets(partitions, self.offset_key), "loading offsets"
@@ -749,19 +453,19 @@ class Worker:
         # partitions are still ours, so that their next owner resumes from it.
         self._checkpoint()
         for tp in partitions:
-            for progress in (self._read_to, self._stored, self._isolate_until, self._epochs):
-                progress.pop(tp, None)
+            self.checkpoints.forget(tp)
+            self.claims.forget(tp)
+            self._isolate_until.pop(tp, None)
         log.info("revoked %s", sorted(partitions))
 
     def _resync(self, records: Sequence[Any], touched: set[str]) -> None:
         """Forget a batch the database refused and every batch since the last checkpoint:
         reload state, seek every partition read since then back to the stored offsets."""
-        first = dict(self._pending.first)
+        pending = self.checkpoints.rewind()
+        first = dict(pending.first)
         for record in records:
             first.setdefault((record.topic, record.partition), record.offset)
-        touched = touched | self._pending.touched
-        self._pending = _Pending()
-        self._restore_streams(reset=touched)
+        self._restore_streams(reset=touched | pending.touched)
         stored = self._durably(
             lambda: self.sink.load_offsets(set(first), self.offset_key), "loading offsets"
         )
@@ -773,37 +477,8 @@ class Worker:
 
     def _restore_streams(self, reset: set[str]) -> None:
         """Load every stream's stored state; streams in ``reset`` without one start afresh."""
-        names = sorted(self.pipeline.streams)
+        names = self.pipeline.names()
         states = self._durably(
             lambda: {name: self.sink.load_state(name) for name in names}, "loading detector state"
         )
-        for name, state in states.items():
-            monitor = self.pipeline.streams[name]
-            if state is None and name in reset:
-                monitor = StreamMonitor(monitor.config, monitor.calibration, monitor.config_version)
-            self.pipeline.resume(name, monitor, state)
-
-
-@dataclass
-class _Pending:
-    """Progress since the last checkpoint: results stored, states and offsets not yet."""
-
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to read
-    first: dict[TopicPartition, int] = field(default_factory=dict)  # first offset read
-    touched: set[str] = field(default_factory=set)
-    summary: RunSummary = field(default_factory=RunSummary)  # counted at the checkpoint
-
-    def add(self, out: BatchOutput, records: Sequence[Any]) -> None:
-        self.offsets.update(out.offsets)
-        for record in records:
-            self.first.setdefault((record.topic, record.partition), record.offset)
-        self.touched |= out.touched
-        self.summary.add(out)
-        self.summary.batches += 1
-
-
-def _short(exc: BaseException) -> str:
-    # SQLAlchemy's message embeds the statement and its parameters (a whole batch): keep the cause.
-    cause = getattr(exc, "orig", None) or exc
-    lines = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {lines[0][:200] if lines else ''}"
+        self.pipeline.restore(states, afresh=reset)

@@ -285,9 +285,8 @@ class WatchedSink:
     def load_state(self, stream: str) -> Any:
         return self._call("load_state", stream)
 
-    def persist(self, out: Any, offsets: Any, states: Any, fencing: Any = None,
-                **ingest: Any) -> None:
-        self._call("persist", out, offsets, states, fencing, **ingest)
+    def persist(self, batch: Any) -> None:
+        self._call("persist", batch)
 
     def claim(self, source: str, group: str, partitions: set[int]) -> Any:
         return self.sink.claim(source, group, partitions)

@@ -78,7 +78,7 @@ from monitor.db.models import (
     WebhookDeliveryRow,
 )
 from monitor.db.store import load_state
-from monitor.streams.records import ALARM_KINDS, DETECTORS
+from monitor.streams.records import ALARM_KINDS, DETECTORS, KINDS_OF_DETECTOR
 from monitor.streams.state import StateFormatError
 
 __all__ = [
@@ -300,7 +300,9 @@ class DatabaseCollector(Collector):
             .join(AlarmRevisionRow, AlarmRevisionRow.alarm_id == AlarmRow.id)
             .group_by(AlarmRow.stream, AlarmRow.detector, AlarmRevisionRow.kind)
         ).all()
-        alarms = _zeros(streams, DETECTORS, ALARM_KINDS)
+        # every (detector, kind) a detector can raise, at 0, so series exist before alarms
+        alarms = {(stream, d, k): 0.0 for stream in streams
+                  for d, kinds in KINDS_OF_DETECTOR.items() for k in kinds}
         for s, d, k, n in versions:
             stream = _bounded(s, registered)
             key = (stream, d if d in DETECTORS else UNKNOWN, k if k in ALARM_KINDS else UNKNOWN)
@@ -426,7 +428,7 @@ def _trace_families(
     the configured thresholds."""
     latest = []
     for stream in streams:
-        for detector in DETECTORS:
+        for detector in RULE_DETECTORS:  # the detectors that write trace points
             row = session.scalars(
                 select(TracePointRow)
                 .where(TracePointRow.stream == stream, TracePointRow.detector == detector)

@@ -22,8 +22,8 @@ def load_calibration(config: StreamConfig) -> Calibration:
     """The calibration data named by (or embedded in) a stream configuration."""
     try:
         if isinstance(config.calibration, str):
-            return Calibration.from_jsonl(config.calibration)
-        return Calibration.from_rows(config.calibration)
+            return Calibration.from_jsonl(config.calibration, **config.schema_options)
+        return Calibration.from_rows(config.calibration, **config.schema_options)
     except CalibrationError as exc:
         raise RunError(f"stream {config.name!r}: {exc}") from None
 
@@ -33,7 +33,9 @@ def stored_calibration(stored: StoredStream) -> Calibration:
 
     Raises :class:`FeatureOrderError` for object features whose order is not stored (an upgrade
     could not recover it: migration 0017)."""
-    calibration = Calibration.from_rows(stored.calibration, stored.feature_names)
+    # the feature schema follows the version's declaration and seed (docs/tabular.md)
+    options = StreamConfig.model_validate(stored.config).schema_options
+    calibration = Calibration.from_rows(stored.calibration, stored.feature_names, **options)
     if calibration.feature_names is not None and stored.feature_names is None:
         name = stored.config.get("name")
         raise FeatureOrderError(

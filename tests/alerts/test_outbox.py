@@ -28,7 +28,7 @@ from monitor.db.models import AlertOutboxRow, WebhookDeliveryRow
 from monitor.db.queries import retry_alert_delivery
 from monitor.db.sink import DatabaseSink
 from monitor.db.store import persist_batch
-from monitor.engine.pipeline import BatchOutput
+from monitor.engine.batch import Batch
 from monitor.streams.records import SourceOffset
 from tests.support.receivers import Receiver
 
@@ -89,19 +89,19 @@ def test_deliveries_are_queued_in_the_results_transaction(
 ) -> None:
     rows = outbox_rows([alarm("bikes", 0, kind="concept_shift")], routing(receiver))
     offsets = [SourceOffset("file:x", 0, 10)]
-    persist_batch(db_session, alarms=[alarm("bikes", 0, kind="concept_shift")], alerts=rows,
-                  offsets=offsets)
+    persist_batch(db_session, Batch(alarms=[alarm("bikes", 0, kind="concept_shift")],
+                                    offsets=offsets), alerts=rows)
     assert [(d.receiver, d.status) for d in deliveries(db_engine)] == [
         ("hook", "pending"), ("slack", "pending")
     ]
     # A replay of the batch queues nothing twice.
-    persist_batch(db_session, alarms=[alarm("bikes", 0, kind="concept_shift")], alerts=rows)
+    persist_batch(db_session, Batch(alarms=[alarm("bikes", 0, kind="concept_shift")]), alerts=rows)
     assert len(deliveries(db_engine)) == 2
     # A batch the database refuses stores neither its alarm nor its deliveries.
     late = [alarm("bikes", 1, kind="concept_shift")]
     with pytest.raises(StaleWriterError):
-        persist_batch(db_session, alarms=late, alerts=outbox_rows(late, routing(receiver)),
-                      offsets=[SourceOffset("file:x", 0, 5)])
+        persist_batch(db_session, Batch(alarms=late, offsets=[SourceOffset("file:x", 0, 5)]),
+                      alerts=outbox_rows(late, routing(receiver)))
     assert len(deliveries(db_engine)) == 2
 
 
@@ -114,7 +114,7 @@ def test_each_receiver_gets_its_routed_alarms_in_its_format_signed(
         alarm("fraud-eu", 1, kind="benign_covariate_shift"),
         alarm("fraud-eu", 2, kind="extreme_covariate_shift"),
     ]
-    sink.persist(BatchOutput(alarms=alarms), [], {})
+    sink.persist(Batch(alarms=alarms))
     drain(AlertDelivery(sink.sessions, SECRET, sink.routing.delivery))
     hook, slack, am = (receiver.on(p) for p in ("/hook", "/slack", "/api/v2/alerts"))
     assert sorted(json.loads(r.body)["id"] for r in hook) == sorted(a.id for a in alarms)
@@ -140,7 +140,7 @@ def test_failures_are_retried_with_backoff_and_the_same_key_until_delivered(
     receiver.script["/hook"] = [503, 429, 500, 204]
     sink.routing = routing(receiver)
     record = alarm("bikes", 0, kind="benign_covariate_shift")
-    sink.persist(BatchOutput(alarms=[record]), [], {})
+    sink.persist(Batch(alarms=[record]))
     with AlertDelivery(sink.sessions, SECRET, sink.routing.delivery, poll_s=0.01):
         wait_for(lambda: [d.status for d in deliveries(db_engine)] == ["delivered"])
     got = receiver.on("/hook")
@@ -165,8 +165,8 @@ def test_an_alarms_versions_reach_a_receiver_in_order(
     first = alarm("bikes", 0, kind="insufficient_evidence")
     revised = replace(first, kind="concept_shift", revision=2, revised_at=first.ts)
     other = alarm("bikes", 1, kind="concept_shift")
-    persist_batch(db_session, alarms=[first, other], alerts=outbox_rows([first], route))
-    persist_batch(db_session, alarms=[], alerts=outbox_rows([revised, other], route))
+    persist_batch(db_session, Batch(alarms=[first, other]), alerts=outbox_rows([first], route))
+    persist_batch(db_session, Batch(alarms=[]), alerts=outbox_rows([revised, other], route))
     hooks = AlertDelivery(session_factory(db_engine), SECRET, route.delivery, batch=10)
     claimed = hooks.claim(10)
     # Revision 1 went to the webhook only (the Slack route takes concept shifts): revision 2
@@ -189,7 +189,7 @@ def test_a_final_answer_or_the_last_failed_attempt_makes_a_delivery_dead(
     receiver.script["/hook"] = [404]
     receiver.script["/slack"] = [503]
     sink.routing = routing(receiver, max_attempts=3, backoff_seconds=0.01)
-    sink.persist(BatchOutput(alarms=[alarm("bikes", 0, kind="concept_shift")]), [], {})
+    sink.persist(Batch(alarms=[alarm("bikes", 0, kind="concept_shift")]))
     with AlertDelivery(sink.sessions, SECRET, sink.routing.delivery, poll_s=0.01):
         wait_for(lambda: {d.status for d in deliveries(db_engine)} == {"dead"})
     hook, slack = deliveries(db_engine)
@@ -216,7 +216,7 @@ def test_unreachable_receivers_are_retried_then_dead_with_the_error(
         "routes": [{"receivers": ["gone"]}],
         "delivery": FAST | {"max_attempts": 2, "backoff_seconds": 0.01},
     })
-    sink.persist(BatchOutput(alarms=[alarm("bikes", 0)]), [], {})
+    sink.persist(Batch(alarms=[alarm("bikes", 0)]))
     with AlertDelivery(sink.sessions, SECRET, sink.routing.delivery, poll_s=0.01):
         wait_for(lambda: [d.status for d in deliveries(db_engine)] == ["dead"])
     (row,) = deliveries(db_engine)
@@ -230,7 +230,7 @@ def test_a_crash_before_or_during_delivery_is_redelivered_after_restart(
     # Process 1 stores a batch (alarms and deliveries) and dies before delivering anything.
     first = DatabaseSink(migrated_database_url, migrate=False, routing=routing(receiver))
     benign = [alarm("bikes", i, kind="benign_covariate_shift") for i in (0, 1)]  # "hook" only
-    first.persist(BatchOutput(alarms=benign), [], {})
+    first.persist(Batch(alarms=benign))
     first.close()
     assert receiver.received == []
     # Process 2 claims them (leases: 0.3 s, plus its 0.1 s timeout for the second, which it
@@ -265,7 +265,7 @@ def test_concurrent_claims_never_take_a_row_twice(
     db_engine: Engine, sink: DatabaseSink, receiver: Receiver
 ) -> None:
     sink.routing = routing(receiver)
-    sink.persist(BatchOutput(alarms=[alarm("bikes", i) for i in range(40)]), [], {})
+    sink.persist(Batch(alarms=[alarm("bikes", i) for i in range(40)]))
     claimers = [AlertDelivery(sink.sessions, SECRET, Delivery(**FAST)) for _ in range(4)]
     taken: list[list[int]] = [[] for _ in claimers]
     start = threading.Barrier(len(claimers))

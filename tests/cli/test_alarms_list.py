@@ -16,6 +16,7 @@ from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import ALARM_KINDS
 from tests.support.tabular_alarms import tabular_alarms
 
@@ -42,7 +43,7 @@ def test_the_data_quality_and_schema_kinds_list_their_alarms(
     upgrade(url)
     engine = make_engine(url)
     with session_factory(engine)() as session:
-        persist_batch(session, alarms=tabular_alarms())
+        persist_batch(session, Batch(alarms=tabular_alarms()))
     engine.dispose()
     for kind, keys in (("schema_change", ["amount", "model_version"]), ("data_quality", [None])):
         assert main(["--db", url, "alarms", "list", "--kind", kind, "--json"]) == 0

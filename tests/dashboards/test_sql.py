@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from monitor.db.migrate import upgrade
+from monitor.engine.batch import Batch
 from monitor.ops.datasets import build_example
 from monitor.settings import Settings
 from tests.support.dashboards import load_dashboards, queries
@@ -275,7 +276,7 @@ def _tabular_alarms(url: str, stream: str) -> None:
                 for a in tabular_alarms(stream)]
             before = session.scalar(select(func.count()).select_from(AlarmRow))
             session.rollback()
-            persist_batch(session, alarms=alarms)
+            persist_batch(session, Batch(alarms=alarms))
             after = session.scalar(select(func.count()).select_from(AlarmRow))
             assert after == before + len(alarms)
     finally:

@@ -15,6 +15,7 @@ from monitor.db.errors import InvalidRecordError
 from monitor.db.models import AlarmRow
 from monitor.db.queries import PERFORMANCE_FIELDS, performance_windows
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import Alarm, AlarmEvidence, PerformanceWindow
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -26,9 +27,10 @@ def window(i: int, stream: str = "bikes") -> PerformanceWindow:
 
 
 def test_performance_windows_round_trip_and_filter(db_session: Session) -> None:
-    persist_batch(db_session, performance_windows=[window(i) for i in range(5)]
-                  + [window(0, "other")])
-    persist_batch(db_session, performance_windows=[window(4)])  # a replay stores nothing twice
+    persist_batch(db_session, Batch(performance_windows=[window(i) for i in range(5)]
+                  + [window(0, "other")]))
+    # a replay stores nothing twice
+    persist_batch(db_session, Batch(performance_windows=[window(4)]))
     rows = performance_windows(db_session, "bikes")
     assert [r["window_index"] for r in rows] == [0, 1, 2, 3, 4]
     assert all(tuple(r) == PERFORMANCE_FIELDS for r in rows)
@@ -46,7 +48,7 @@ def test_performance_windows_round_trip_and_filter(db_session: Session) -> None:
 def test_a_non_finite_metric_is_refused(db_session: Session) -> None:
     bad = PerformanceWindow("bikes", 0, 0, 9, T0, 10, {"mae": math.inf})
     with pytest.raises(InvalidRecordError, match="mae"):
-        persist_batch(db_session, performance_windows=[bad])
+        persist_batch(db_session, Batch(performance_windows=[bad]))
 
 
 def test_late_evidence_is_a_revision_of_the_stored_alarm_and_is_routed(
@@ -66,14 +68,14 @@ def test_late_evidence_is_a_revision_of_the_stored_alarm_and_is_routed(
 
     alarm = Alarm("bikes", "covariate", "benign_covariate_shift", "e-1", 1, T0, None, 1e4, 1e4,
                   "shiryaev_roberts", {"weights_ess": 800.0})
-    persist_batch(db_session, alarms=[alarm], route=route)
+    persist_batch(db_session, Batch(alarms=[alarm]), route=route)
     attribution = {"method": "ks_holm_post_alarm", "features": [{"feature": "f3"}]}
     evidence = [
         AlarmEvidence("bikes", alarm.id, {"attribution": attribution}),
         AlarmEvidence("bikes", "no-such-alarm", {"attribution": attribution}),  # skipped
     ]
     for _ in range(2):  # the second time is a replay of the same batch
-        persist_batch(db_session, alarm_evidence=evidence, route=route)
+        persist_batch(db_session, Batch(alarm_evidence=evidence), route=route)
     with db_session.begin():
         row = db_session.get(AlarmRow, alarm.id)
         assert row is not None
@@ -96,7 +98,8 @@ def test_the_alarm_report_reads_the_stored_performance_windows(db_session: Sessi
 
     alarm = Alarm("bikes", "conditional", "concept_shift", "e-900", 900, T0, 700, 1e4, 1e4,
                   "shiryaev_roberts", {})
-    persist_batch(db_session, alarms=[alarm], performance_windows=[window(i) for i in range(3)])
+    persist_batch(db_session, Batch(alarms=[alarm],
+                                    performance_windows=[window(i) for i in range(3)]))
     context = report_context(db_session, alarm.id)
     db_session.rollback()
     assert context.performance == performance_windows(db_session, "bikes")

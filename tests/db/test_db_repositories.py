@@ -19,6 +19,7 @@ from monitor.db.errors import (
 )
 from monitor.db.models import AlarmRow, CalibrationEventRow
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.config import StreamConfig
 from monitor.streams.records import ALARM_KINDS, Alarm, DeadLetter, OODWindow, TracePoint
 
@@ -80,7 +81,7 @@ def expected_ids(alarms: list[Alarm], order: str = "desc", **filters: Any) -> li
 @pytest.mark.parametrize("limit", [1, 7, 50, 500])
 def test_pagination_returns_every_alarm_once_in_order(db_session: Session, limit: int) -> None:
     alarms = random_alarms(120, seed=limit)
-    persist_batch(db_session, alarms=alarms)
+    persist_batch(db_session, Batch(alarms=alarms))
     since, until = T0 + timedelta(seconds=0.5), T0 + timedelta(seconds=2.2)
     cases: list[dict[str, Any]] = [
         {},
@@ -101,10 +102,10 @@ def test_pagination_returns_every_alarm_once_in_order(db_session: Session, limit
 
 def test_pagination_is_stable_when_alarms_arrive_between_pages(db_session: Session) -> None:
     alarms = random_alarms(30, seed=3)
-    persist_batch(db_session, alarms=alarms[:20])
+    persist_batch(db_session, Batch(alarms=alarms[:20]))
     first = queries.list_alarms(db_session, limit=10, order="asc")
     db_session.rollback()
-    persist_batch(db_session, alarms=alarms[20:])
+    persist_batch(db_session, Batch(alarms=alarms[20:]))
     rest = queries.list_alarms(db_session, limit=100, order="asc", cursor=first.next_cursor)
     seen = [a.id for a in first.items + rest.items]
     assert len(set(seen)) == len(seen)
@@ -113,7 +114,7 @@ def test_pagination_is_stable_when_alarms_arrive_between_pages(db_session: Sessi
 
 
 def test_bad_cursors_are_refused(db_session: Session) -> None:
-    persist_batch(db_session, alarms=random_alarms(5, seed=1))
+    persist_batch(db_session, Batch(alarms=random_alarms(5, seed=1)))
     page = queries.list_alarms(db_session, limit=2)
     assert page.next_cursor is not None
     with pytest.raises(InvalidCursorError, match=r"asc order"):
@@ -127,7 +128,7 @@ def test_bad_cursors_are_refused(db_session: Session) -> None:
 
 def test_alarm_queries_can_be_extended(db_session: Session) -> None:
     alarms = random_alarms(40, seed=5)
-    persist_batch(db_session, alarms=alarms)
+    persist_batch(db_session, Batch(alarms=alarms))
     query = queries.alarms_query(stream="bikes").where(AlarmRow.statistic > 15_000)
     want = [a for a in alarms if a.stream == "bikes" and a.statistic > 15_000]
     assert queries.count(db_session, query) == len(want)
@@ -136,7 +137,7 @@ def test_alarm_queries_can_be_extended(db_session: Session) -> None:
 
 def test_get_and_acknowledge_alarm(db_session: Session) -> None:
     alarm = random_alarms(1, seed=0)[0]
-    persist_batch(db_session, alarms=[alarm])
+    persist_batch(db_session, Batch(alarms=[alarm]))
     row = queries.get_alarm(db_session, alarm.id)
     assert row is not None and row.to_record() == alarm and row.ts.tzinfo is not None
     assert row.acknowledged_at is None
@@ -160,7 +161,7 @@ def test_traces_filter_and_paginate(db_session: Session) -> None:
         for d in ("covariate", "conditional")
     ]
     other = TracePoint("cars", "covariate", 0, T0, 0.0, 0.5, 0.0, 9.2)
-    persist_batch(db_session, trace_points=[*points, other])
+    persist_batch(db_session, Batch(trace_points=[*points, other]))
 
     rows = list(db_session.scalars(queries.traces_query("bikes", detector="conditional")))
     assert [r.event_index for r in rows] == list(range(0, 100, 10))
@@ -186,7 +187,7 @@ def test_ood_windows_with_their_flags(db_session: Session) -> None:
         for k in range(5)
     ]
     windows[3] = OODWindow("bikes", 3, 12, 16, T0, 4, 2, 0.01, "bh", 0.1, ("e-13", "e-12"))
-    persist_batch(db_session, ood_windows=windows)
+    persist_batch(db_session, Batch(ood_windows=windows))
     listed = queries.list_ood_windows(db_session, "bikes", limit=2, after_window=1)
     assert [(w.window_index, flags) for w, flags in listed] == [(2, ()), (3, ("e-12", "e-13"))]
     assert [w.window_index for w in db_session.scalars(queries.ood_windows_query("bikes"))] == [
@@ -251,7 +252,7 @@ def test_dead_letters_list_and_count(db_session: Session) -> None:
         for p in (0, 1)
         for o in range(4)
     ]
-    persist_batch(db_session, dead_letters=letters)
+    persist_batch(db_session, Batch(dead_letters=letters))
     assert queries.count(db_session, queries.dead_letters_query()) == 8
     assert queries.count(db_session, queries.dead_letters_query(stream="bikes")) == 4
     since = queries.dead_letters_query(since=T0 + timedelta(seconds=2))

@@ -26,7 +26,9 @@ from monitor.db.models import (
     TracePointRow,
 )
 from monitor.db.queries import ood_flags_query, traces_query
+from monitor.db.replay_store import persist_replay
 from monitor.db.store import load_offsets, load_state, persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import DeadLetter, SourceOffset, TracePoint
 from monitor.streams.state import Checkpoint
 from tests.support.records import T0, alarm, window
@@ -75,7 +77,7 @@ def row_counts(session: Session) -> dict[str, int]:
 
 def test_batch_round_trips_every_record(db_session: Session) -> None:
     batch = full_batch(0, 40)
-    persist_batch(db_session, **batch)
+    persist_batch(db_session, Batch(**batch))
 
     stored = [r.to_record() for r in db_session.scalars(select(AlarmRow).order_by(AlarmRow.ts))]
     assert stored == batch["alarms"]
@@ -92,8 +94,8 @@ def test_batch_round_trips_every_record(db_session: Session) -> None:
 
 def test_restored_checkpoint_is_bit_for_bit(db_session: Session) -> None:
     assert load_state(db_session, "bikes") is None
-    persist_batch(db_session, checkpoints={"bikes": checkpoint(10, seed=1)})
-    persist_batch(db_session, checkpoints={"bikes": checkpoint(20, seed=2)})  # replaces
+    persist_batch(db_session, Batch(checkpoints={"bikes": checkpoint(10, seed=1)}))
+    persist_batch(db_session, Batch(checkpoints={"bikes": checkpoint(20, seed=2)}))  # replaces
     restored = load_state(db_session, "bikes")
     expected = checkpoint(20, seed=2)
     assert restored is not None
@@ -106,11 +108,11 @@ def test_restored_checkpoint_is_bit_for_bit(db_session: Session) -> None:
 
 def test_replaying_a_batch_stores_nothing_twice(db_session: Session) -> None:
     batch = full_batch(0, 40)
-    persist_batch(db_session, **batch)
+    persist_batch(db_session, Batch(**batch))
     before = row_counts(db_session)
-    persist_batch(db_session, **batch)
+    persist_batch(db_session, Batch(**batch))
     # A replay that regenerated alarms with fresh objects (same deterministic ids) is a no-op too.
-    persist_batch(db_session, alarms=[alarm(i) for i in range(0, 40, 7)])
+    persist_batch(db_session, Batch(alarms=[alarm(i) for i in range(0, 40, 7)]))
     assert row_counts(db_session) == before
     assert before["alarms"] == 6 and before["trace_points"] == 40
 
@@ -120,21 +122,30 @@ def test_an_error_mid_batch_leaves_nothing(db_session: Session) -> None:
     batch = full_batch(0, 40)
     batch["trace_points"] = [*batch["trace_points"], bad]
     with pytest.raises((SQLAlchemyError, OverflowError)):
-        persist_batch(db_session, **batch)
+        persist_batch(db_session, Batch(**batch))
     assert not db_session.in_transaction()
     assert set(row_counts(db_session).values()) == {0}
-    persist_batch(db_session, **full_batch(0, 40))  # the session is usable afterwards
+    persist_batch(db_session, Batch(**full_batch(0, 40)))  # the session is usable afterwards
     assert row_counts(db_session)["alarms"] == 6
 
 
+def test_a_replay_batch_moving_offsets_is_refused_before_writing(db_session: Session) -> None:
+    batch = Batch(alarms=[alarm(0)], offsets=[SourceOffset(SOURCE, 0, 5)])
+    with pytest.raises(ValueError, match="carries no offsets"):
+        persist_replay(db_session, batch)
+    assert not db_session.in_transaction()
+    assert row_counts(db_session)["alarms"] == 0
+
+
 def test_offsets_only_increase(db_session: Session) -> None:
-    persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 100)])
-    persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 100)])  # equal: a replay
+    persist_batch(db_session, Batch(offsets=[SourceOffset(SOURCE, 0, 100)]))
+    persist_batch(db_session, Batch(offsets=[SourceOffset(SOURCE, 0, 100)]))  # equal: a replay
     with pytest.raises(StaleWriterError, match="from 100 to 99") as info:
-        persist_batch(db_session, alarms=[alarm(1)], offsets=[SourceOffset(SOURCE, 0, 99)])
+        persist_batch(db_session, Batch(alarms=[alarm(1)], offsets=[SourceOffset(SOURCE, 0, 99)]))
     assert (info.value.stored, info.value.attempted) == (100, 99)
     assert row_counts(db_session)["alarms"] == 0  # the regressing batch wrote nothing
-    persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 150), SourceOffset(SOURCE, 3, 0)])
+    persist_batch(db_session,
+                  Batch(offsets=[SourceOffset(SOURCE, 0, 150), SourceOffset(SOURCE, 3, 0)]))
     assert load_offsets(db_session, SOURCE) == {0: 150, 3: 0}
     assert load_offsets(db_session, "kafka://other") == {}
 
@@ -142,7 +153,7 @@ def test_offsets_only_increase(db_session: Session) -> None:
 def test_an_offset_regression_inside_one_batch_is_refused(db_session: Session) -> None:
     offsets = [SourceOffset(SOURCE, 0, 10), SourceOffset(SOURCE, 0, 5)]
     with pytest.raises(StaleWriterError):
-        persist_batch(db_session, offsets=offsets)
+        persist_batch(db_session, Batch(offsets=offsets))
     assert row_counts(db_session)["source_offsets"] == 0
 
 
@@ -150,11 +161,11 @@ def test_a_stale_writer_cannot_move_offsets_back(db_engine: Engine, db_session: 
     # Two workers (sessions): the one that read older offsets must not overwrite newer ones.
     other = session_factory(db_engine)()
     try:
-        persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 10)])
+        persist_batch(db_session, Batch(offsets=[SourceOffset(SOURCE, 0, 10)]))
         assert load_offsets(other, SOURCE) == {0: 10}
-        persist_batch(db_session, offsets=[SourceOffset(SOURCE, 0, 20)])
+        persist_batch(db_session, Batch(offsets=[SourceOffset(SOURCE, 0, 20)]))
         with pytest.raises(StaleWriterError):
-            persist_batch(other, offsets=[SourceOffset(SOURCE, 0, 15)])
+            persist_batch(other, Batch(offsets=[SourceOffset(SOURCE, 0, 15)]))
     finally:
         other.close()
     assert load_offsets(db_session, SOURCE) == {0: 20}
@@ -162,8 +173,8 @@ def test_a_stale_writer_cannot_move_offsets_back(db_engine: Engine, db_session: 
 
 def test_dead_letters_are_truncated_and_unique_per_location(db_session: Session) -> None:
     big = b"x" * (DeadLetter.MAX_PAYLOAD + 10)
-    persist_batch(db_session, dead_letters=[letter(5, big), letter(6)])
-    persist_batch(db_session, dead_letters=[letter(5, big)])
+    persist_batch(db_session, Batch(dead_letters=[letter(5, big), letter(6)]))
+    persist_batch(db_session, Batch(dead_letters=[letter(5, big)]))
     rows = list(db_session.scalars(select(DeadLetterRow).order_by(DeadLetterRow.offset)))
     assert [len(r.payload) for r in rows] == [DeadLetter.MAX_PAYLOAD, 9]
     assert rows[0].ts == T0
@@ -171,7 +182,7 @@ def test_dead_letters_are_truncated_and_unique_per_location(db_session: Session)
 
 def test_nan_trace_values_are_stored_as_null(db_session: Session) -> None:
     point = TracePoint("bikes", "covariate", 3, T0, -math.inf, math.nan, math.inf, 9.2, None)
-    persist_batch(db_session, trace_points=[point])
+    persist_batch(db_session, Batch(trace_points=[point]))
     row = db_session.scalars(select(TracePointRow)).one()
     assert (row.log_martingale, row.p_value, row.log_statistic) == (-math.inf, None, math.inf)
     back = row.to_record()
@@ -181,7 +192,7 @@ def test_nan_trace_values_are_stored_as_null(db_session: Session) -> None:
 def test_json_columns_accept_non_finite_and_numpy_values(db_session: Session) -> None:
     odd = alarm(1)
     evidence = {"ratio": math.inf, "missing": math.nan, "n": np.int64(3), "w": np.float32(0.5)}
-    persist_batch(db_session, alarms=[replace(odd, evidence=evidence)])
+    persist_batch(db_session, Batch(alarms=[replace(odd, evidence=evidence)]))
     row = db_session.scalars(select(AlarmRow)).one()
     # JSONB keeps numbers as exact decimals but prints 1e300 without an exponent, which Python
     # reads back as an int of the same decimal value: float() recovers the float exactly.
@@ -192,22 +203,22 @@ def test_json_columns_accept_non_finite_and_numpy_values(db_session: Session) ->
 def test_invalid_records_are_refused_before_writing(db_session: Session) -> None:
     nan_alarm = replace(alarm(1), statistic=math.nan)
     with pytest.raises(InvalidRecordError, match="NaN statistic"):
-        persist_batch(db_session, alarms=[alarm(2), nan_alarm])
+        persist_batch(db_session, Batch(alarms=[alarm(2), nan_alarm]))
     with pytest.raises(InvalidRecordError, match="under key 'cars'"):
-        persist_batch(db_session, checkpoints={"cars": checkpoint(1)})
+        persist_batch(db_session, Batch(checkpoints={"cars": checkpoint(1)}))
     assert set(row_counts(db_session).values()) == {0}
 
 
 def test_persist_batch_refuses_a_session_with_an_open_transaction(db_session: Session) -> None:
     db_session.execute(select(1))
     with pytest.raises(PersistenceError, match="own transaction"):
-        persist_batch(db_session, alarms=[alarm(1)])
+        persist_batch(db_session, Batch(alarms=[alarm(1)]))
     db_session.rollback()
-    persist_batch(db_session, alarms=[alarm(1)])
+    persist_batch(db_session, Batch(alarms=[alarm(1)]))
 
 
 def test_flags_belong_to_their_window(db_session: Session) -> None:
-    persist_batch(db_session, ood_windows=[window(0), window(1)])
+    persist_batch(db_session, Batch(ood_windows=[window(0), window(1)]))
     flags = list(db_session.scalars(ood_flags_query("bikes", [1])))
     assert [(f.window_index, f.event_id) for f in flags] == [(1, "e-1a"), (1, "e-1b")]
     assert db_session.execute(select(func.count()).select_from(OODFlagRow)).scalar_one() == 4
@@ -221,18 +232,17 @@ def test_concurrent_writers_wait_for_each_other(db_engine: Engine, db_session: S
 
     from monitor.db.queries import acknowledge_alarm
 
-    persist_batch(db_session, alarms=[alarm(i, stream="ack") for i in range(20)])
+    persist_batch(db_session, Batch(alarms=[alarm(i, stream="ack") for i in range(20)]))
     ids = [alarm(i, stream="ack").id for i in range(20)]
     factory = session_factory(db_engine)
 
     def worker() -> None:
         with factory() as session:
             for k in range(20):
-                persist_batch(
-                    session,
+                persist_batch(session, Batch(
                     trace_points=[trace(1000 * k + j) for j in range(50)],
                     offsets=[SourceOffset(SOURCE, 0, k + 1)],
-                )
+                ))
 
     def api() -> None:
         with factory() as session:
@@ -255,12 +265,12 @@ def test_a_revision_updates_the_alarm_and_keeps_every_version(db_session: Sessio
     raised = replace(alarm(1), kind="insufficient_evidence", evidence={"evidence_events": 1})
     revised = replace(raised, kind="extreme_covariate_shift", evidence={"evidence_events": 10},
                       revision=2, revised_at=T0 + timedelta(seconds=9))
-    persist_batch(db_session, alarms=[raised])
-    persist_batch(db_session, alarms=[revised])
+    persist_batch(db_session, Batch(alarms=[raised]))
+    persist_batch(db_session, Batch(alarms=[revised]))
     # A replay of both batches (a crash before the offsets moved) changes nothing, and an older
     # version arriving after a newer one never rolls the alarm back.
-    persist_batch(db_session, alarms=[raised, revised])
-    persist_batch(db_session, alarms=[raised])
+    persist_batch(db_session, Batch(alarms=[raised, revised]))
+    persist_batch(db_session, Batch(alarms=[raised]))
     row = db_session.get(AlarmRow, raised.id)
     assert row is not None and row.to_record() == revised
     assert (row.kind, row.revision) == ("extreme_covariate_shift", 2)
@@ -275,7 +285,7 @@ def test_a_revision_updates_the_alarm_and_keeps_every_version(db_session: Sessio
 def test_an_alarm_and_its_revision_in_one_batch(db_session: Session) -> None:
     raised = replace(alarm(2), kind="insufficient_evidence")
     revised = replace(raised, kind="concept_shift", revision=2, revised_at=T0)
-    persist_batch(db_session, alarms=[raised, revised])
+    persist_batch(db_session, Batch(alarms=[raised, revised]))
     row = db_session.get(AlarmRow, raised.id)
     assert row is not None and (row.kind, row.revision) == ("concept_shift", 2)
     db_session.rollback()

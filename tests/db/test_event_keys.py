@@ -34,6 +34,7 @@ from monitor.db.models import (
 )
 from monitor.db.queries import list_ood_windows
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.ops.datasets import build_example
 from tests.support.records import alarm, window
 
@@ -53,8 +54,8 @@ def test_event_keys_are_source_keys() -> None:
 def test_long_ids_are_stored_whole_in_alarms_and_ood_flags(db_session: Session) -> None:
     long_id = "z" * 10_000
     flagged = (PREFIX + "1", PREFIX + "2", "e-short")
-    persist_batch(db_session, alarms=[replace(alarm(3), event_id=long_id)],
-                  ood_windows=[replace(window(0), flagged_ids=flagged)])
+    persist_batch(db_session, Batch(alarms=[replace(alarm(3), event_id=long_id)],
+                                    ood_windows=[replace(window(0), flagged_ids=flagged)]))
     assert db_session.scalars(select(AlarmRow.event_id)).one() == long_id
     [(_, ids)] = list_ood_windows(db_session, "bikes")
     assert sorted(ids) == sorted(flagged)
@@ -63,7 +64,7 @@ def test_long_ids_are_stored_whole_in_alarms_and_ood_flags(db_session: Session) 
                     "e-short": None}
     # a replayed batch stores nothing twice
     db_session.rollback()
-    persist_batch(db_session, ood_windows=[replace(window(0), flagged_ids=flagged)])
+    persist_batch(db_session, Batch(ood_windows=[replace(window(0), flagged_ids=flagged)]))
     assert len(list(db_session.scalars(select(OODFlagRow)))) == 3
 
 

@@ -25,6 +25,7 @@ from monitor.db.models import (
 )
 from monitor.db.retention import protected_ranges, prune
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.streams.records import Alarm
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -280,7 +281,7 @@ def _store_alarm(url: str, wait: bool = True) -> None:
         event.listen(engine, "connect", lambda dbapi, _: dbapi.execute("PRAGMA busy_timeout=0"))
     try:
         with session_factory(engine)() as session:
-            persist_batch(session, alarms=[RACING])
+            persist_batch(session, Batch(alarms=[RACING]))
     finally:
         engine.dispose()
 

@@ -21,6 +21,7 @@ from monitor.db.engine import make_engine
 from monitor.db.models import DeadLetterRow, SourceOffsetRow, source_key
 from monitor.db.queries import list_dead_letters
 from monitor.db.store import load_offsets, persist_batch
+from monitor.engine.batch import Batch
 from monitor.ops.datasets import build_example
 from monitor.streams.records import DeadLetter, SourceOffset
 
@@ -39,8 +40,8 @@ def test_keys_are_bounded_distinct_and_readable() -> None:
 
 def test_long_source_names_are_stored_and_read_back(db_session: Session) -> None:
     letter = DeadLetter(LONG, 0, 3, "not JSON", b"nope", TS)
-    persist_batch(db_session, offsets=[SourceOffset(LONG, 0, 4)], dead_letters=[letter])
-    persist_batch(db_session, offsets=[SourceOffset(LONG, 0, 9)], dead_letters=[letter])
+    persist_batch(db_session, Batch(offsets=[SourceOffset(LONG, 0, 4)], dead_letters=[letter]))
+    persist_batch(db_session, Batch(offsets=[SourceOffset(LONG, 0, 9)], dead_letters=[letter]))
     assert load_offsets(db_session, LONG) == {0: 9}
     assert load_offsets(db_session, LONG[:-1]) == {}
     [row] = list_dead_letters(db_session, source=LONG)
@@ -58,7 +59,7 @@ def test_rows_stored_before_the_key_keep_working(db_session: Session) -> None:
             source="file:/old.jsonl", partition=0, offset=2, reason="r", payload=b"p",
             stream=None, ts=TS, created_at=TS))
     assert load_offsets(db_session, "file:/old.jsonl") == {0: 5}
-    persist_batch(db_session, offsets=[SourceOffset("file:/old.jsonl", 0, 8)])
+    persist_batch(db_session, Batch(offsets=[SourceOffset("file:/old.jsonl", 0, 8)]))
     assert load_offsets(db_session, "file:/old.jsonl") == {0: 8}
     assert len(list_dead_letters(db_session, source="file:/old.jsonl")) == 1
 

@@ -24,8 +24,10 @@ from connectors import FileSource
 from monitor.cli.main import main
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.models import AlarmRow, DeadLetterRow
+from monitor.db.replay_store import CheckpointMovedError, persist_replay
 from monitor.db.sink import DatabaseSink
-from monitor.db.store import CheckpointMovedError, persist_batch, persist_replay
+from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.engine.pipeline import Pipeline
 from monitor.engine.worker import StopFlag, Worker
 from monitor.ops.datasets import build_example
@@ -222,19 +224,17 @@ def test_a_moved_checkpoint_refuses_the_replay_batch(db: str, files: Files) -> N
     letter = DeadLetter("file:x", 0, 7, "unknown stream 'late'", b"{}", ts)
     try:
         with sink.sessions() as session:
-            persist_batch(session, dead_letters=[letter],
-                          checkpoints={"late": Checkpoint("late", 1, 5, {"n": 1})})
+            persist_batch(session, Batch(dead_letters=[letter],
+                                         checkpoints={"late": Checkpoint("late", 1, 5, {"n": 1})}))
             [row_id] = session.scalars(select(DeadLetterRow.id)).all()
             session.rollback()
+            moved = Batch(checkpoints={"late": Checkpoint("late", 1, 9, {"n": 2})})
             with pytest.raises(CheckpointMovedError, match="stop the worker"):
-                persist_replay(session, checkpoints={"late": Checkpoint("late", 1, 9, {"n": 2})},
-                               expected={"late": None}, replayed=[row_id])
+                persist_replay(session, moved, expected={"late": None}, replayed=[row_id])
             assert session.scalars(select(DeadLetterRow.id)).all() == [row_id]
             session.rollback()
-            assert persist_replay(
-                session, checkpoints={"late": Checkpoint("late", 1, 9, {"n": 2})},
-                expected={"late": (1, 5)}, replayed=[row_id],
-            ) == {row_id}
+            assert persist_replay(session, moved, expected={"late": (1, 5)},
+                                  replayed=[row_id]) == {row_id}
             assert session.scalars(select(DeadLetterRow.id)).all() == []
     finally:
         sink.close()
@@ -262,7 +262,7 @@ def test_replayed_events_follow_what_the_stream_processed_live(
     sink = DatabaseSink(db)
     try:
         with sink.sessions() as session:
-            persist_batch(session, dead_letters=stored)
+            persist_batch(session, Batch(dead_letters=stored))
     finally:
         sink.close()
     done = replay(capsys, db, "--source", "kafka:late")
@@ -363,7 +363,7 @@ def test_a_replay_skips_events_the_stream_already_processed(
     sink = DatabaseSink(db)
     try:
         with sink.sessions() as session:
-            persist_batch(session, dead_letters=stored)
+            persist_batch(session, Batch(dead_letters=stored))
     finally:
         sink.close()
     live = snapshot(db)

@@ -139,7 +139,7 @@ def test_a_zombie_is_refused_and_stores_nothing(
         assert stored_offsets(pg_url) == {z_source.name: {0: z_source.position}}
         h_source.poll(1, 0)  # the heir is assigned the partition (it restores, bumps the epoch)
         before = snapshot(pg_url)
-        with caplog.at_level(logging.WARNING, logger="monitor.engine.worker"):
+        with caplog.at_level(logging.WARNING, logger="monitor.engine"):
             assert zombie._step()  # the zombie goes on with its third batch: refused
         assert "batch dropped" in caplog.text and "fencing epoch 1 was superseded" in caplog.text
         assert snapshot(pg_url) == before  # nothing of the zombie's batch is stored

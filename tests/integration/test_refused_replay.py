@@ -25,6 +25,7 @@ from monitor.cli.main import main
 from monitor.cli.runs import registered_monitors
 from monitor.db.migrate import upgrade
 from monitor.db.sink import DatabaseSink
+from monitor.engine.batch import Batch
 from monitor.engine.pipeline import BatchOutput, Pipeline
 from monitor.engine.worker import RunSummary, StopFlag, Worker
 from monitor.streams.records import DeadLetter
@@ -135,7 +136,7 @@ def test_dead_letters_of_a_refused_writer_are_not_replayed(
         with sink.sessions() as session:
             from monitor.db.store import persist_batch
 
-            persist_batch(session, dead_letters=stored)
+            persist_batch(session, Batch(dead_letters=stored))
 
         dry = replay_dead_letters(sink, DeadLetterFilter(), dry_run=True)
         assert (dry.replayed, dry.skipped) == (0, len(stored))

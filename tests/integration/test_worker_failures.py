@@ -122,7 +122,7 @@ def test_database_outages_are_retried_then_bounded_and_nothing_is_committed_mean
     first, second, third = thirds(example.values)
     stored = OffsetWatch(pg_url, f"kafka:{topic}")
     retry = RetryPolicy(deadline_s=4.0, backoff_s=0.1, max_backoff_s=0.5)
-    caplog.set_level(logging.WARNING, "monitor.engine.worker")
+    caplog.set_level(logging.WARNING, "monitor.engine")
     try:
         end = produce(first)
         worker = WorkerThread(example, bootstrap, topic, pg_url, retry)
@@ -174,7 +174,7 @@ def test_a_zombie_batch_is_dropped_and_the_worker_resyncs_from_the_database(
         healthy, _ = worker(sink)
         healthy.run()  # ... while another worker processes everything
         after_healthy = snapshot(pg_url)
-        with caplog.at_level(logging.WARNING, "monitor.engine.worker"):
+        with caplog.at_level(logging.WARNING, "monitor.engine"):
             zombie.run()  # wakes up: its next batch would move the offsets back
         assert "batch dropped" in caplog.text and "resynchronised" in caplog.text
     finally:

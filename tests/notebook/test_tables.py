@@ -139,3 +139,30 @@ def test_class_name_labels_are_refused_with_how_to_give_them() -> None:
     with pytest.raises(ValueError, match="label 'Adelie' is a class name; a classification "
                                          "label is the class's index"):
         Table.of(rows, "prediction", "label", None).calibration(OPTIONS)
+
+
+def test_a_penguins_frame_is_monitored_end_to_end() -> None:
+    """A DataFrame with strings, categories, booleans and NaN through ``watch`` and ``update``:
+    every row is monitored (the stream's event count), and a missing-rate jump in one column
+    raises a data_quality alarm naming it."""
+    import numpy as np
+    from palmerpenguins import load_penguins
+
+    import monitor
+
+    frame = load_penguins().dropna(subset=["body_mass_g"]).reset_index(drop=True)
+    frame["heavy"] = frame["body_mass_g"] > 4200
+    frame["prediction"] = 4200.0
+    frame["label"] = frame["body_mass_g"].astype(float)
+    frame = frame.drop(columns=["body_mass_g"])
+    rng = np.random.default_rng(4)
+    calibration = frame.iloc[rng.integers(0, len(frame), 1000)].reset_index(drop=True)
+    watched = monitor.watch(calibration, task="regression", ood={"enabled": False})
+    stream = frame.iloc[rng.integers(0, len(frame), 800)].reset_index(drop=True)
+    stream.loc[200:, "bill_depth_mm"] = stream.loc[200:, "bill_depth_mm"].where(
+        rng.uniform(size=600) > 0.3, np.nan)
+    stream["island"] = stream["island"].astype("category")
+    alarms = watched.update(stream)
+    assert watched.stream.event_index == 800
+    quality = [a for a in alarms if a.detector == "data_quality"]
+    assert quality and quality[0].evidence["indicators"][0]["feature"] == "bill_depth_mm"

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from connectors import MemorySource
 from monitor.db.errors import InvalidRecordError, sink_fault
-from monitor.engine.pipeline import BatchOutput, Pipeline
-from monitor.engine.sink import Fault, NullSink
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.sink import Batch, Fault, NullSink
 from monitor.engine.worker import Worker
 from monitor.ops.datasets import build_example
 from monitor.streams.setup import build_monitors, read_configs
@@ -37,13 +36,13 @@ class _RefusesFirstBatch(NullSink):
     """A sink whose database refuses the content of the first batch (then stores anything)."""
 
     def __init__(self) -> None:
-        self.stored: list[BatchOutput] = []
+        self.stored: list[Batch] = []
 
-    def persist(self, out: BatchOutput, offsets: Any, states: Any, fencing: Any = None) -> None:
+    def persist(self, batch: Batch) -> None:
         if not self.stored:
-            self.stored.append(BatchOutput())
+            self.stored.append(Batch())
             raise InvalidRecordError("record 0: field 'x' cannot be stored")
-        self.stored.append(out)
+        self.stored.append(batch)
 
     def fault(self, exc: BaseException) -> Fault | None:
         return sink_fault(exc)  # the database sink's reading of its errors

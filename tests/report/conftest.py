@@ -9,6 +9,7 @@ import pytest
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from tests.support.real_alarms import ReportDatabase, attribution, directions, shuttle_records
 
 
@@ -28,6 +29,6 @@ def report_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportDataba
     upgrade(url)
     engine = make_engine(url)
     with session_factory(engine)() as session:
-        persist_batch(session, alarms=stored, trace_points=traces)
+        persist_batch(session, Batch(alarms=stored, trace_points=traces))
     yield ReportDatabase(url, engine, stored, explained)
     engine.dispose()

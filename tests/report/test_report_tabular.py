@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from monitor.db.engine import make_engine, session_factory
 from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
+from monitor.engine.batch import Batch
 from monitor.ops.report import ReportContext, render_html, render_png, report_context, write_report
 from monitor.streams.records import Alarm, TracePoint
 from tests.support.browser import find_chromium, open_page
@@ -59,7 +60,7 @@ def tabular_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TabularData
     alarms = tabular_alarms()
     session: Session
     with session_factory(engine)() as session:
-        persist_batch(session, alarms=alarms, trace_points=_traces())
+        persist_batch(session, Batch(alarms=alarms, trace_points=_traces()))
     by_kind = {a.kind: a for a in reversed(alarms)}  # the first schema_change: the new key
     yield TabularDatabase(engine, by_kind)
     engine.dispose()

@@ -150,3 +150,23 @@ def test_tabular_configuration_parses() -> None:
         "vocabulary": {"country": ["DE", "FR", True, 7]}, "max_categories": 16, "seed": 0}
     assert config.data_quality.false_alarm_every == 14 * 86_400.0
     assert StreamConfig.model_validate(config.model_dump(mode="json")) == config
+
+
+def test_every_run_path_reads_the_calibration_with_the_declared_schema() -> None:
+    """A configuration's ``features:`` declaration reaches the calibration a run builds: from
+    the configuration itself and from a registered stream's stored rows."""
+    from monitor.db.store import StoredStream
+    from monitor.streams.config import StreamConfig
+    from monitor.streams.setup import load_calibration, stored_calibration
+
+    rows = [{"features": {"code": str(i % 3), "x": float(i)}, "prediction": 0.0,
+             "label": float(i)} for i in range(40)]
+    config = {"name": "coded", "task": "regression", "calibration": rows,
+              "features": {"code": "numeric"}}
+    with pytest.raises(Exception, match="feature 'code'"):  # "0" is not a number
+        load_calibration(StreamConfig.model_validate(config))
+    config["features"] = {"x": "categorical"}
+    declared = load_calibration(StreamConfig.model_validate(config))
+    assert declared.schema.kinds == ("categorical", "categorical")
+    stored = stored_calibration(StoredStream(config, rows, 1, ["code", "x"]))
+    assert stored.schema == declared.schema

@@ -184,7 +184,7 @@ def get_performance(
 def _check_monitorable(config: StreamConfig, rows: list[dict[str, Any]]) -> None:
     """422 unless the worker could monitor this stream with these calibration rows."""
     try:
-        calibration = Calibration.from_rows(rows)
+        calibration = Calibration.from_rows(rows, **config.schema_options)
     except CalibrationError as exc:
         raise body_error(("calibration",), str(exc), None) from None
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -39,6 +39,10 @@ _BETTING_BY_CLASS: dict[str, type[BettingFunction]] = {
 _RULE_BY_CLASS: dict[str, type[AlarmRule]] = {
     cls.__name__: cls for cls in (Ville, CUSUM, ShiryaevRoberts)
 }
+
+
+#: The alarm record of a :class:`Lifecycle`.
+A = TypeVar("A")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,33 +246,22 @@ def derive_seed(seed: int | None, *keys: int) -> int | None:
 _LOG_CAP = math.log(1e300)
 
 
-class MartingaleMonitor:
-    """State and read-only properties shared by the covariate and conditional monitors.
+class Lifecycle(Generic[A]):
+    """The read-only lifecycle of a monitor that alarms and re-baselines (the martingale
+    monitors here, the data-quality monitor): its last alarms, its counts, its phase."""
 
-    Subclasses compute one conformal p-value per update and call :meth:`_bet` with it while
-    monitoring, collect the fresh reference while warming up, and call :meth:`_resume` when the
-    warm-up window is full.
-    """
+    _last_alarms: tuple[A, ...]
+    _n_seen: int
+    _n_alarms: int
+    _phase: str
 
-    rebaseline: int
-
-    def _init_test(self, betting: str, rule: str, threshold: float, alpha: float) -> None:
-        self._test = SequentialTest(betting, rule, threshold, alpha)
-        self._phase = MONITORING
-        self._n_seen = 0
-        self._n_alarms = 0
-        self._p_value = math.nan
-        self._last_alarms: tuple[AlarmEvent, ...] = ()
-        self._frozen: AlarmEvent | None = None
-
-    # -------------------------------------------------------------------------- properties
     @property
     def alarm(self) -> bool:
         """True if the last update (or update batch) raised an alarm."""
         return bool(self._last_alarms)
 
     @property
-    def last_alarms(self) -> tuple[AlarmEvent, ...]:
+    def last_alarms(self) -> tuple[A, ...]:
         """The alarms raised by the last update (several are possible in a batch update)."""
         return self._last_alarms
 
@@ -288,6 +281,27 @@ class MartingaleMonitor:
         ``"stopped"`` (after an alarm with ``rebaseline=0``)."""
         return self._phase
 
+
+class MartingaleMonitor(Lifecycle[AlarmEvent]):
+    """State and read-only properties shared by the covariate and conditional monitors.
+
+    Subclasses compute one conformal p-value per update and call :meth:`_bet` with it while
+    monitoring, collect the fresh reference while warming up, and call :meth:`_resume` when the
+    warm-up window is full.
+    """
+
+    rebaseline: int
+
+    def _init_test(self, betting: str, rule: str, threshold: float, alpha: float) -> None:
+        self._test = SequentialTest(betting, rule, threshold, alpha)
+        self._phase = MONITORING
+        self._n_seen = 0
+        self._n_alarms = 0
+        self._p_value = math.nan
+        self._last_alarms: tuple[AlarmEvent, ...] = ()
+        self._frozen: AlarmEvent | None = None
+
+    # -------------------------------------------------------------------------- properties
     @property
     def p_value(self) -> float:
         """The last conformal p-value (nan when the last update computed none: warm-up, stop)."""
