@@ -190,3 +190,25 @@ def test_coordinate_test_flags_inputs_beyond_the_range_despite_wild_rows() -> No
     inside = rng.normal(size=(4000, 3))
     inside[:, 2] = rng.standard_cauchy(4000)
     assert monitor.is_outside(inside).mean() < 3 / 201 + 0.01  # <= d/(m + 1) + 0.01
+
+
+
+def test_the_reference_does_not_depend_on_the_blas_thread_count() -> None:
+    """Tabular embeddings (one-hot columns scaled by √½, repeated rows): the kNN distance of a
+    row to its duplicate is the square root of the product's rounding, which a multi-threaded
+    BLAS rounds differently (3 of these 12 calibrations, without the single-thread reference,
+    on OpenBLAS/SkylakeX). The API, the CLI and a worker that build one stream must start from
+    the same reference, bit for bit."""
+    from threadpoolctl import threadpool_limits
+
+    scorer = make_scorer("knn", standardize=False, normalize=False, k=1)
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        one_hot = np.sqrt(0.5) * np.eye(6)[rng.integers(0, 6, (120, 4))].reshape(120, 24)
+        distinct = np.hstack([one_hot, rng.normal(size=(120, 3))])
+        X = distinct[rng.integers(0, 120, 300)]
+        states = []
+        for threads in (1, 2):
+            with threadpool_limits(limits=threads, user_api="blas"):
+                states.append(encode_state(CovariateMonitor(scorer, X, seed=seed).state_dict()))
+        assert states[0] == states[1], seed

@@ -8,6 +8,7 @@ from typing import Any, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
+from threadpoolctl import threadpool_limits
 
 from monitor.core.detectors.base import (
     MONITORING,
@@ -172,7 +173,12 @@ class CovariateMonitor(MartingaleMonitor):
             )
         order = np.random.default_rng(derive_seed(self.seed, 0)).permutation(X.shape[0])
         self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
-        reference = -self._scorer.score(X[order[n_fit:]])
+        # One BLAS thread, as the worker scores (monitor/engine/worker.py): a multi-threaded
+        # product rounds differently, so the API, the CLI and a worker process building the same
+        # stream would start from references that differ in their last bits (a kNN distance
+        # to a duplicate row is the square root of rounding noise: ~1e-8 on tabular embeddings).
+        with threadpool_limits(limits=1, user_api="blas"):
+            reference = -self._scorer.score(X[order[n_fit:]])
         self._n_features = X.shape[1]
         self._support_threshold = _upper_threshold(reference, self.support_level)
         self._center = np.median(X[order[:n_fit]], axis=0)
