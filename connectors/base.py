@@ -158,7 +158,25 @@ class OffsetLedger:
         self._committed.update(offsets)
 
 
-class FixedAssignmentSource:
+class ClosesOnExit:
+    """``with source:`` closes the source on the way out (every source is a context manager)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class FixedAssignmentSource(ClosesOnExit):
     """Shared behaviour of finite sources whose partitions never move (file, memory).
 
     The whole assignment is announced to ``on_assign`` callbacks at the first ``poll`` (as a
@@ -201,17 +219,6 @@ class FixedAssignmentSource:
                 self._callbacks.revoked(self._partitions)
         finally:
             self._close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _start_poll(self) -> None:
         if self._closed:

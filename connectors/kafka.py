@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from types import MappingProxyType
+from typing import Any
 
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
@@ -32,6 +32,7 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from connectors.base import (
+    ClosesOnExit,
     OffsetLedger,
     PartitionsCallback,
     RebalanceCallbacks,
@@ -78,7 +79,7 @@ _CODEC_HELP = (
 )
 
 
-class KafkaSource:
+class KafkaSource(ClosesOnExit):
     """Consume topics as a member of a consumer group, with manual commits.
 
     Parameters
@@ -269,17 +270,6 @@ class KafkaSource:
             self._closed = True
             self._consumer.close(autocommit=False)
             log.info("left group %r", self.group_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- start-up -------------------------------------------------------------------------------
 

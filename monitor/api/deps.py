@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, Security
+from fastapi import Depends, HTTPException, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,7 +22,9 @@ from monitor.settings import Settings
 __all__ = [
     "ApiContext",
     "ContextDep",
+    "Cursor",
     "IngestorDep",
+    "PageSize",
     "PrincipalDep",
     "ReadSessionDep",
     "SessionDep",
@@ -103,3 +105,10 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+#: The query parameters of a keyset-paged list (``GET /alarms``, ``/alerts/deliveries``, a
+#: stream's ``/ood``): the page size, and the previous page's ``next_cursor``.
+PageSize = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+Cursor = Annotated[
+    str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
+]

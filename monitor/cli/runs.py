@@ -30,7 +30,7 @@ from monitor.streams.setup import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from monitor.db.models import AlarmRow
 
 log = logging.getLogger(__name__)
 
@@ -396,20 +396,5 @@ def list_alarms(
         return [_alarm_json(row) for row in page.items]
 
 
-def _alarm_json(row: Any) -> dict[str, Any]:
-    return Alarm(
-        id=row.id,
-        stream=row.stream,
-        detector=row.detector,
-        kind=row.kind,
-        event_id=row.event_id,
-        event_index=row.event_index,
-        ts=row.ts,
-        changepoint=row.changepoint,
-        statistic=row.statistic,
-        threshold=row.threshold,
-        rule=row.rule,
-        evidence=dict(row.evidence or {}),
-        revision=row.revision,
-        revised_at=row.revised_at,
-    ).to_json()
+def _alarm_json(row: AlarmRow) -> dict[str, Any]:
+    return row.to_record().to_json()

@@ -10,7 +10,15 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from monitor.api import bodies
-from monitor.api.deps import ContextDep, PrincipalDep, ReadSessionDep, SessionDep, bearer
+from monitor.api.deps import (
+    ContextDep,
+    Cursor,
+    PageSize,
+    PrincipalDep,
+    ReadSessionDep,
+    SessionDep,
+    bearer,
+)
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import (
     AckRequest,
@@ -63,10 +71,8 @@ async def list_alarms(
         str | None,
         Query(pattern=NAME_PATTERN, description="Only the alarms this fleet's rule admitted."),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-    cursor: Annotated[
-        str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
-    ] = None,
+    limit: PageSize = 100,
+    cursor: Cursor = None,
 ) -> Response:
     """Alarms matching every given filter, ordered by time then id, newest first.
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Security
 
 from monitor.alerts.routing import RECEIVER_NAME_PATTERN
-from monitor.api.deps import ReadSessionDep, SessionDep, bearer
+from monitor.api.deps import Cursor, PageSize, ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
 from monitor.api.schemas import AlertDeliveriesPublic, AlertDeliveryPublic, DeliveryStatus
 from monitor.db import queries
@@ -32,10 +32,8 @@ def list_deliveries(
     receiver: Annotated[
         str | None, Query(pattern=RECEIVER_NAME_PATTERN, description="Only this receiver.")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-    cursor: Annotated[
-        str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
-    ] = None,
+    limit: PageSize = 100,
+    cursor: Cursor = None,
 ) -> AlertDeliveriesPublic:
     """Deliveries of alarms to the configured receivers; `status=dead` lists the ones given up
     after their last attempt (each with its last HTTP status or error)."""

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from monitor.api import bodies
-from monitor.api.deps import ReadSessionDep, SessionDep, bearer
+from monitor.api.deps import Cursor, PageSize, ReadSessionDep, SessionDep, bearer
 from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, body_error, responses
 from monitor.api.ingest import build_monitor
 from monitor.api.schemas import (
@@ -145,10 +145,8 @@ def get_ood(
     session: ReadSessionDep,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-    cursor: Annotated[
-        str | None, Query(max_length=512, description="`next_cursor` of the previous page.")
-    ] = None,
+    limit: PageSize = 100,
+    cursor: Cursor = None,
 ) -> OODWindowsPublic:
     """The stream's OOD windows, newest first, each with the ids of the events its decision rule
     flagged (FDR controlled at the window's `alpha`)."""

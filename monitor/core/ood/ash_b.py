@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from monitor.core.ood.base import FloatArray, check_percentile
-from monitor.core.ood.shaping import ShapedEnergy, top_k_mask
+from monitor.core.ood.base import FloatArray
+from monitor.core.ood.shaping import PercentileShapedEnergy, top_k_mask
 
 
-class ASHB(ShapedEnergy):
+class ASHB(PercentileShapedEnergy):
     """Energy after ASH-B: keep each sample's top K activations and set them all to s1/K.
 
     Djurisic et al. (2023), Sec. 3 (ASH-B): after pruning below the sample's ``percentile``-th
@@ -38,13 +37,6 @@ class ASHB(ShapedEnergy):
     """
 
     name = "ash_b"
-
-    def __init__(
-        self, W: ArrayLike, b: ArrayLike, percentile: float = 90.0, temperature: float = 1.0
-    ) -> None:
-        super().__init__(W, b, temperature)
-        check_percentile("percentile", percentile)
-        self.percentile = percentile
 
     def shape(self, H: FloatArray) -> FloatArray:
         """Kept activations replaced by s1/K per row, the others by 0."""

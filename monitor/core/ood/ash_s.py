@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from monitor.core.ood.base import FloatArray, check_percentile
-from monitor.core.ood.shaping import ShapedEnergy, sum_ratio, top_k_mask
+from monitor.core.ood.base import FloatArray
+from monitor.core.ood.shaping import PercentileShapedEnergy, sum_ratio, top_k_mask
 
 
-class ASHS(ShapedEnergy):
+class ASHS(PercentileShapedEnergy):
     """Energy after ASH-S: keep each sample's top activations and scale them by exp(s1/s2).
 
     Djurisic et al. (2023), Sec. 3 (ASH-S): zero every activation below the sample's
@@ -39,13 +38,6 @@ class ASHS(ShapedEnergy):
     """
 
     name = "ash_s"
-
-    def __init__(
-        self, W: ArrayLike, b: ArrayLike, percentile: float = 90.0, temperature: float = 1.0
-    ) -> None:
-        super().__init__(W, b, temperature)
-        check_percentile("percentile", percentile)
-        self.percentile = percentile
 
     def shape(self, H: FloatArray) -> FloatArray:
         """Pruned activations scaled by exp(s1/s2) per row."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from monitor.core.ood.base import FloatArray, check_percentile
-from monitor.core.ood.shaping import ShapedEnergy
+from monitor.core.ood.base import FloatArray
+from monitor.core.ood.shaping import PercentileShapedEnergy
 
 
-class ReAct(ShapedEnergy):
+class ReAct(PercentileShapedEnergy):
     """Energy after clipping activations at a calibration percentile: ``h̄ = min(h, c)``.
 
     Sun et al. (2021), eq. (1)–(2): c is the ``percentile``-th percentile of all calibration
@@ -42,13 +41,6 @@ class ReAct(ShapedEnergy):
 
     name = "react"
     _fitted = ("threshold_",)
-
-    def __init__(
-        self, W: ArrayLike, b: ArrayLike, percentile: float = 90.0, temperature: float = 1.0
-    ) -> None:
-        super().__init__(W, b, temperature)
-        check_percentile("percentile", percentile)
-        self.percentile = percentile
 
     def _fit_shaping(self, H: FloatArray) -> None:
         self.threshold_ = float(np.percentile(H, self.percentile))

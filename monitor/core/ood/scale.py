@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from monitor.core.ood.base import FloatArray, check_percentile
-from monitor.core.ood.shaping import ShapedEnergy, sum_ratio, top_k_mask
+from monitor.core.ood.base import FloatArray
+from monitor.core.ood.shaping import PercentileShapedEnergy, sum_ratio, top_k_mask
 
 
-class SCALE(ShapedEnergy):
+class SCALE(PercentileShapedEnergy):
     """Energy after scaling all activations by exp(s1/s2), with no pruning.
 
     Xu et al. (2024), Sec. 4 (eq. for SCALE): r = s1/s2 where s1 is the sum of all of a sample's
@@ -43,9 +43,7 @@ class SCALE(ShapedEnergy):
     def __init__(
         self, W: ArrayLike, b: ArrayLike, percentile: float = 85.0, temperature: float = 1.0
     ) -> None:
-        super().__init__(W, b, temperature)
-        check_percentile("percentile", percentile)
-        self.percentile = percentile
+        super().__init__(W, b, percentile, temperature)
 
     def shape(self, H: FloatArray) -> FloatArray:
         """``h · exp(s1/s2)`` per row."""

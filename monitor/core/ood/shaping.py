@@ -16,7 +16,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from monitor.core.ood._logits import row_logsumexp
-from monitor.core.ood.base import FloatArray, Scorer, as_matrix, check_positive, check_width
+from monitor.core.ood.base import (
+    FloatArray,
+    Scorer,
+    as_matrix,
+    check_percentile,
+    check_positive,
+    check_width,
+)
 
 
 def load_last_layer(path: str | os.PathLike[str]) -> tuple[FloatArray, FloatArray]:
@@ -99,6 +106,27 @@ class ShapedEnergy(Scorer):
         H = as_matrix(X, "embedding")
         check_width(H, np.shape(self.W)[1], "embedding")
         return H
+
+
+class PercentileShapedEnergy(ShapedEnergy):
+    """A shaping with one percentile of the activations as its parameter (ReAct, ASH, SCALE).
+
+    Parameters
+    ----------
+    W, b
+        Last layer, shapes (C, D) and (C,).
+    percentile
+        The percentile p in [0, 100) the shaping cuts at (each subclass says of what).
+    temperature
+        Energy temperature.
+    """
+
+    def __init__(
+        self, W: ArrayLike, b: ArrayLike, percentile: float = 90.0, temperature: float = 1.0
+    ) -> None:
+        super().__init__(W, b, temperature)
+        check_percentile("percentile", percentile)
+        self.percentile = percentile
 
 
 def top_k_mask(H: FloatArray, percentile: float) -> np.ndarray:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from monitor.db.errors import AlarmNotFoundError, InvalidCursorError
 from monitor.db.models import AlarmRevisionRow, AlarmRow, utcnow
 from monitor.db.queries import _paging
+from monitor.db.queries._filters import eq, ge, lt, where_given
 from monitor.db.queries._json import json_object
 from monitor.db.queries._paging import (
     INVALID,
@@ -61,21 +62,16 @@ def alarms_query(
     that fleet's cross-stream rule admitted.
     """
     check_order(order)
-    query = select(AlarmRow)
-    if stream is not None:
-        query = query.where(AlarmRow.stream == stream)
-    if fleet is not None:
-        query = query.where(AlarmRow.fleet == fleet)
-    if kind is not None:
-        query = query.where(AlarmRow.kind == kind)
-    if detector is not None:
-        query = query.where(AlarmRow.detector == detector)
-    if since is not None:
-        query = query.where(AlarmRow.ts >= since)
-    if until is not None:
-        query = query.where(AlarmRow.ts < until)
-    if revised_since is not None:
-        query = query.where(AlarmRow.revised_at >= revised_since)
+    query = where_given(
+        select(AlarmRow),
+        (AlarmRow.stream, eq, stream),
+        (AlarmRow.fleet, eq, fleet),
+        (AlarmRow.kind, eq, kind),
+        (AlarmRow.detector, eq, detector),
+        (AlarmRow.ts, ge, since),
+        (AlarmRow.ts, lt, until),
+        (AlarmRow.revised_at, ge, revised_since),
+    )
     if acknowledged is not None:
         acked = AlarmRow.acknowledged_at.is_not(None)
         query = query.where(acked if acknowledged else AlarmRow.acknowledged_at.is_(None))

@@ -9,6 +9,7 @@ from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
 from monitor.db.models import DeadLetterRow, source_key
+from monitor.db.queries._filters import eq, ge, lt, where_given
 from monitor.db.queries._paging import check_limit
 
 __all__ = ["dead_letter_candidates_query", "dead_letters_query", "list_dead_letters"]
@@ -26,12 +27,12 @@ def dead_letters_query(
     query = select(DeadLetterRow)
     if source is not None:
         query = query.where(DeadLetterRow.source == source_key(source))
-    if stream is not None:
-        query = query.where(DeadLetterRow.stream == stream)
-    if since is not None:
-        query = query.where(DeadLetterRow.ts >= since)
-    if until is not None:
-        query = query.where(DeadLetterRow.ts < until)
+    query = where_given(
+        query,
+        (DeadLetterRow.stream, eq, stream),
+        (DeadLetterRow.ts, ge, since),
+        (DeadLetterRow.ts, lt, until),
+    )
     return query.order_by(DeadLetterRow.ts.desc(), DeadLetterRow.id.desc())
 
 

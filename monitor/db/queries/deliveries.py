@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from monitor.db.errors import DeliveryNotDeadError, DeliveryNotFoundError, InvalidCursorError
 from monitor.db.models import AlertOutboxRow, utcnow
+from monitor.db.queries._filters import eq, where_given
 from monitor.db.queries._paging import INVALID, Page, check_limit, decode_cursor, encode_cursor
 from monitor.db.queries._writes import begin_write
 
@@ -18,11 +19,11 @@ def alert_deliveries_query(
     *, status: str | None = None, receiver: str | None = None
 ) -> Select[AlertOutboxRow]:
     """Alert deliveries (``alert_outbox`` rows) matching the filters, newest first (by id)."""
-    query = select(AlertOutboxRow)
-    if status is not None:
-        query = query.where(AlertOutboxRow.status == status)
-    if receiver is not None:
-        query = query.where(AlertOutboxRow.receiver == receiver)
+    query = where_given(
+        select(AlertOutboxRow),
+        (AlertOutboxRow.status, eq, status),
+        (AlertOutboxRow.receiver, eq, receiver),
+    )
     return query.order_by(AlertOutboxRow.id.desc())
 
 

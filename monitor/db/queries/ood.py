@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from monitor.db.errors import InvalidCursorError
 from monitor.db.models import OODFlagRow, OODWindowRow
+from monitor.db.queries._filters import ge, gt, lt, where_given
 from monitor.db.queries._paging import (
     INVALID,
     Page,
@@ -31,15 +32,13 @@ def ood_windows_query(
     until: datetime | None = None,
 ) -> Select[OODWindowRow]:
     """A stream's OOD windows by window index; ``*_index`` bound the windows' event ranges."""
-    query = select(OODWindowRow).where(OODWindowRow.stream == stream)
-    if since_index is not None:
-        query = query.where(OODWindowRow.end_index > since_index)
-    if until_index is not None:
-        query = query.where(OODWindowRow.start_index < until_index)
-    if since is not None:
-        query = query.where(OODWindowRow.ts >= since)
-    if until is not None:
-        query = query.where(OODWindowRow.ts < until)
+    query = where_given(
+        select(OODWindowRow).where(OODWindowRow.stream == stream),
+        (OODWindowRow.end_index, gt, since_index),
+        (OODWindowRow.start_index, lt, until_index),
+        (OODWindowRow.ts, ge, since),
+        (OODWindowRow.ts, lt, until),
+    )
     return query.order_by(OODWindowRow.window_index)
 
 

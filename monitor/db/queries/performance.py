@@ -9,6 +9,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from monitor.db.models import PerformanceWindowRow
+from monitor.db.queries._filters import ge, lt, where_given
 from monitor.db.queries._paging import check_limit
 
 __all__ = ["PERFORMANCE_FIELDS", "performance_windows", "performance_windows_query"]
@@ -23,11 +24,11 @@ def performance_windows_query(
     stream: str, *, since: datetime | None = None, until: datetime | None = None
 ) -> Select[PerformanceWindowRow]:
     """A stream's performance windows with ``since <= ts < until``, by window index."""
-    query = select(PerformanceWindowRow).where(PerformanceWindowRow.stream == stream)
-    if since is not None:
-        query = query.where(PerformanceWindowRow.ts >= since)
-    if until is not None:
-        query = query.where(PerformanceWindowRow.ts < until)
+    query = where_given(
+        select(PerformanceWindowRow).where(PerformanceWindowRow.stream == stream),
+        (PerformanceWindowRow.ts, ge, since),
+        (PerformanceWindowRow.ts, lt, until),
+    )
     return query.order_by(PerformanceWindowRow.window_index)
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, aliased
 
 from monitor.db.errors import InvalidCursorError
 from monitor.db.models import TracePointRow
+from monitor.db.queries._filters import eq, ge, lt, where_given
 from monitor.db.queries._json import json_object
 from monitor.db.queries._paging import (
     INVALID,
@@ -35,17 +36,14 @@ def traces_query(
     until: datetime | None = None,
 ) -> Select[TracePointRow]:
     """A stream's trace points, ordered by ``(event_index, detector)``."""
-    query = select(TracePointRow).where(TracePointRow.stream == stream)
-    if detector is not None:
-        query = query.where(TracePointRow.detector == detector)
-    if since_index is not None:
-        query = query.where(TracePointRow.event_index >= since_index)
-    if until_index is not None:
-        query = query.where(TracePointRow.event_index < until_index)
-    if since is not None:
-        query = query.where(TracePointRow.ts >= since)
-    if until is not None:
-        query = query.where(TracePointRow.ts < until)
+    query = where_given(
+        select(TracePointRow).where(TracePointRow.stream == stream),
+        (TracePointRow.detector, eq, detector),
+        (TracePointRow.event_index, ge, since_index),
+        (TracePointRow.event_index, lt, until_index),
+        (TracePointRow.ts, ge, since),
+        (TracePointRow.ts, lt, until),
+    )
     return query.order_by(TracePointRow.event_index, TracePointRow.detector)
 
 

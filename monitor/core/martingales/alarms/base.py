@@ -141,6 +141,27 @@ class AlarmRule(ABC):
         return obj
 
 
+class RunLengthRule(AlarmRule):
+    """An alarm rule whose threshold c > 1 bounds the mean run length to a false alarm (CUSUM,
+    Shiryaev–Roberts): the threshold is its one parameter, and it may move between updates."""
+
+    threshold: float = 10_000.0  # shadows the base property: the argument, stored verbatim
+
+    def __init__(self, threshold: float = 10_000.0) -> None:
+        self._log_threshold = check_threshold(threshold)
+        self.threshold = threshold
+        super().__init__()
+
+    def set_threshold(self, threshold: float) -> None:
+        """Alarm at ``threshold`` from the next update on (an alarm budget's threshold follows
+        the stream's event rate: :mod:`monitor.core.martingales.alarms.budget`)."""
+        self._log_threshold = check_threshold(threshold)
+        self.threshold = threshold
+
+    def _params(self) -> dict[str, Any]:
+        return {"threshold": float(self.threshold)}
+
+
 #: Slack (in nats) of the changepoint estimate: see :class:`RunningMinimum`.
 CHANGEPOINT_SLACK = 0.25
 

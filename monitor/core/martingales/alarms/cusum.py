@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales.alarms.base import AlarmRule, check_threshold
+from monitor.core.martingales.alarms.base import RunLengthRule
 
 __all__ = ["CUSUM"]
 
 
-class CUSUM(AlarmRule):
+class CUSUM(RunLengthRule):
     """log γ_n = log S_n - min_{i<n} log S_i (Vovk et al. 2021, eq. (5)), alarm at γ_n ≥ c.
 
     Average run length: γ_n ≤ R_n (the Shiryaev–Roberts statistic), so the CUSUM alarm never
@@ -46,25 +44,9 @@ class CUSUM(AlarmRule):
     COPA 2021, Section 4.
     """
 
-    threshold: float = 10_000.0  # shadows the base property: the argument, stored verbatim
-
-    def __init__(self, threshold: float = 10_000.0) -> None:
-        self._log_threshold = check_threshold(threshold)
-        self.threshold = threshold
-        super().__init__()
-
-    def set_threshold(self, threshold: float) -> None:
-        """Alarm at ``threshold`` from the next update on (an alarm budget's threshold follows
-        the stream's event rate: :mod:`monitor.core.martingales.alarms.budget`)."""
-        self._log_threshold = check_threshold(threshold)
-        self.threshold = threshold
-
     def _step(self, log_s: float) -> float:
         self._min.push(self._n, log_s)
         return log_s - self._min.minimum
 
     def _path(self, log_s: NDArray[np.float64]) -> NDArray[np.float64]:
         return log_s - self._min.push_many(self._n, log_s)
-
-    def _params(self) -> dict[str, Any]:
-        return {"threshold": float(self.threshold)}

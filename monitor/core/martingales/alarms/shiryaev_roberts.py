@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from monitor.core.martingales.alarms.base import AlarmRule, check_threshold
+from monitor.core.martingales.alarms.base import RunLengthRule
 from monitor.core.martingales.jit import jit
 from monitor.core.martingales.state import decode_float, encode_float
 
@@ -31,7 +31,7 @@ def logaddexp(x: float, y: float) -> float:
 logaddexp_compiled = jit(logaddexp)
 
 
-class ShiryaevRoberts(AlarmRule):
+class ShiryaevRoberts(RunLengthRule):
     """log R_n = log S_n + log Σ_{i<n} exp(-log S_i) (Vovk et al. 2021, eq. (6)), alarm at R_n ≥ c.
 
     The running log-sum A_n = logaddexp(A_{n-1}, -log S_{n-1}) makes each step O(1).
@@ -52,14 +52,11 @@ class ShiryaevRoberts(AlarmRule):
     >>> from monitor.core.martingales.betting import CompositeJumper
     >>> rng = np.random.default_rng(0)
     >>> ps = np.concatenate([rng.uniform(size=500), rng.uniform(0, 0.2, size=100)])
-    >>> jumper, rule = CompositeJumper(), ShiryaevRoberts(threshold=1000.0)
-    >>> for t, p in enumerate(ps):  # the shift starts at t = 500
-    ...     jumper.update(p)
-    ...     rule.update(jumper.log_martingale)
-    ...     if rule.alarm:
-    ...         break
-    >>> t, rule.changepoint
-    (513, 507)
+    >>> rule = ShiryaevRoberts(threshold=1000.0)
+    >>> rule.update_many(CompositeJumper().update_many(ps))  # the shift starts at t = 500
+    513
+    >>> rule.alarm, rule.changepoint  # read after all 600 updates
+    (True, 507)
 
     References
     ----------
@@ -67,19 +64,6 @@ class ShiryaevRoberts(AlarmRule):
     COPA 2021, Section 4. Pollak, M. Average run lengths of an optimal method of detecting a
     change in distribution. Ann. Statist. 15 (1987).
     """
-
-    threshold: float = 10_000.0  # shadows the base property: the argument, stored verbatim
-
-    def __init__(self, threshold: float = 10_000.0) -> None:
-        self._log_threshold = check_threshold(threshold)
-        self.threshold = threshold
-        super().__init__()
-
-    def set_threshold(self, threshold: float) -> None:
-        """Alarm at ``threshold`` from the next update on (an alarm budget's threshold follows
-        the stream's event rate: :mod:`monitor.core.martingales.alarms.budget`)."""
-        self._log_threshold = check_threshold(threshold)
-        self.threshold = threshold
 
     def reset(self) -> None:
         super().reset()
@@ -96,9 +80,6 @@ class ShiryaevRoberts(AlarmRule):
         self._log_sum = float(sums[-1])
         self._min.push_many(self._n, log_s)
         return log_s + sums
-
-    def _params(self) -> dict[str, Any]:
-        return {"threshold": float(self.threshold)}
 
     def _extra_state(self) -> dict[str, Any]:
         return {**super()._extra_state(), "log_sum": encode_float(self._log_sum)}

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache, partial
+from functools import cache
 from typing import Any, Self
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
-from monitor.core.martingales.betting.base import BettingFunction, check_p, check_ps
+from monitor.core.martingales.betting._array_state import ArrayStateBetting
+from monitor.core.martingales.betting.base import check_p
 from monitor.core.martingales.jit import compiled_entry, jit
 from monitor.core.martingales.state import check_state, new_state
 
@@ -74,7 +75,7 @@ def _jumpers_step_entry() -> Callable[[NDArray[np.float64], float], float]:
     return compiled_entry(_jumpers_step, np.zeros(_BLOCKS + 1, np.float64), 0.0)
 
 
-class JumperMixture(BettingFunction):
+class JumperMixture(ArrayStateBetting):
     """Plain average of independent Simple Jumpers with the given jump rates."""
 
     def __init__(self, jumps: tuple[float, ...]) -> None:
@@ -91,19 +92,16 @@ class JumperMixture(BettingFunction):
 
     def _load(self, down: list[float], up: list[float], weight: list[float], log_s: float) -> None:
         factor = [1.0] * len(self._keep)  # scratch space of the step
-        values = [*self._keep, *self._share, *down, *up, *weight, *factor, log_s]
-        self._state = np.array(values, np.float64)
-        self._log_s = log_s
-        self._step = partial(_jumpers_step_entry(), self._state)
+        self._set_state([*self._keep, *self._share, *down, *up, *weight, *factor, log_s], log_s)
 
-    def _block(self, block: int) -> list[float]:
-        n = len(self._keep)
-        return self._state[block * n : (block + 1) * n].tolist()
+    def _step_entry(self) -> Callable[[NDArray[np.float64], float], float]:
+        return _jumpers_step_entry()
 
-    def update(self, p: float) -> None:
-        if not 0.0 <= p <= 1.0:  # NaN fails too
-            check_p(p)
-        self._log_s = self._step(p)
+    def _path(self, ps: NDArray[np.float64]) -> NDArray[np.float64]:
+        return _jumpers_path(ps, self._state)
+
+    def _width(self) -> int:
+        return len(self._keep)
 
     def log_factor(self, p: float) -> float:
         d = check_p(p) - 0.5
@@ -115,11 +113,6 @@ class JumperMixture(BettingFunction):
             total += w * (1.0 + d * ((kp * c_up + sh) - (kp * c_down + sh)))
         return math.log(total)
 
-    def update_many(self, ps: ArrayLike) -> NDArray[np.float64]:
-        out = _jumpers_path(check_ps(ps), self._state)
-        self._log_s = float(self._state[-1])
-        return out
-
     def _jumper_state(self) -> dict[str, Any]:
         return {"down": self._block(_DOWN), "up": self._block(_UP),
                 "weight": self._block(_WEIGHT), "log_s": self._log_s}
@@ -127,13 +120,6 @@ class JumperMixture(BettingFunction):
     def _load_jumper_state(self, state: dict[str, Any]) -> None:
         self._load([float(v) for v in state["down"]], [float(v) for v in state["up"]],
                    [float(v) for v in state["weight"]], float(state["log_s"]))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_step"}  # does not pickle
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._step = partial(_jumpers_step_entry(), self._state)
 
     def state_dict(self) -> dict[str, Any]:
         return new_state(self, params=self._params(), **self._jumper_state())

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import cache, partial
+from functools import cache
 from typing import Any, Self
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
-from monitor.core.martingales.betting.base import P_FLOOR, BettingFunction, check_p, check_ps
+from monitor.core.martingales.betting._array_state import ArrayStateBetting
+from monitor.core.martingales.betting.base import P_FLOOR, check_p
 from monitor.core.martingales.jit import compiled_entry, jit
 from monitor.core.martingales.state import check_state, new_state
 
@@ -71,7 +72,7 @@ def _agrapa_step_entry() -> Callable[[NDArray[np.float64], float], float]:
     return compiled_entry(_agrapa_step, np.array([0.1, 0.0, 1.0, 1.0, 1.0, 0.5, 0.0]), 0.0)
 
 
-class AGrapaBetting(BettingFunction):
+class AGrapaBetting(ArrayStateBetting):
     """Plain average of one-sided aGRAPA bettors on −log p, one per forgetting rate.
 
     Each factor f(p) = 1 + λ(−log p − 1) has λ ∈ [0, c] fixed by the p-values before p
@@ -130,18 +131,16 @@ class AGrapaBetting(BettingFunction):
         k = len(self.forgets)
         values = [*map(float, self.forgets), *mean, *square, *weight, *[1.0] * k,
                   float(self.max_bet), log_s]
-        self._state = np.array(values, np.float64)
-        self._log_s = log_s
-        self._step = partial(_agrapa_step_entry(), self._state)
+        self._set_state(values, log_s)
 
-    def _block(self, block: int) -> list[float]:
-        n = len(self.forgets)
-        return self._state[block * n : (block + 1) * n].tolist()
+    def _step_entry(self) -> Callable[[NDArray[np.float64], float], float]:
+        return _agrapa_step_entry()
 
-    def update(self, p: float) -> None:
-        if not 0.0 <= p <= 1.0:  # NaN fails too
-            check_p(p)
-        self._log_s = self._step(p)
+    def _path(self, ps: NDArray[np.float64]) -> NDArray[np.float64]:
+        return _agrapa_path(ps, self._state)
+
+    def _width(self) -> int:
+        return len(self.forgets)
 
     def log_factor(self, p: float) -> float:
         g = -math.log(max(check_p(p), P_FLOOR)) - 1.0
@@ -150,18 +149,6 @@ class AGrapaBetting(BettingFunction):
                            strict=True):
             total += w * (1.0 + min(max(m / s, 0.0), float(self.max_bet)) * g)
         return math.log(total)
-
-    def update_many(self, ps: ArrayLike) -> NDArray[np.float64]:
-        out = _agrapa_path(check_ps(ps), self._state)
-        self._log_s = float(self._state[-1])
-        return out
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_step"}  # does not pickle
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._step = partial(_agrapa_step_entry(), self._state)
 
     def state_dict(self) -> dict[str, Any]:
         params = {"forgets": [float(b) for b in self.forgets], "max_bet": float(self.max_bet)}
