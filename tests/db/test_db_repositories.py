@@ -285,3 +285,31 @@ def test_registered_streams_restore_their_calibration_exactly(db_session: Sessio
     for name in ("features", "predictions", "labels", "logits"):
         assert getattr(restored, name).tobytes() == getattr(calibration, name).tobytes(), name
     assert restored.embedding is None
+
+
+#: Configuration keys this release added with defaults (docs/tabular.md): a stream registered
+#: by the previous release has none of them in its stored configuration.
+NEW_KEYS = ("features", "vocabulary", "max_categories", "data_quality")
+
+
+def test_a_configuration_stored_before_new_defaults_is_the_same_configuration(
+    db_session: Session,
+) -> None:
+    """Registering (a worker's ``monitor run --config``) or updating a stream with the
+    configuration it was registered with is a no-op, also when the stored configuration was
+    written before keys with defaults existed: the stored one is compared as it validates
+    today, not as raw JSON (else an upgrade refuses a worker's start, or stores a spurious
+    version)."""
+    config = stream_config()
+    queries.create_stream(db_session, config)
+    row = queries.get_stream(db_session, "bikes")
+    assert row is not None
+    row.config = {k: v for k, v in row.config.items() if k not in NEW_KEYS}
+    db_session.commit()
+    registered, created = queries.register_stream(db_session, config, None)
+    assert not created and registered.version == 1
+    updated, changed = queries.new_stream_version(db_session, config, None)
+    assert not changed and updated.version == 1
+    changed_row, changed = queries.new_stream_version(db_session, stream_config(trace_every=7),
+                                                      None)
+    assert changed and changed_row.version == 2

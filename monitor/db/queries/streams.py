@@ -5,10 +5,12 @@ Write executors commit their own transaction.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import CursorResult, Select, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -182,11 +184,16 @@ def _same(
     calibration: Sequence[Mapping[str, Any]] | None,
 ) -> bool:
     """Whether ``config`` and ``calibration`` are what ``row`` stores. Where the calibration
-    came from (a file path or inline rows) does not count, only the rows do."""
+    came from (a file path or inline rows) does not count, only the rows do. The stored
+    configuration is compared as it validates today: one written before a key with a default
+    existed (``data_quality``, ...) is the same configuration with that default."""
     def settings(dumped: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in dumped.items() if k != "calibration"}
 
-    if settings(row.config) != settings(config.model_dump(mode="json")):
+    stored_config: Mapping[str, Any] = row.config
+    with contextlib.suppress(ValidationError):  # a stored one today's rules refuse: as stored
+        stored_config = StreamConfig.model_validate(row.config).model_dump(mode="json")
+    if settings(stored_config) != settings(config.model_dump(mode="json")):
         return False
     if calibration is None:
         return True
