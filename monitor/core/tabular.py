@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["CategoricalLayout", "NumericLayout", "category_text", "embedding_width",
-           "mixed_embedding", "numeric_mask"]
+           "mixed_embedding", "numeric_mask", "unseen_columns"]
 
 #: Default number of categories with their own code (the rest of the calibration's are "other").
 MAX_CATEGORIES = 64
@@ -106,6 +106,17 @@ def numeric_mask(layout: Sequence[Layout]) -> np.ndarray:
         mask[at] = isinstance(column, NumericLayout)
         at += column.width
     return mask
+
+
+def unseen_columns(layout: Sequence[Layout]) -> tuple[int, ...]:
+    """The embedding's "unseen" columns (one per categorical feature): 0 on every calibration
+    row, so a nonzero value is a category the calibration never had."""
+    out, at = [], 0
+    for column in layout:
+        if isinstance(column, CategoricalLayout):
+            out.append(at + column.n_codes + 1)
+        at += column.width
+    return tuple(out)
 
 
 def mixed_embedding(C: np.ndarray, layout: Sequence[Layout]) -> np.ndarray:

@@ -132,6 +132,7 @@ class StreamDetectors(BatchUpdates):
     def from_config(
         cls, config: StreamConfig, calibration_X: ArrayLike, calibration_scores: ArrayLike,
         *, mixed: bool = False, ratio_columns: ArrayLike | None = None,
+        outside_columns: tuple[int, ...] = (),
     ) -> StreamDetectors:
         """Both monitors as a :class:`monitor.streams.config.StreamConfig` describes them.
 
@@ -145,7 +146,9 @@ class StreamDetectors(BatchUpdates):
         ``mixed``: ``calibration_X`` is a tabular schema's mixed embedding (docs/tabular.md),
         already scaled, so a ``knn`` covariate score reads it without standardising again (its
         squared distance is then the Gower-type distance); ``ratio_columns`` are its numeric
-        columns, the only ones the density ratio's normal-scores transform applies to.
+        columns, the only ones the density ratio's normal-scores transform applies to, and
+        ``outside_columns`` its unseen-category columns (an input with one set is outside the
+        calibration support).
         """
         betting: dict[str, Any] = {}
         if config.betting is not None:
@@ -174,6 +177,7 @@ class StreamDetectors(BatchUpdates):
             rebaseline=config.rebaseline,
             max_reference=config.max_reference,
             seed=config.seed,
+            outside_columns=outside_columns,
             **betting,
         )
         conditional = ConditionalMonitor(

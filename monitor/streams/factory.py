@@ -40,6 +40,7 @@ def build_detectors(config: StreamConfig, calibration: Calibration) -> StreamDet
     return StreamDetectors.from_config(
         config, calibration.encoded, calibration_scores(config, calibration),
         mixed=not calibration.schema.is_plain,
+        outside_columns=calibration.schema.unseen_columns,
         ratio_columns=None if calibration.schema.is_plain
         else calibration.schema.numeric_columns,
     )

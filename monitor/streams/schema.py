@@ -48,6 +48,7 @@ from monitor.core.tabular import (
     category_text,
     mixed_embedding,
     numeric_mask,
+    unseen_columns,
 )
 from monitor.errors import MonitorError
 from monitor.streams.events import InvalidEvent
@@ -254,6 +255,12 @@ class FeatureSchema:
         if self.is_plain:
             return np.ones(len(self.features), dtype=bool)
         return numeric_mask(self._layout)
+
+    @property
+    def unseen_columns(self) -> tuple[int, ...]:
+        """The columns of :meth:`encode`'s matrix that mark a category the calibration never
+        had (0 on every calibration row); none for a plain schema."""
+        return () if self.is_plain else unseen_columns(self._layout)
 
     @property
     def encoded_features(self) -> tuple[str, ...]:

@@ -212,3 +212,19 @@ def test_the_reference_does_not_depend_on_the_blas_thread_count() -> None:
             with threadpool_limits(limits=threads, user_api="blas"):
                 states.append(encode_state(CovariateMonitor(scorer, X, seed=seed).state_dict()))
         assert states[0] == states[1], seed
+
+
+def test_outside_columns_mark_a_value_no_calibration_row_has() -> None:
+    """A column that is 0 on every calibration row (a tabular unseen-category column): a row
+    with a nonzero value there is outside the support whatever its score; the parameter
+    round-trips through the state, and a monitor without it keeps the state it had."""
+    rng = np.random.default_rng(5)
+    X = np.column_stack([rng.normal(size=(400, 2)), np.zeros(400)])
+    with_columns = CovariateMonitor("knn", X, outside_columns=(2,))
+    plain = CovariateMonitor("knn", X)
+    row = np.array([[0.0, 0.0, 0.7]])
+    assert with_columns.is_outside(row).tolist() == [True]
+    assert with_columns.is_outside(row[:, :] * [1, 1, 0]).tolist() == [False]
+    assert "outside_columns" not in plain.state_dict()["params"]
+    restored = CovariateMonitor.from_state(with_columns.state_dict())
+    assert restored.outside_columns == (2,) and restored.is_outside(row).tolist() == [True]

@@ -106,6 +106,11 @@ class CovariateMonitor(MartingaleMonitor):
         glitch) inflate the x-only scores of the reference; the diagnosis uses it.
     support_history
         How many recent support flags are kept for the diagnosis (:meth:`outside_fraction`).
+    outside_columns
+        Columns of the inputs that are 0 on every calibration row (a tabular stream's
+        unseen-category columns, docs/tabular.md): an input with a nonzero value in one has a
+        value no calibration row has, and is outside the calibration support. Under no shift
+        it cannot happen (every calibration row has 0 there).
 
     Examples
     --------
@@ -141,6 +146,7 @@ class CovariateMonitor(MartingaleMonitor):
         fit_fraction: float = 0.5,
         support_level: float = 0.01,
         support_history: int = 10_000,
+        outside_columns: tuple[int, ...] = (),
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
         check_lifecycle(rebaseline, max_reference, seed)
@@ -160,6 +166,7 @@ class CovariateMonitor(MartingaleMonitor):
         self.fit_fraction = fit_fraction
         self.support_level = support_level
         self.support_history = support_history
+        self.outside_columns = tuple(int(j) for j in outside_columns)
         self._threshold_arg = threshold
         self._init_test(betting, rule, threshold, alpha)
         self._fit(as_matrix(calibration_X, "calibration_X", min_rows=4))
@@ -226,6 +233,8 @@ class CovariateMonitor(MartingaleMonitor):
 
     def _outside(self, X: FloatArray, scores: FloatArray) -> np.ndarray:
         beyond = np.any(np.abs(X - self._center) > self._limits, axis=1)
+        if self.outside_columns:  # definitive: a value no calibration row has
+            beyond |= np.any(X[:, self.outside_columns] != 0.0, axis=1)
         return np.asarray((scores > self._support_threshold) | beyond)
 
     def track_support(self, X: ArrayLike) -> None:
@@ -409,6 +418,8 @@ class CovariateMonitor(MartingaleMonitor):
             "fit_fraction": self.fit_fraction,
             "support_level": self.support_level,
             "support_history": self.support_history,
+            # a tabular embedding's unseen-category columns (absent from a numeric stream's)
+            **({"outside_columns": list(self.outside_columns)} if self.outside_columns else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -442,6 +453,7 @@ class CovariateMonitor(MartingaleMonitor):
         spec = params.pop("scorer")
         obj.scorer = spec if isinstance(spec, str) else make_scorer(spec["name"], **spec["params"])
         obj._threshold_arg = params.pop("threshold")
+        obj.outside_columns = tuple(params.pop("outside_columns", ()))
         for name, value in params.items():
             setattr(obj, name, value)
         obj.calibration_X = None
