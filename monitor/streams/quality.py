@@ -61,7 +61,6 @@ class StreamQuality:
         #: Columns of ``FeatureRow.quality`` the monitor reads.
         self.columns = np.asarray(chosen, np.intp)
         self.indicators = tuple(schema.indicators[j] for j in chosen)
-        self.names = schema.names
         rule = config.alarm.rule
         self.budget: EventRateThreshold | None = None
         self.monitor: DataQualityMonitor | None = None
@@ -85,7 +84,6 @@ class StreamQuality:
         self.absent_run: dict[str, int] = {}
         #: Features whose absence raised an alarm (re-armed when the feature comes back).
         self.absent_alarmed: set[str] = set()
-        self._positions = 0  # batch positions seen, to tell which rows said nothing absent
 
     # -- updates --------------------------------------------------------------------------------
 
@@ -112,6 +110,7 @@ class StreamQuality:
         ts: Sequence[datetime],
     ) -> list[tuple[int, Alarm]]:
         assert self.monitor is not None
+        rule = self.monitor.rule
         if self.monitor.n_seen == 0:
             self.start = index[0]
         thresholds = None
@@ -121,10 +120,10 @@ class StreamQuality:
         self.monitor.update_batch(
             quality[:, self.columns], thresholds, lambda i, alarm: raised.append((i, alarm))
         )
-        return [(i, self._quality_record(alarm, index[i], ids[i], ts[i]))
+        return [(i, self._quality_record(alarm, rule, index[i], ids[i], ts[i]))
                 for i, alarm in raised]
 
-    def _quality_record(self, alarm: QualityAlarm, index: int, event_id: str,
+    def _quality_record(self, alarm: QualityAlarm, rule: str, index: int, event_id: str,
                         ts: datetime) -> Alarm:
         event = alarm.event
         shift = index - event.index  # the monitor's update count to the stream's event index
@@ -137,7 +136,7 @@ class StreamQuality:
             self.name, "data_quality", "data_quality", event_id, index, ts, changepoint,
             finite(math.exp(min(event.log_statistic, 700.0))),
             finite(math.exp(min(event.log_threshold, 700.0))),
-            self.monitor.rule if self.monitor is not None else "",
+            rule,
             {
                 "indicators": indicators,
                 "changepoint_index": changepoint,

@@ -317,8 +317,7 @@ class FeatureSchema:
         low = np.array([f.low for f in self.features])  # type: ignore[union-attr]
         high = np.array([f.high for f in self.features])  # type: ignore[union-attr]
         missing = np.isnan(C)
-        with np.errstate(invalid="ignore"):
-            outside = ~missing & ~((low <= C) & (high >= C))
+        outside = _out_of_range(C, low, high)
         out = np.empty((C.shape[0], 2 * len(self.features)), dtype=bool)
         out[:, 0::2], out[:, 1::2] = missing, outside
         return out
@@ -454,6 +453,12 @@ def _most_frequent(texts: Any) -> list[str]:
     return [t for t, _ in sorted(counts.items(), key=lambda item: -item[1])]
 
 
+def _out_of_range(x: np.ndarray, low: Any, high: Any) -> np.ndarray:
+    """``out_of_range``: present (not NaN) and outside [low, high] (part A's range)."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(x) & ~((low <= x) & (x <= high))
+
+
 def _reference(feature: Feature, values: Sequence[Any], part_a: np.ndarray) -> list[QualityCount]:
     """The calibration counts of ``feature``'s indicators: missing over every row, the other
     over part B (their sets are part A's)."""
@@ -461,8 +466,7 @@ def _reference(feature: Feature, values: Sequence[Any], part_a: np.ndarray) -> l
     part_b = ~part_a
     if isinstance(feature, NumericFeature):
         x = np.array([math.nan if v is None else float(v) for v in values])
-        with np.errstate(invalid="ignore"):
-            other = ~missing & ~((feature.low <= x) & (x <= feature.high))
+        other = _out_of_range(x, feature.low, feature.high)
         rate: Rate = "out_of_range"
     else:
         other = np.array([v is not None and not feature.seen_in_a(category_text(v))
