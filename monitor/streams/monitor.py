@@ -204,10 +204,13 @@ class StreamMonitor(InputChecks, VersionedState):
         C_cond = np.array(batch.cond_rows, np.float64).reshape(len(batch.cond_rows), d)
         X_cov, X_cond = schema.encode(C_cov), schema.encode(C_cond)
         budgets = self.detectors.budgets
+        # the predictions' event times in seconds, once, for the time budgets that read them
+        cov_seconds = [t.timestamp() for t in batch.cov_ts] \
+            if "covariate" in budgets or self.quality.budget is not None else None
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
             batch.cond_index, np.array(batch.cond_before, np.int64),
-            cov_ts=[t.timestamp() for t in batch.cov_ts] if "covariate" in budgets else None,
+            cov_ts=cov_seconds if "covariate" in budgets else None,
             cond_ts=[t.timestamp() for t in batch.cond_ts] if "conditional" in budgets else None,
         )
         traces: list[tuple[int, int, TracePoint]] = []
@@ -248,7 +251,7 @@ class StreamMonitor(InputChecks, VersionedState):
         if batch.cov_index:
             alarms += [(batch.cov_seq[i], alarm) for i, alarm in self.quality.update(
                 self._quality_matrix(C_cov, batch.quality), batch.cov_index, batch.cov_ids,
-                batch.cov_ts, batch.keys)]
+                batch.cov_ts, batch.keys, cov_seconds)]
         alarms.sort(key=lambda item: item[0])
         traces.sort(key=lambda item: item[:2])
         self._attribute_batch(batch, C_cov, alarms, retired_windows)

@@ -94,20 +94,22 @@ class StreamQuality:
         ids: Sequence[str],
         ts: Sequence[datetime],
         keys: Sequence[tuple[int, tuple[str, ...], tuple[str, ...]]],
+        seconds: Sequence[float] | None = None,
     ) -> list[tuple[int, Alarm]]:
         """One batch of prediction events: ``quality`` their (n, k) indicators in the order of
-        the schema's, ``index``/``ids``/``ts`` their stream event indexes, ids and times,
+        the schema's, ``index``/``ids``/``ts`` their stream event indexes, ids and times
+        (``seconds``: the times as epoch seconds, if the caller has them already),
         ``keys`` the ``(position, unknown keys, absent features)`` of the events that had any.
         Returns ``(batch position, alarm)`` pairs in order."""
         alarms = self._schema_alarms(len(index), index, ids, ts, keys)
         if self.monitor is not None and len(index):
-            alarms += self._quality_alarms(quality, index, ids, ts)
+            alarms += self._quality_alarms(quality, index, ids, ts, seconds)
         alarms.sort(key=lambda item: item[0])
         return alarms
 
     def _quality_alarms(
         self, quality: np.ndarray, index: Sequence[int], ids: Sequence[str],
-        ts: Sequence[datetime],
+        ts: Sequence[datetime], seconds: Sequence[float] | None,
     ) -> list[tuple[int, Alarm]]:
         assert self.monitor is not None
         rule = self.monitor.rule
@@ -115,7 +117,8 @@ class StreamQuality:
             self.start = index[0]
         thresholds = None
         if self.budget is not None:
-            thresholds = self.budget.thresholds([t.timestamp() for t in ts])
+            thresholds = self.budget.thresholds(
+                [t.timestamp() for t in ts] if seconds is None else seconds)
         raised: list[tuple[int, QualityAlarm]] = []
         self.monitor.update_batch(
             quality[:, self.columns], thresholds, lambda i, alarm: raised.append((i, alarm))
