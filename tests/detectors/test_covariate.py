@@ -219,12 +219,16 @@ def test_outside_columns_mark_a_value_no_calibration_row_has() -> None:
     with a nonzero value there is outside the support whatever its score; the parameter
     round-trips through the state, and a monitor without it keeps the state it had."""
     rng = np.random.default_rng(5)
-    X = np.column_stack([rng.normal(size=(400, 2)), np.zeros(400)])
-    with_columns = CovariateMonitor("knn", X, outside_columns=(2,))
+    # 1 000 rows of 6 columns: a reference of 500 and a Bonferroni level at its floor 1/501,
+    # where the per-coordinate limit of the all-zero column comes out +inf (the floor's
+    # floating point: the closing note of issue #27), so only outside_columns flags the row
+    # (a small value near the centre: the x-only score does not flag it either)
+    X = np.column_stack([rng.normal(size=(1000, 5)), np.zeros(1000)])
+    with_columns = CovariateMonitor("knn", X, outside_columns=(5,))
     plain = CovariateMonitor("knn", X)
-    row = np.array([[0.0, 0.0, 0.7]])
+    row = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.01]])
     assert with_columns.is_outside(row).tolist() == [True]
-    assert with_columns.is_outside(row[:, :] * [1, 1, 0]).tolist() == [False]
+    assert with_columns.is_outside(row * [1, 1, 1, 1, 1, 0]).tolist() == [False]
     assert "outside_columns" not in plain.state_dict()["params"]
     restored = CovariateMonitor.from_state(with_columns.state_dict())
-    assert restored.outside_columns == (2,) and restored.is_outside(row).tolist() == [True]
+    assert restored.outside_columns == (5,) and restored.is_outside(row).tolist() == [True]
