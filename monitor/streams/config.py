@@ -270,6 +270,7 @@ class StreamConfig(_Strict):
     vocabulary: dict[str, list[Category]] | None = None
     max_categories: Annotated[int, Field(ge=1, le=1_000)] = MAX_CATEGORIES
     data_quality: DataQualityConfig = DataQualityConfig()
+    classes: list[Category] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> StreamConfig:
@@ -290,6 +291,7 @@ class StreamConfig(_Strict):
                 "'normalized_residual'"
             )
         _check_declaration(self.features, self.vocabulary)
+        _check_classes(self.task, self.classes)
         return self
 
     @property
@@ -325,6 +327,21 @@ def _check_declaration(features: dict[str, FeatureKind] | None,
         repeated = next((t for k, t in enumerate(texts) if t in texts[:k]), None)
         if repeated is not None:
             raise ValueError(f"vocabulary.{name}: category {repeated!r} is given twice")
+
+
+def _check_classes(task: str, classes: list[Any] | None) -> None:
+    """``classes``: a classification stream's class names, each once, at least two."""
+    if classes is None:
+        return
+    if task != "classification":
+        raise ValueError("classes: only a classification stream has classes")
+    if len(classes) < 2:
+        raise ValueError("classes: name at least two classes, in the order of the "
+                         "prediction's probabilities")
+    texts = [category_text(c) for c in classes]
+    repeated = next((t for k, t in enumerate(texts) if t in texts[:k]), None)
+    if repeated is not None:
+        raise ValueError(f"classes: class {repeated!r} is given twice")
 
 
 def load_stream_config(path: str | Path) -> StreamConfig:
