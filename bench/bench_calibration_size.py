@@ -37,10 +37,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_budget import delay, log_statistics
 from monitor.core.martingales import ConformalPValue
 from monitor.core.martingales.alarms import ShiryaevRoberts
 from monitor.core.martingales.betting import CompositeJumper, PlugInPower
-from bench.bench_budget import delay, log_statistics
 from monitor.frontdoor import detection_floor, ood_floor
 
 SIZES = (100, 200, 500, 1000, 2000, 5000)

@@ -33,7 +33,7 @@ def test_the_table_is_computed() -> None:
 def test_the_readme_quotes_the_same_floors() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### How large a calibration set", 1)[1].split("\n## ", 1)[0]
-    floors = (detection_floor(100), detection_floor(500), detection_floor(2000))
-    assert ("%d events to 100 000 at m = 100, %d at 500,\n%d at 2 000" % floors) in section
+    a, b, c = detection_floor(100), detection_floor(500), detection_floor(2000)
+    assert f"{a} events to 100 000 at m = 100, {b} at 500,\n{c} at 2 000" in section
     assert (f"({ood_floor(100)} at m = 100, {ood_floor(500)} at 500, {ood_floor(2000)} at "
             "2 000)") in section

@@ -42,7 +42,7 @@ def test_the_quickstart_walkthrough_runs_to_the_alarm_list(
 
     run, listing = commands[1], commands[2]
     assert shlex.split(run)[:4] == ["monitor", "--db", "sqlite:///monitor.db", "run"]
-    assert main(shlex.split(run)[1:] + ["--json"]) == 0
+    assert main([*shlex.split(run)[1:], "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["dead_letters"] == 0
     kinds = [(a["detector"], a["kind"]) for a in summary["alarms"]]
