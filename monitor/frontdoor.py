@@ -37,6 +37,7 @@ from monitor.frontdoor_tables import (
     is_vector,
     label_indexes,
     model_predictions,
+    numbers,
     one_hot,
     probability_rows,
 )
@@ -132,7 +133,7 @@ def _read(table: Table, spec: _Spec, names: Sequence[str], task: str | None,
             classes = classes if classes is not None else class_order(labels or (), predictions)
             predictions = one_hot(predictions, classes)
         else:
-            predictions = label_indexes(predictions, None)
+            predictions = numbers(predictions, "prediction")
     if task not in ("classification", "regression"):
         raise FrontDoorError(f"task must be 'classification' or 'regression', got {task!r}")
     wire_labels = None if labels is None else label_indexes(
@@ -177,6 +178,9 @@ class StreamFiles:
     classes: tuple[Any, ...] | None
     n_calibration: int
     warnings: tuple[str, ...] = ()
+    #: Events carry the features by name (the front door's calibrations); a calibration of
+    #: feature lists (written elsewhere) is followed by position, its columns ``x0, x1, …``.
+    named_features: bool = True
     _spec: _Spec = field(default_factory=_Spec, repr=False)
 
     def to_events(
@@ -191,7 +195,6 @@ class StreamFiles:
         ts: ColumnSpec = None,
         ids: ColumnSpec = None,
         label_delay: int | None = None,
-        labels: bool = True,
     ) -> Path:
         """Write ``data``'s rows as prediction (and label) events; returns the file's path.
 
@@ -203,12 +206,11 @@ class StreamFiles:
                                        model=model, ts=ts, ids=ids)
         table = Table.of(data, self.features)
         spec = _present(spec, table, explicit={"target": target, "ts": ts, "ids": ids})
-        if not labels:
-            spec = _Spec(**{**spec.__dict__, "target": None})
         path = Path(out) if out is not None else self.config_path.with_name(
             f"{self.name}_events.jsonl")
         read = _read(table, spec, self.features, self.task, self.classes)
-        _write_jsonl(path, _events(self.name, read, table, spec, label_delay))
+        _write_jsonl(path, _events(self.name, read, table, spec, label_delay,
+                                   self.named_features))
         return path
 
     def commands(self, events: str = "EVENTS.jsonl") -> list[str]:
@@ -342,13 +344,14 @@ def stream_files(config: str | Path) -> StreamFiles:
 
     (stream,) = read_configs([str(config)])
     calibration = load_calibration(stream)
+    named = calibration.feature_names is not None
     names = calibration.feature_names or tuple(f"x{j}" for j in range(calibration.n_features))
     assert isinstance(stream.calibration, str)  # a file: load_stream_config resolved it
     return StreamFiles(
         name=stream.name, task=stream.task, config_path=Path(config),
         calibration_path=Path(stream.calibration), features=names,
         classes=None if stream.classes is None else tuple(stream.classes),
-        n_calibration=len(calibration),
+        n_calibration=len(calibration), named_features=named,
     )
 
 
@@ -406,8 +409,8 @@ def _calibration_rows(name: str, read: _Read) -> Iterator[dict[str, Any]]:
                "label": label}
 
 
-def _events(name: str, read: _Read, table: Table, spec: _Spec, delay: int | None
-            ) -> Iterator[dict[str, Any]]:
+def _events(name: str, read: _Read, table: Table, spec: _Spec, delay: int | None,
+            named: bool) -> Iterator[dict[str, Any]]:
     """Prediction events in row order, labels inline or ``delay`` rows later."""
     if delay is not None and delay < 0:
         raise FrontDoorError(f"label_delay must be >= 0 rows, got {delay}")
@@ -418,7 +421,7 @@ def _events(name: str, read: _Read, table: Table, spec: _Spec, delay: int | None
     pending: list[dict[str, Any]] = []
     for i, (row, prediction) in enumerate(zip(read.features, read.predictions, strict=True)):
         event = {"kind": "prediction", "stream": name, "id": ids[i]} | _ts(times[i]) | {
-            "features": dict(zip(read.names, row, strict=True)),
+            "features": dict(zip(read.names, row, strict=True)) if named else row,
             "prediction": prediction}
         if labels[i] is not None and delay is None:
             event["label"] = labels[i]

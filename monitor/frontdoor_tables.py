@@ -256,6 +256,20 @@ def probability_rows(values: Sequence[Any], n_classes: int | None = None) -> lis
     return P.tolist()
 
 
+def numbers(values: Sequence[Any], what: str) -> list[float]:
+    """Regression predictions as floats, naming the first row that is not a finite number."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            number = label_value(v, None)
+        except ValueError:
+            number = None
+        if number is None:
+            raise FrontDoorError(f"row {i}: {what} {v!r} is not a finite number")
+        out.append(float(number))
+    return out
+
+
 def class_index(classes: Sequence[Any]) -> dict[Any, int]:
     return {_hashable(c): k for k, c in enumerate(classes)}
 

@@ -239,3 +239,23 @@ def test_a_dataframe_with_strings_and_nulls(tmp_path: Path,
     assert [e["features"]["sex"] is None for e in lines] == missing.tolist()
     summary = run(capsys, tmp_path / "m.db", files.config_path, events)
     assert summary["events"] == len(lines) and summary["dead_letters"] == 0
+
+
+def test_to_events_follows_a_calibration_of_feature_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from monitor.ops.datasets import build_example
+
+    paths = build_example(tmp_path, phases=[("stable", 30)], n_calibration=40)
+    rows = [json.loads(line) for line in paths["events"].read_text().splitlines()]
+    X = np.array([r["features"] for r in rows])
+    events = monitor.to_events(X, paths["config"], tmp_path / "again.jsonl",
+                               target=[r["label"] for r in rows],
+                               prediction=[r["prediction"] for r in rows])
+    written = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [w["features"] for w in written] == [r["features"] for r in rows]
+    assert [w["label"] for w in written] == [r["label"] for r in rows]
+    summary = run(capsys, tmp_path / "m.db", paths["config"], events)
+    assert summary["events"] == 30 and summary["dead_letters"] == 0
+    with pytest.raises(FrontDoorError, match=r"row 1: prediction 'high' is not a finite number"):
+        monitor.to_events(X[:2], paths["config"], prediction=[1.0, "high"])
