@@ -112,34 +112,36 @@ def _read(table: Table, spec: _Spec, names: Sequence[str], task: str | None,
     ``None`` (found here: the model's ``classes_``, else the sorted distinct labels)."""
     spec.check()
     labels = None if spec.target is None else table.values(spec.target, "target")
-    if spec.model is not None:
-        task, predictions, found = model_predictions(spec.model, table.model_input(names), task)
-        classes = classes if classes is not None else found
-    elif spec.proba is not None:
-        task = task or "classification"
-        predictions = probability_rows(_proba_values(table, spec.proba),
-                                       None if classes is None else len(classes))
-        if classes is None:
-            classes = _proba_classes(labels, len(predictions[0]))
-    else:
-        predictions = table.values(spec.prediction, "prediction")
-        task = task or infer_task(predictions)
-        if task == "classification" and any(is_vector(p) for p in predictions):
-            predictions = probability_rows(predictions, None if classes is None
-                                           else len(classes))
-            classes = classes if classes is not None else _proba_classes(
-                labels, len(predictions[0]))
-        elif task == "classification":  # predicted class names: one-hot probabilities
-            classes = classes if classes is not None else class_order(labels or (), predictions)
-            predictions = one_hot(predictions, classes)
-        else:
-            predictions = numbers(predictions, "prediction")
+    task, predictions, classes = _predictions(table, spec, names, task, classes, labels)
     if task not in ("classification", "regression"):
         raise FrontDoorError(f"task must be 'classification' or 'regression', got {task!r}")
-    wire_labels = None if labels is None else label_indexes(
-        labels, classes if task == "classification" else None)
+    if task == "regression":
+        classes = None
+    wire_labels = None if labels is None else label_indexes(labels, classes)
     return _Read(task, tuple(names), table.feature_rows(names), predictions, wire_labels,
-                 list(classes) if task == "classification" and classes is not None else None)
+                 None if classes is None else list(classes))
+
+
+def _predictions(table: Table, spec: _Spec, names: Sequence[str], task: str | None,
+                 classes: Sequence[Any] | None, labels: Sequence[Any] | None
+                 ) -> tuple[str, list[Any], Sequence[Any] | None]:
+    """(task, wire-format predictions, classes) from the model, the probability columns or
+    the prediction column."""
+    if spec.model is not None:
+        task, predictions, found = model_predictions(spec.model, table.model_input(names), task)
+        return task, predictions, classes if classes is not None else found
+    if spec.proba is not None:
+        values, task = _proba_values(table, spec.proba), task or "classification"
+    else:
+        values = table.values(spec.prediction, "prediction")
+        task = task or infer_task(values)
+        if task == "regression":
+            return task, numbers(values, "prediction"), None
+        if not any(is_vector(v) for v in values):  # predicted class names: one-hot
+            classes = classes if classes is not None else class_order(labels or (), values)
+            return task, one_hot(values, classes), classes
+    P = probability_rows(values, None if classes is None else len(classes))
+    return task, P, classes if classes is not None else _proba_classes(labels, len(P[0]))
 
 
 def _proba_values(table: Table, proba: Any) -> list[Any]:
