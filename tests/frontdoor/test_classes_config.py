@@ -54,3 +54,4 @@ def test_classes_must_match_the_calibration(tmp_path: Path) -> None:
     ok = StreamConfig.model_validate(_config(calibration=str(path),
                                              classes=["cat", "dog", "owl"]))
     assert set(build_monitors([ok])) == {"pets"}
+
