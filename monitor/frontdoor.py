@@ -243,6 +243,7 @@ def stream_from(
     task: str | None = None,
     classes: Sequence[Any] | None = None,
     ts: ColumnSpec = None,
+    ids: ColumnSpec = None,
     out_dir: str | Path = "monitor-stream",
 ) -> StreamFiles:
     """Write a stream's calibration file and configuration from held-out labeled data.
@@ -275,6 +276,8 @@ def stream_from(
     ts
         The column of event times, if the events will carry them: the configuration then
         budgets false alarms in time (one a week); without, in events.
+    ids
+        The column of event ids, if any (not a feature; :meth:`StreamFiles.to_events` uses it).
     out_dir
         The folder written (created if needed): ``<name>.yaml`` and
         ``<name>_calibration.jsonl``.
@@ -287,7 +290,7 @@ def stream_from(
         Files the service would refuse (raised before returning, never later by
         ``monitor run``).
     """
-    spec = _Spec(target=target, prediction=prediction, proba=proba, model=model, ts=ts)
+    spec = _Spec(target=target, prediction=prediction, proba=proba, model=model, ts=ts, ids=ids)
     table = Table.of(data, features)
     names = tuple(features) if features is not None else tuple(
         c for c in table.columns if c not in spec.used_columns())

@@ -15,7 +15,8 @@ def add_init(sub: Any) -> None:
     p = sub.add_parser(
         "init", help="write a stream's calibration and configuration from held-out data",
         description="Reads held-out labeled rows (CSV with a header, or JSONL objects): every "
-        "column but the target, the prediction / probability columns and --ts-column is a "
+        "column but the target, the prediction / probability columns, --ts-column and "
+        "--id-column is a "
         "feature (or name them with --features). Class names in the target are mapped to "
         "class indexes, the mapping written into the configuration (classes:).",
     )
@@ -29,6 +30,7 @@ def add_init(sub: Any) -> None:
                    "sorted distinct labels)")
     p.add_argument("--task", choices=("classification", "regression"),
                    help="default: classification for probability columns or class names")
+    p.add_argument("--id-column", metavar="COLUMN", help="event ids (not a feature)")
     p.add_argument("--name", default="my-stream", help="stream name (default: my-stream)")
     p.add_argument("--out", default="monitor-stream", metavar="DIR",
                    help="folder written (default: monitor-stream)")
@@ -79,7 +81,7 @@ def _cmd_init(args: argparse.Namespace, settings: Settings) -> int:
         files = stream_from(
             args.calibration, target=args.target, prediction=args.prediction,
             proba=args.proba_columns, features=args.features, name=args.name, task=args.task,
-            classes=args.classes, ts=args.ts_column, out_dir=args.out,
+            classes=args.classes, ts=args.ts_column, ids=args.id_column, out_dir=args.out,
         )
     except FrontDoorError as exc:
         raise UserError(f"{args.calibration}: {exc}") from None
@@ -91,6 +93,7 @@ def _cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     columns = (f"--prediction {args.prediction}" if args.prediction
                else f"--proba-columns {','.join(args.proba_columns)}")
     ts = f" --ts-column {args.ts_column}" if args.ts_column else ""
+    ts += f" --id-column {args.id_column}" if args.id_column else ""
     events = Path(args.out) / f"{files.name}_events.jsonl"
     print("next:")
     print(f"  monitor events --config {files.config_path} --from PREDICTIONS.csv "

@@ -146,19 +146,21 @@ def test_tabular_features_and_event_times_pass_through(tmp_path: Path) -> None:
         "country": ["DE", "FR", None] * 10,
         "card_present": [True, False] * 15,
         "ts": [1_767_225_600 + 60 * i for i in range(n)],
+        "order": [f"o-{i}" for i in range(n)],
         "y": [float(i % 5) for i in range(n)],
         "y_hat": [float(i % 4) for i in range(n)],
     }
-    files = monitor.stream_from(data, target="y", prediction="y_hat", ts="ts", out_dir=tmp_path)
+    files = monitor.stream_from(data, target="y", prediction="y_hat", ts="ts", ids="order",
+                                out_dir=tmp_path)
     config = load_stream_config(files.config_path)
     assert config.task == "regression" and config.alarm.false_alarm_every == 7 * 86_400.0
     assert files.features == ("amount", "country", "card_present")
     events = [json.loads(line) for line in files.to_events(data, label_delay=3)
               .read_text().splitlines()]
-    assert events[0]["ts"] == "2026-01-01T00:00:00Z"
+    assert events[0]["ts"] == "2026-01-01T00:00:00Z" and events[0]["id"] == "o-0"
     assert events[0]["features"] == {"amount": None, "country": "DE", "card_present": True}
     label = next(e for e in events if e["kind"] == "label")
-    assert label == {"kind": "label", "stream": "my-stream", "id": "e-000000",
+    assert label == {"kind": "label", "stream": "my-stream", "id": "o-0",
                      "label": 0.0, "ts": "2026-01-01T00:03:00Z"}
     assert all(isinstance(decode_event(json.dumps(e)), PredictionEvent | LabelEvent)
                for e in events)
