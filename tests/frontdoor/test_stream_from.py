@@ -261,3 +261,25 @@ def test_to_events_follows_a_calibration_of_feature_lists(
     assert summary["events"] == 30 and summary["dead_letters"] == 0
     with pytest.raises(FrontDoorError, match=r"row 1: prediction 'high' is not a finite number"):
         monitor.to_events(X[:2], paths["config"], prediction=[1.0, "high"])
+
+
+class _Unsorted:
+    """An estimator whose classes_ are not in sorted order (as a wrapped or relabelled model's
+    may be): its probabilities follow classes_."""
+
+    classes_ = np.array(["dog", "cat"])
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        p_dog = 1.0 / (1.0 + np.exp(-np.asarray(X, dtype=float)[:, 0]))
+        return np.column_stack([p_dog, 1.0 - p_dog])
+
+
+def test_labels_follow_the_estimators_class_order(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=40)
+    data = {"x": x.tolist(), "y": ["dog" if v > 0 else "cat" for v in x]}
+    files = monitor.stream_from(data, target="y", model=_Unsorted(), out_dir=tmp_path)
+    assert files.classes == ("dog", "cat")
+    rows = [json.loads(line) for line in files.calibration_path.read_text().splitlines()]
+    assert [r["label"] for r in rows] == [0 if v > 0 else 1 for v in x]
+    assert all(r["prediction"][r["label"]] > 0.5 for r in rows)
