@@ -21,7 +21,8 @@ from tests.support.pipeline_runs import assert_same, interleaved, run
 BUDGET = {"rule": "shiryaev_roberts", "false_alarm_every": 50, "min_threshold": 2}
 #: The covariate detector's budget (the example's own covariate_alarm would be a threshold).
 COVARIATE_BUDGET = {"rule": "cusum", "false_alarm_every": "50s", "min_threshold": 2}
-WARM_UP = 2 * 50 * 100_000.0
+#: The warm-up's event-count threshold: 2 · events (50 000 by default).
+WARM_UP = 2 * 50_000.0
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,14 @@ def test_alarms_and_traces_carry_the_threshold_in_force_and_the_budget(
         evidence = alarm["evidence"]
         assert evidence["budget"] == "50s" and evidence["budget_seconds"] == 50.0
         assert evidence["budget_share"] == 2 and evidence["min_threshold"] == 2.0
-        assert evidence["event_rate"] == pytest.approx(alarm["threshold"] / 100.0)
-        # Warm-up (the first 256 updates) assumes 100 000 events/s; then the rate is 1/s
-        # (labels may arrive several per second, so the conditional rate can be higher).
-        assert alarm["threshold"] == WARM_UP or 100.0 <= alarm["threshold"] < 1_000.0
+        assert evidence["budget_events"] == 50_000
+        # Warm-up (the first 256 updates) runs on 2 · events; then the rate is 1/s (labels
+        # may arrive several per second, so the conditional rate can be higher).
+        if alarm["threshold"] == WARM_UP:
+            assert evidence["at_events_threshold"] is True and "event_rate" not in evidence
+        else:
+            assert 100.0 <= alarm["threshold"] < 1_000.0
+            assert evidence["event_rate"] == pytest.approx(alarm["threshold"] / 100.0)
     assert any(a["threshold"] == 100.0 for a in reference["alarms"])
     logs = {float(t.split("log_threshold=")[1].split(",")[0]) for t in reference["traces"]}
     assert math.log(WARM_UP) in logs and math.log(100.0) in logs
@@ -62,8 +67,9 @@ def test_the_default_floor_holds_a_slow_streams_threshold_at_min_threshold(
     tmp_path: Path,
 ) -> None:
     """Without ``min_threshold`` a time budget gets the default floor, 100 000: at 1 event/s a
-    50 s budget would give 100, so after warm-up every threshold is the floor, and the alarm
-    says so (``at_min_threshold``, no ``event_rate``). Both paths agree."""
+    50 s budget would give 100, so after warm-up (at 2 · 50 000, the floor too) every
+    threshold is the floor, and the alarm says so (``at_min_threshold``, no ``event_rate``).
+    Both paths agree."""
     floored = {"rule": "shiryaev_roberts", "false_alarm_every": 50}
     configs, values = interleaved(tmp_path, alarm=floored, covariate_alarm=floored)
     reference = run(configs, values, 500, per_event=True)
@@ -71,11 +77,8 @@ def test_the_default_floor_holds_a_slow_streams_threshold_at_min_threshold(
     for alarm in reference["alarms"]:
         evidence = alarm["evidence"]
         assert evidence["min_threshold"] == 100_000.0
-        assert alarm["threshold"] in (WARM_UP, 100_000.0)
-        if alarm["threshold"] == 100_000.0:
-            assert evidence["at_min_threshold"] is True and "event_rate" not in evidence
-        else:
-            assert evidence["event_rate"] == pytest.approx(100_000.0)  # the warm-up rate
+        assert alarm["threshold"] == 100_000.0
+        assert evidence["at_min_threshold"] is True and "event_rate" not in evidence
     assert any(a["threshold"] == 100_000.0 for a in reference["alarms"])
     assert_same(run(configs, values, 37, per_event=False), reference)
 
