@@ -150,6 +150,14 @@ class AlarmConfig(_Strict):
         return self.threshold
 
     @property
+    def event_threshold(self) -> float | None:
+        """A time budget's event-count threshold max(min_threshold, BUDGET_SHARE × ``events``),
+        in force during warm-up and for events without ``ts`` (None without a time budget)."""
+        if self.false_alarm_every is None or self.events is None or self.min_threshold is None:
+            return None
+        return max(self.min_threshold, float(BUDGET_SHARE * self.events))
+
+    @property
     def budget_seconds(self) -> float | None:
         """``false_alarm_every`` in seconds (None without a time budget)."""
         return self.false_alarm_every

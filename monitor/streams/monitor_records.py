@@ -158,7 +158,7 @@ class AlarmRecords(ConfiguredStream):
             "budget_events": events,
         }
         threshold = self._threshold(raised)
-        if threshold == BUDGET_SHARE * events > floor:
+        if threshold == alarm.event_threshold and threshold > floor:
             evidence["at_events_threshold"] = True
         elif threshold > floor:
             evidence["event_rate"] = threshold / (BUDGET_SHARE * seconds)
