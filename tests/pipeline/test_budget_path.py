@@ -5,6 +5,7 @@ stream restored from its checkpointed state continues bit for bit."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -123,3 +124,35 @@ def test_lifetime_spending_is_the_same_on_both_paths(tmp_path: Path) -> None:
     assert thresholds[1] == pytest.approx(4 * math.pi**2 / 6 / 0.05)  # segment 2
     for batch in (37, 5000):
         assert_same(run([paths["config"]], values, batch, per_event=False), reference)
+
+
+def _without_ts(values: list[bytes], every: int) -> list[bytes]:
+    """``values`` with the ``ts`` of every ``every``-th event removed (poison records kept)."""
+    out = []
+    for i, value in enumerate(values):
+        try:
+            event = json.loads(value)
+        except ValueError:
+            out.append(value)
+            continue
+        if isinstance(event, dict) and i % every == 0:
+            event.pop("ts", None)
+        out.append(json.dumps(event).encode() if isinstance(event, dict) else value)
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 37, 5000])
+def test_events_without_ts_are_the_same_on_both_paths(
+    budgeted: tuple[list[Path], list[bytes]], batch: int
+) -> None:
+    """A third of the events without ts (timed by the broker): their updates run on the
+    event-count threshold on both paths, and every state (the count, the label join's marks)
+    is the same."""
+    configs, values = budgeted
+    mixed = _without_ts(values, 3)
+    reference = run(configs, mixed, 500, per_event=True)
+    assert reference["alarms"]
+    assert {a["threshold"] for a in reference["alarms"]} & {WARM_UP}
+    for state in reference["states"].values():
+        assert dict(state["mapping"])["'events_without_ts'"] > 0
+    assert_same(run(configs, mixed, batch, per_event=False), reference)
