@@ -112,6 +112,9 @@ def test_a_time_budget_has_an_event_count_part() -> None:
     default = StreamConfig(**base)
     assert default.alarm.events == 50_000 and default.alarm.fixed_threshold is None
     assert default.model_dump(mode="json")["alarm"]["events"] == 50_000  # stored
+    before = default.model_dump(mode="json")  # as a release without the field stored it
+    del before["alarm"]["events"]
+    assert StreamConfig.model_validate(before) == default  # the same configuration
     assert _first_threshold(default.alarm) == 100_000.0 == _time_budget(default.alarm).threshold
     given = StreamConfig(**base, alarm={"false_alarm_every": "30d", "events": 1_000_000})
     assert StreamConfig.model_validate(given.model_dump(mode="json")) == given
