@@ -86,8 +86,8 @@ from monitor.streams.state import StateFormatError
 __all__ = [
     "SOURCE_KINDS",
     "UNKNOWN",
-    "DatabaseCollector",
     "CheckpointStats",
+    "DatabaseCollector",
     "configured_thresholds",
     "source_kind",
 ]
@@ -196,7 +196,8 @@ class CheckpointStats:
         --------
         >>> join = {"predictions": [["a", 0, 100.0, [1.0], 2.0]], "labels": [],
         ...         "counts": [3, 1, 7]}
-        >>> stats = CheckpointStats.from_state({"join": join, "last_ts": "1970-01-01T00:02:30+00:00"})
+        >>> last = "1970-01-01T00:02:30+00:00"
+        >>> stats = CheckpointStats.from_state({"join": join, "last_ts": last})
         >>> stats.pending_predictions, stats.lag_seconds, stats.expired_predictions
         (1, 50.0, 3)
         >>> stats.labels_received  # 7 joined + 1 expired

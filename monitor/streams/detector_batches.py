@@ -88,8 +88,8 @@ class BatchUpdates(AlarmDiagnosis):
         arrival order (the conditional monitor at the segment's end, the covariate statistic
         from its trace). ``cov_ts`` / ``cond_ts`` are the updates' event times in seconds,
         read by a detector with a time budget (None, or NaN for one update: no event time, the
-        budget's event-count threshold; :class:`EventRateThreshold`): its monitor then runs in spans of one
-        threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
+        budget's event-count threshold; :class:`EventRateThreshold`): its monitor then runs in
+        spans of one threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
 
         A batch longer than :meth:`_batch_limit` updates runs as two halves in arrival order
         (the same results): a revision is decided at the batch's end from the recent support
