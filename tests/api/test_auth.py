@@ -50,6 +50,10 @@ def test_the_app_serves_the_documented_routes() -> None:
         sorted(
             [
                 ("GET", "/health"),
+                ("GET", "/login"),
+                ("POST", "/login"),
+                ("GET", "/logout"),
+                ("POST", "/logout"),
                 ("GET", "/metrics"),
                 ("GET", "/streams"),
                 ("POST", "/streams"),
