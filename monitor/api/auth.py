@@ -48,7 +48,8 @@ __all__ = [
 #: Paths served without a token: the liveness probe, the API's own documentation and the
 #: browser login.
 PUBLIC_PATHS = frozenset(
-    {"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/login", "/logout"}
+    {"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/favicon.ico", "/login",
+     "/logout"}
 )
 #: The browser session's cookie (:mod:`monitor.api.sessions`).
 SESSION_COOKIE = "monitor_session"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
@@ -23,8 +23,8 @@ ASSETS = "/docs/assets"
 
 
 def install_docs(app: FastAPI) -> None:
-    """Serve ``/docs``, ``/docs/oauth2-redirect`` and the Swagger UI files on ``app`` (built
-    with ``docs_url=None, redoc_url=None``)."""
+    """Serve ``/docs``, ``/docs/oauth2-redirect``, the Swagger UI files and ``/favicon.ico``
+    on ``app`` (built with ``docs_url=None, redoc_url=None``)."""
     app.mount(ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
 
     async def swagger_ui(request: Request) -> HTMLResponse:
@@ -43,5 +43,10 @@ def install_docs(app: FastAPI) -> None:
     async def oauth2_redirect(request: Request) -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
 
+    async def favicon(request: Request) -> FileResponse:
+        # Browsers ask every server for one: without it each page logs a failed request.
+        return FileResponse(swagger_ui_path / "favicon-32x32.png", media_type="image/png")
+
     app.add_route("/docs", swagger_ui, include_in_schema=False)
+    app.add_route("/favicon.ico", favicon, include_in_schema=False)
     app.add_route("/docs/oauth2-redirect", oauth2_redirect, include_in_schema=False)
