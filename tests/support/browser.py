@@ -114,23 +114,13 @@ def _chromium(executable: str) -> Iterator[str]:
 def open_page(executable: str, path: Path, screenshot: Path) -> PageReport:
     """Load ``path`` (a local HTML file), wait for it, measure its figures, save a full-page
     screenshot as PNG, and report console errors, exceptions and network requests."""
-    url = path.resolve().as_uri()
-    with _chromium(executable) as ws_url, connect(ws_url, max_size=None) as ws:
-        tools = _DevTools(ws)
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            tools.call(f"{domain}.enable")
-        tools.call("Page.navigate", url=url)
-        tools.wait_for("Page.loadEventFired")
-        value = tools.call("Runtime.evaluate", expression=_FIGURES_JS, returnByValue=True)
-        figures = json.loads(value["result"]["value"])
-        title = tools.call("Runtime.evaluate", expression="document.title",
-                           returnByValue=True)["result"]["value"]
-        size = tools.call("Page.getLayoutMetrics")["cssContentSize"]
-        shot = tools.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": size["width"],
-                                "height": size["height"], "scale": 1})
-        screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return _report(tools.events, url, figures, title)
+    with browse(executable) as page:
+        page.goto(path.resolve().as_uri())
+        figures = json.loads(page.evaluate(_FIGURES_JS))
+        page.screenshot(screenshot)
+        seen = page.seen()
+        seen.figures = figures
+        return seen
 
 
 def _report(events: list[dict[str, Any]], url: str, figures: list[dict[str, Any]],
