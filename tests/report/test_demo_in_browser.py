@@ -14,6 +14,7 @@ import pytest
 
 from monitor.api import create_app
 from monitor.cli.main import main
+from monitor.ops.report.meanings import evidence_meaning
 from monitor.settings import Settings
 from tests.support.browser import browse, find_chromium
 from tests.support.live_server import live_server
@@ -53,6 +54,7 @@ def test_demo_reports_name_features_and_compare_real_windows(demo: Path) -> None
         named = re.findall(r"<tr><td>(\w+)</td><td class=\"n\">", page)
         assert named and set(named) <= set(SHUTTLE), (report.name, named)
         assert "(n = 0" not in page
+        assert 'class="meaning"' in page and evidence_meaning("?") not in page
         assert re.search(r"<th>before \(n = 200; events \d+–\d+\)</th>", page), report.name
         assert re.search(r"<th>after \(n = 200; events \d+–\d+\)</th>", page), report.name
 
