@@ -88,25 +88,37 @@ def add_report(sub: Any) -> None:
     p = sub.add_parser(
         "report", help="write one alarm's report: traces, diagnosis, evidence (HTML or PNG)"
     )
-    p.add_argument("--alarm", required=True, metavar="ID", help="the alarm's id")
+    p.add_argument("--alarm", required=True, metavar="ID",
+                   help="the alarm's id, or its first characters (at least 4; the id column of "
+                   "`monitor alarms list`)")
     p.add_argument("--out", metavar="FILE", help="FILE.html or FILE.png "
-                   "(default: alarm-ID.html in the current folder)")
+                   "(default: alarm-ID.html in the current folder, with the whole id)")
     p.set_defaults(handler=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
-    from monitor.db.errors import AlarmNotFoundError
     from monitor.db.sink import DatabaseSink
     from monitor.ops.report import report_context, write_report
 
-    out = args.out or f"alarm-{args.alarm}.html"
-    if not out.lower().endswith((".html", ".htm", ".png")):
-        raise UserError(f"--out must end in .html or .png, got {out!r}")
+    if args.out and not args.out.lower().endswith((".html", ".htm", ".png")):
+        raise UserError(f"--out must end in .html or .png, got {args.out!r}")
     sink = DatabaseSink(settings.database_url, settings.auto_migrate)
     with sink.sessions() as session:
-        try:
-            context = report_context(session, args.alarm)
-        except AlarmNotFoundError as exc:
-            raise UserError(f"{exc} (see `monitor alarms list`)") from None
-    print(f"report of alarm {args.alarm}: {write_report(context, out)}")
+        alarm_id = resolve_alarm(session, args.alarm)
+        context = report_context(session, alarm_id)
+    out = args.out or f"alarm-{alarm_id}.html"
+    print(f"report of alarm {alarm_id}: {write_report(context, out)}")
     return 0
+
+
+def resolve_alarm(session: Any, text: str) -> str:
+    """The whole id of the alarm ``text`` names (an id or a prefix of one); a
+    :class:`UserError` (exit code 2) when it names none or several, listing those."""
+    from monitor.db.errors import AlarmNotFoundError
+    from monitor.db.queries import resolve_alarm_id
+    from monitor.streams.alarm_ids import AmbiguousAlarmIdError
+
+    try:
+        return resolve_alarm_id(session, text)
+    except (AlarmNotFoundError, AmbiguousAlarmIdError) as exc:
+        raise UserError(f"{exc} (see `monitor alarms list`)") from None
