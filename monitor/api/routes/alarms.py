@@ -130,14 +130,14 @@ def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmDetail:
     )
 
 
-def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """:func:`responses` documented as JSON on a route whose own responses are not: FastAPI
-    gives a ``model`` the route's media type (text/html here)."""
-    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+def _json_errors(answers: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """Error ``answers`` (:func:`responses`) documented as JSON on a route whose own responses
+    are not: FastAPI gives a ``model`` the route's media type (text/html here)."""
     return {
         status: {k: v for k, v in entry.items() if k != "model"}
-        | {"content": {"application/json": {"schema": schema}}}
-        for status, entry in responses(*statuses).items()
+        | {"content": {"application/json": {"schema": {
+            "$ref": f"#/components/schemas/{entry['model'].__name__}"}}}}
+        for status, entry in answers.items()
     }
 
 
@@ -145,7 +145,7 @@ def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     "/{alarm_id}/report",
     summary="One alarm's report (HTML)",
     response_class=HTMLResponse,
-    responses={**_json_errors(401, 404, 503), **ambiguous_id_response(),
+    responses={**_json_errors(responses(401, 404, 503) | ambiguous_id_response()),
                200: {"content": {"text/html": {}}}},
 )
 def alarm_report(session: ReadSessionDep, alarm_id: AlarmId) -> HTMLResponse:
