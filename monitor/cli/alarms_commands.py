@@ -40,22 +40,28 @@ def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
 #: Terminals at least this wide get every column of the alarm table.
 
 
-_WIDE_TABLE = 120
+_WIDE_TABLE = 140
+#: Narrower terminals get the statistic from this width on.
+_STATISTIC_TABLE = 90
 
 
 def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
     """The alarms as a rich table for a terminal ``width`` columns wide.
 
-    Below 120 columns only what tells alarms apart is kept, each on one line: time (UTC, to
-    the second), stream, kind (which implies the detector), event index and statistic; the
+    Below 140 columns only what tells alarms apart is kept, each on one line: the id's first
+    8 characters (what ``monitor report --alarm`` takes), time (UTC, to the second), stream,
+    kind (which implies the detector), event index, and from 90 columns the statistic; the
     event id, detector, changepoint and threshold are in the wide table and in ``--json``."""
     from rich import box
     from rich.table import Table
+
+    from monitor.streams.alarm_ids import short_id
 
     wide = width >= _WIDE_TABLE
     table = Table(
         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True
     )
+    table.add_column("id", no_wrap=True)
     table.add_column("time (UTC)", no_wrap=True)
     table.add_column("stream", overflow="fold", min_width=6)
     if wide:
@@ -64,20 +70,22 @@ def _alarm_table(alarms: Sequence[dict[str, Any]], width: int) -> Any:
     table.add_column("event", no_wrap=True, justify="right")
     if wide:
         table.add_column("changepoint", no_wrap=True, justify="right")
-    table.add_column("statistic", no_wrap=True, justify="right")
+    statistic = width >= _STATISTIC_TABLE
+    if statistic:
+        table.add_column("statistic", no_wrap=True, justify="right")
     if wide:
         table.add_column("threshold", no_wrap=True, justify="right")
     for a in alarms:
         when = str(a["ts"]).replace("T", " ").removesuffix("Z")[:19]
         event = f"{a['event_id']} (#{a['event_index']})" if wide else f"#{a['event_index']}"
-        statistic = "-" if a["statistic"] is None else f"{a['statistic']:.4g}"
-        cells = [when, a["stream"]]
+        cells = [short_id(a["id"]), when, a["stream"]]
         if wide:
             cells.append(a["detector"])
         cells += [a["kind"], event]
         if wide:
             cells.append(str(a["changepoint"]))
-        cells.append(statistic)
+        if statistic:
+            cells.append("-" if a["statistic"] is None else f"{a['statistic']:.4g}")
         if wide:
             cells.append(f"{a['threshold']:.4g}")
         table.add_row(*cells)
