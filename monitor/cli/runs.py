@@ -398,3 +398,22 @@ def list_alarms(
 
 def _alarm_json(row: AlarmRow) -> dict[str, Any]:
     return row.to_record().to_json()
+
+
+def list_fleets(settings: Settings) -> list[dict[str, Any]]:
+    """Every stored fleet, by name, with the fields of ``GET /fleets``."""
+    from monitor.db.queries import fleets_query
+    from monitor.streams.records import iso
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            return [
+                {"name": f.name, "rule": f.rule, "alpha": f.alpha, "members": list(f.members),
+                 "evaluated_through": None if f.evaluated_through is None
+                 else iso(f.evaluated_through),
+                 "created_at": iso(f.created_at)}
+                for f in session.scalars(fleets_query())
+            ]
+    finally:
+        sink.close()

@@ -20,7 +20,7 @@ def _version_output(capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
     try:
-        import monitor._version  # noqa: F401  (written by the build, when it is)
+        import monitor._version  # written by the build, when it is
     except ImportError:
         names = {d.metadata["Name"] for d in distributions()}
         expected = version("conformal-monitor" if "conformal-monitor" in names else "monitor")

@@ -8,8 +8,8 @@ import html
 import math
 import threading
 from collections import OrderedDict
-from datetime import UTC
 from collections.abc import Mapping, Sequence
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from monitor.alerts.payloads import evidence_summary, percent
