@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from monitor.notebook_tables import Batch, Columns, Table, Times, event_times, label_value
-from monitor.streams.alarm_ids import choose
+from monitor.streams.alarm_ids import choose, not_found
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.streams.events import Event, LabelEvent, PredictionEvent
@@ -153,7 +153,7 @@ class NotebookMonitor:
         latest = {a.id: a for a in self.alarm_history}
         found = choose(alarm_id, latest)
         if found is None:
-            raise LookupError(f"no alarm with id {alarm_id!r}")
+            raise LookupError(not_found(alarm_id))
         return latest[found]
 
     @property

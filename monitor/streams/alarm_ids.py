@@ -39,6 +39,7 @@ __all__ = [
     "choose",
     "id_prefix",
     "matching",
+    "not_found",
     "short_id",
 ]
 
@@ -82,6 +83,15 @@ def id_prefix(text: str) -> str | None:
     if sum(c != "-" for c in prefix) < MIN_PREFIX or not _UUID_START.fullmatch(prefix):
         return None
     return prefix
+
+
+def not_found(text: str) -> str:
+    """The message for ``text`` naming no alarm; it says how long a prefix must be when ``text``
+    is the start of an id too short to name one."""
+    message = f"no alarm with id {text!r}"
+    if id_prefix(text) is None and _UUID_START.fullmatch(text.strip().lower()):
+        message += f" (a prefix names an alarm from {MIN_PREFIX} hexadecimal digits on)"
+    return message
 
 
 def matching(text: str, ids: Iterable[str]) -> list[str]:

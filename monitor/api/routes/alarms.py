@@ -154,8 +154,8 @@ def alarm_report(session: ReadSessionDep, alarm_id: AlarmId) -> HTMLResponse:
     the feature attribution when the alarm has one (no script, no external resource)."""
     try:
         context = report_context(session, queries.resolve_alarm_id(session, alarm_id))
-    except AlarmNotFoundError:
-        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+    except AlarmNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
     return HTMLResponse(render_html(context))
 
 
@@ -173,6 +173,6 @@ def acknowledge(
     by = body.by if body is not None and body.by else f"token:{principal.token_id}"
     try:
         row = queries.acknowledge_alarm(session, alarm_id, by=by)
-    except AlarmNotFoundError:
-        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+    except AlarmNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
     return to_public(row)

@@ -27,7 +27,7 @@ from monitor.db.queries._paging import (
     encode_cursor,
 )
 from monitor.db.queries._writes import begin_write
-from monitor.streams.alarm_ids import MAX_CANDIDATES, choose, id_prefix
+from monitor.streams.alarm_ids import MAX_CANDIDATES, choose, id_prefix, not_found
 
 __all__ = [
     "AlarmFilters",
@@ -180,7 +180,7 @@ def resolve_alarm_id(session: Session, text: str) -> str:
         )
         found = choose(text, session.scalars(query))
     if found is None:
-        raise AlarmNotFoundError(f"no alarm with id {text!r}")
+        raise AlarmNotFoundError(not_found(text))
     return found
 
 
