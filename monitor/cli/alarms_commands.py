@@ -15,7 +15,9 @@ from monitor.streams.records import ALARM_KINDS
 def add_alarms(sub: Any) -> None:
     p = sub.add_parser("alarms", help="query stored alarms")
     s = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    lst = s.add_parser("list", help="list alarms, newest first")
+    lst = s.add_parser(
+        "list", help="list alarms, newest first (their id column is what report --alarm takes)"
+    )
     lst.add_argument("--stream")
     lst.add_argument("--kind", choices=ALARM_KINDS)
     lst.add_argument("--limit", type=positive_int, default=100)
