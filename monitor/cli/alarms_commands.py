@@ -1,4 +1,4 @@
-"""``monitor alarms list`` and ``monitor report``."""
+"""``monitor alarms list|show|ack`` and ``monitor report``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def add_alarms(sub: Any) -> None:
     lst.add_argument("--limit", type=positive_int, default=100)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=_cmd_alarms_list)
+    show = s.add_parser("show", help="one alarm with its acknowledgement and every revision")
+    show.add_argument("alarm", metavar="ID", help=_ID_HELP)
+    show.add_argument("--json", action="store_true", help="one JSON object (as GET /alarms/ID)")
+    show.set_defaults(handler=_cmd_alarms_show)
+    ack = s.add_parser("ack", help="acknowledge an alarm (the first acknowledgement is kept)")
+    ack.add_argument("alarm", metavar="ID", help=_ID_HELP)
+    ack.add_argument("--by", help="who acknowledges it (default: cli:USER)")
+    ack.add_argument("--json", action="store_true", help="one JSON object")
+    ack.set_defaults(handler=_cmd_alarms_ack)
+
+
+_ID_HELP = ("the alarm's id, or its first characters (at least 4; the id column of "
+            "`monitor alarms list`)")
 
 
 def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -36,6 +49,42 @@ def _cmd_alarms_list(args: argparse.Namespace, settings: Settings) -> int:
 
     console = Console()
     console.print(_alarm_table(alarms, console.width))
+    return 0
+
+
+def _cmd_alarms_show(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.cli.runs import show_alarm
+
+    alarm = show_alarm(settings, args.alarm)
+    if args.json:
+        print(json.dumps(alarm))
+        return 0
+    print(f"alarm {alarm['id']}")
+    for key in ("stream", "detector", "kind", "event_id", "event_index", "ts", "changepoint",
+                "rule", "statistic", "threshold", "acknowledged_at", "acknowledged_by"):
+        print(f"  {key}: {alarm[key]}")
+    for r in alarm["revisions"]:
+        print(f"  revision {r['revision']}: {r['kind']}"
+              + (f" (revised at {r['revised_at']})" if r["revised_at"] else ""))
+    print("  (the evidence: --json, or the report: monitor report --alarm ID)")
+    return 0
+
+
+def _cmd_alarms_ack(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
+    from monitor.cli.runs import acknowledge
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or the password database
+        user = "unknown"
+    done = acknowledge(settings, args.alarm, args.by or f"cli:{user}")
+    if args.json:
+        print(json.dumps(done))
+    else:
+        print(f"alarm {done['id']} acknowledged by {done['acknowledged_by']} at "
+              f"{done['acknowledged_at']}")
     return 0
 
 
@@ -98,15 +147,14 @@ def add_report(sub: Any) -> None:
     p = sub.add_parser(
         "report", help="write one alarm's report: traces, diagnosis, evidence (HTML or PNG)"
     )
-    p.add_argument("--alarm", required=True, metavar="ID",
-                   help="the alarm's id, or its first characters (at least 4; the id column of "
-                   "`monitor alarms list`)")
+    p.add_argument("--alarm", required=True, metavar="ID", help=_ID_HELP)
     p.add_argument("--out", metavar="FILE", help="FILE.html or FILE.png "
                    "(default: alarm-ID.html in the current folder, with the whole id)")
     p.set_defaults(handler=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.cli.runs import resolve_alarm
     from monitor.db.sink import DatabaseSink
     from monitor.ops.report import report_context, write_report
 
@@ -120,15 +168,3 @@ def _cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     print(f"report of alarm {alarm_id}: {write_report(context, out)}")
     return 0
 
-
-def resolve_alarm(session: Any, text: str) -> str:
-    """The whole id of the alarm ``text`` names (an id or a prefix of one); a
-    :class:`UserError` (exit code 2) when it names none or several, listing those."""
-    from monitor.db.errors import AlarmNotFoundError
-    from monitor.db.queries import resolve_alarm_id
-    from monitor.streams.alarm_ids import AmbiguousAlarmIdError
-
-    try:
-        return resolve_alarm_id(session, text)
-    except (AlarmNotFoundError, AmbiguousAlarmIdError) as exc:
-        raise UserError(f"{exc} (see `monitor alarms list`)") from None

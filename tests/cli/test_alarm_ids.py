@@ -3,6 +3,7 @@ at least 4 hexadecimal digits that names one alarm; an ambiguous one lists the c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,30 @@ def test_an_ambiguous_prefix_is_refused_with_the_candidates(
     assert capsys.readouterr().err == (
         "monitor: error: no alarm with id '292c' (see `monitor alarms list`)\n"
     )
+
+
+def test_show_and_ack_take_a_prefix(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--db", db, "alarms", "show", "292bf", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["id"], shown["acknowledged_at"]) == (SHARED[2], None)
+    assert [(r["revision"], r["kind"]) for r in shown["revisions"]] == [(1, shown["kind"])]
+    assert main(["--db", db, "alarms", "ack", "292BF01E", "--by", "alice", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["id"], done["acknowledged_by"]) == (SHARED[2], "alice")
+    assert main(["--db", db, "alarms", "ack", "292bf"]) == 0  # again: the first one is kept
+    assert capsys.readouterr().out == (
+        f"alarm {SHARED[2]} acknowledged by alice at {done['acknowledged_at']}\n")
+    assert main(["--db", db, "alarms", "show", "292bf"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"alarm {SHARED[2]}\n") and "  acknowledged_by: alice\n" in text
+
+
+@pytest.mark.parametrize("action", ["show", "ack"])
+def test_show_and_ack_refuse_an_ambiguous_prefix(
+    db: str, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    assert main(["--db", db, "alarms", action, "292b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(i in err for i in SHARED)
+    assert main(["--db", db, "alarms", "show", SHARED[0], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["acknowledged_at"] is None  # nothing was changed
