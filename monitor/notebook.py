@@ -3,7 +3,7 @@
 One in-memory stream (the same :class:`~monitor.streams.monitor.StreamMonitor` the service runs, no
 database, no Kafka): :func:`watch` takes the calibration set as arrays, dict rows or a pandas
 DataFrame, :meth:`NotebookMonitor.update` takes each batch the same ways and returns the alarms
-it raised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
+it raised or revised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
 :attr:`NotebookMonitor.trace` holds both martingale traces as numpy record arrays. pandas is
 optional (``pip install 'monitor[pandas]'``): DataFrames are accepted and
 :meth:`Trace.to_pandas` works when it is installed; everything else works without it.
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from monitor.notebook_tables import Batch, Columns, Table, Times, event_times, label_value
+from monitor.streams.alarm_ids import choose, not_found
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.streams.events import Event, LabelEvent, PredictionEvent
@@ -86,7 +87,9 @@ def watch(
     >>> monitor = watch((X, X.sum(axis=1), y), alarm={"rule": "ville", "alpha": 0.01})
     >>> X_new = rng.normal(size=(400, 2)); y_new = X_new.sum(axis=1) + 3.0  # the model is off
     >>> [(a.detector, a.kind) for a in monitor.update(X_new, X_new.sum(axis=1), y_new)]
-    [('conditional', 'insufficient_evidence'), ('conditional', 'concept_shift')]
+    [('conditional', 'concept_shift')]
+    >>> [(a.kind, a.revision) for a in monitor.alarm_history]  # raised, then revised
+    [('insufficient_evidence', 1), ('concept_shift', 2)]
     >>> monitor.trace.conditional.dtype.names[:3]
     ('event_index', 'log_martingale', 'p_value')
     """
@@ -111,9 +114,11 @@ class NotebookMonitor:
     ----------
     stream
         The underlying :class:`~monitor.streams.monitor.StreamMonitor` (configuration, detectors).
-    alarms
-        Every alarm raised so far, in order; a covariate alarm's evidence gains its feature
-        ``attribution`` once the events after it have been given (docs/explain.md).
+    alarm_history
+        Every version of every alarm so far, in the order raised: an alarm raised as
+        ``insufficient_evidence`` is here once more with ``revision`` 2 once the next events
+        complete its evidence. A covariate alarm's evidence gains its feature ``attribution``
+        once the events after it have been given (docs/explain.md).
     ood_windows
         The OOD decisions over closed windows of events (docs/ood.md).
     performance_windows
@@ -124,11 +129,32 @@ class NotebookMonitor:
     def __init__(self, stream: StreamMonitor, columns: Columns) -> None:
         self.stream = stream
         self.columns = columns
-        self.alarms: list[Alarm] = []
+        self.alarm_history: list[Alarm] = []
         self.ood_windows: list[OODWindow] = []
         self.performance_windows: list[PerformanceWindow] = []
         # Each detector's trace as record-array chunks, one per batch, joined when read.
         self._chunks: dict[str, list[np.ndarray]] = {d: [] for d in _TRACED}
+
+    @property
+    def alarms(self) -> list[Alarm]:
+        """One entry per alarm raised so far, in the order raised: its latest revision."""
+        return _latest(self.alarm_history)
+
+    def alarm(self, alarm_id: str) -> Alarm:
+        """The alarm (its latest revision) with this id, or whose id starts with this prefix of
+        at least 4 hexadecimal digits (docs/python.md).
+
+        Raises
+        ------
+        LookupError
+            No alarm has this id; or several alarm ids start with it
+            (:class:`~monitor.streams.alarm_ids.AmbiguousAlarmIdError`, listing them).
+        """
+        latest = {a.id: a for a in self.alarm_history}
+        found = choose(alarm_id, latest)
+        if found is None:
+            raise LookupError(not_found(alarm_id))
+        return latest[found]
 
     @property
     def n_events(self) -> int:
@@ -144,7 +170,8 @@ class NotebookMonitor:
         ids: Sequence[str | int] | None = None,
         ts: Times = None,
     ) -> list[Alarm]:
-        """Feed a batch of predictions (with their labels when known); return the new alarms.
+        """Feed a batch of predictions (with their labels when known); return the alarms it
+        raised or revised, one entry each (its latest revision).
 
         ``data`` is a features array ``(n, d)`` (then ``predictions`` is required and ``labels``
         optional, NaN or None marking a label not yet known), or a DataFrame / list of dict rows
@@ -171,7 +198,8 @@ class NotebookMonitor:
     def add_labels(
         self, ids: Sequence[str | int], labels: Sequence[Any] | np.ndarray, *, ts: Times = None
     ) -> list[Alarm]:
-        """Labels that arrive after their predictions, by event id; return the new alarms."""
+        """Labels that arrive after their predictions, by event id; return the alarms they
+        raised or revised, as :meth:`update`."""
         names = [str(i) for i in ids]
         if len(names) != len(labels):
             raise ValueError(f"got {len(names)} ids but {len(labels)} labels")
@@ -201,7 +229,7 @@ class NotebookMonitor:
         state = {
             "stream": self.stream.state_dict(),
             "trace": self._arrays(),
-            "alarms": [a.to_json() for a in self.alarms],
+            "alarms": [a.to_json() for a in self.alarm_history],
             "columns": self.columns.to_json(),
         }
         text, blob = encode_state(state)
@@ -227,7 +255,7 @@ class NotebookMonitor:
         stream = StreamMonitor(config, calibration)
         stream.load_state(state["stream"])
         loaded = cls(stream, Columns.from_json(state["columns"]))
-        loaded.alarms = [_alarm(a) for a in state["alarms"]]
+        loaded.alarm_history = [Alarm.from_json(a) for a in state["alarms"]]
         loaded._chunks = {d: [state["trace"][d]] for d in _TRACED}
         return loaded
 
@@ -243,7 +271,7 @@ class NotebookMonitor:
     def _step(self, events: list[Event]) -> list[Alarm]:
         rejected = self.stream.step(events, lambda k: datetime.now(UTC))
         alarms, points, windows = self.stream.drain()
-        self.alarms += alarms
+        self.alarm_history += alarms
         for detector in _TRACED:
             rows = [_row(p) for p in points if p.detector == detector]
             if rows:
@@ -258,14 +286,16 @@ class NotebookMonitor:
                 f"{len(rejected)} event(s) did not fit the stream and were skipped "
                 f"(the others were processed), first: row {k}: {reason}"
             )
-        return alarms
+        return _latest(alarms)
 
     def _complete(self, evidence: list[AlarmEvidence]) -> None:
         """Merge late evidence (feature attributions, docs/explain.md) into the alarms."""
         extra = {e.alarm_id: e.evidence for e in evidence}
         if extra:
-            self.alarms = [replace(a, evidence={**a.evidence, **extra[a.id]}) if a.id in extra
-                           else a for a in self.alarms]
+            self.alarm_history = [
+                replace(a, evidence={**a.evidence, **extra[a.id]}) if a.id in extra else a
+                for a in self.alarm_history
+            ]
 
     def _arrays(self) -> dict[str, np.ndarray]:
         for detector, chunks in self._chunks.items():
@@ -279,6 +309,14 @@ _TRACED: tuple[str, str] = ("covariate", "conditional")
 
 _TRACE_DTYPE = np.dtype([(f, np.int64 if f == "event_index" else np.float64)
                          for f in TRACE_FIELDS])
+
+
+def _latest(alarms: Sequence[Alarm]) -> list[Alarm]:
+    """One entry per alarm id, at the place it was first raised: its last version."""
+    latest: dict[str, Alarm] = {}
+    for alarm in alarms:
+        latest[alarm.id] = alarm  # a revision keeps its first key's place
+    return list(latest.values())
 
 
 def _unique(chunk: np.ndarray) -> np.ndarray:
@@ -329,8 +367,3 @@ class Trace:
         frames = [pd.DataFrame(a).assign(detector=d) for d, a in self._arrays.items()]
         return pd.concat(frames, ignore_index=True)[["detector", *TRACE_FIELDS]]
 
-
-def _alarm(data: dict[str, Any]) -> Alarm:
-    fields = dict(data)
-    fields["ts"] = datetime.fromisoformat(fields["ts"].replace("Z", "+00:00"))
-    return Alarm(**fields)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from monitor.api.schemas import ErrorResponse
+from monitor.api.schemas import AmbiguousIdResponse, ErrorResponse
 from monitor.db.errors import (
     DeliveryNotDeadError,
     FleetExistsError,
@@ -27,10 +27,12 @@ from monitor.db.errors import (
     StreamBoundError,
     StreamExistsError,
 )
+from monitor.streams.alarm_ids import AmbiguousAlarmIdError
 
 __all__ = [
     "READ_ERRORS",
     "WRITE_ERRORS",
+    "ambiguous_id_response",
     "body_error",
     "install_error_handlers",
     "responses",
@@ -66,6 +68,18 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+def ambiguous_id_response() -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` entry of a route taking an alarm id: 409 when several ids start
+    with the prefix given."""
+    return {
+        409: {
+            "model": AmbiguousIdResponse,
+            "description": "Several alarm ids start with the prefix given (`candidates`); "
+            "give more of the id.",
+        }
+    }
+
+
 #: Errors every protected route can answer.
 READ_ERRORS = responses(401, 503)
 #: Errors every write route can answer.
@@ -80,6 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StreamBoundError, _status(409))
     app.add_exception_handler(DeliveryNotDeadError, _status(409))
     app.add_exception_handler(FleetExistsError, _status(409))
+    app.add_exception_handler(AmbiguousAlarmIdError, _ambiguous_id)
     app.add_exception_handler(InvalidCursorError, _invalid_cursor)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(DataError, _data_error)
@@ -110,6 +125,11 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
         if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), path):
             methods |= {m.upper() for m in operations}
     return sorted(methods)
+
+
+async def _ambiguous_id(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AmbiguousAlarmIdError)
+    return JSONResponse({"detail": str(exc), "candidates": exc.candidates}, status_code=409)
 
 
 async def _invalid_cursor(request: Request, exc: Exception) -> JSONResponse:

@@ -81,6 +81,18 @@ class ErrorResponse(BaseModel):
     detail: str = Field(examples=["alarm '0b1e7a3c-…' not found"])
 
 
+class AmbiguousIdResponse(BaseModel):
+    """409 of a route taking an alarm id: several alarm ids start with the prefix given."""
+
+    detail: str = Field(
+        examples=["alarm id '292b' is the start of 2 alarm ids: 292b3dcb-…, 292bf01e-…; give "
+                  "more of it"]
+    )
+    candidates: list[str] = Field(
+        description="The alarm ids starting with it, sorted (at most 10)."
+    )
+
+
 class Health(BaseModel):
     """Liveness and database reachability."""
 

@@ -1,5 +1,5 @@
-"""What the ``monitor`` commands share: the user error, argument types, the ``--db`` and
-``--alerts`` options."""
+"""What the ``monitor`` commands share: the user error, argument types, the ``--db``,
+``--alerts`` and ``--version`` options."""
 
 from __future__ import annotations
 
@@ -54,6 +54,41 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65_535:
         raise argparse.ArgumentTypeError(f"a port is between 0 and 65535, got {value}")
     return value
+
+
+def installed_version() -> str:
+    """The version of the installed ``monitor``: its ``_version`` module when the build wrote
+    one, else the distribution's metadata (``conformal-monitor``, formerly ``monitor``), else
+    the package's ``__version__``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        from monitor._version import __version__  # type: ignore[import-not-found,unused-ignore]
+
+        return str(__version__)
+    except ImportError:
+        pass
+    for distribution in ("conformal-monitor", "monitor"):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    import monitor
+
+    return str(getattr(monitor, "__version__", "unknown"))
+
+
+class VersionAction(argparse.Action):
+    """``--version``: print ``monitor VERSION`` and exit 0 (the version is read only then)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {installed_version()}")
+        parser.exit()
 
 
 DB_HELP = "database URL (default: MONITOR_DATABASE_URL or sqlite:///./monitor.db)"

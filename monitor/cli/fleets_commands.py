@@ -1,8 +1,9 @@
-"""``monitor fleets``: create and run fleets."""
+"""``monitor fleets``: create, list and run fleets."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,9 @@ def add_fleets(sub: Any) -> None:
     create = s.add_parser("create", help="register a fleet from its YAML/JSON file")
     create.add_argument("config", help="fleet file: name, rule, alpha, members")
     create.set_defaults(handler=_cmd_fleets_create)
+    lst = s.add_parser("list", help="list registered fleets, by name")
+    lst.add_argument("--json", action="store_true", help="one JSON array of the fleets")
+    lst.set_defaults(handler=_cmd_fleets_list)
     run = s.add_parser("run", help="decide the fleet's rule on the members' stored e-detectors")
     run.add_argument("name", help="fleet name")
     run.add_argument("--interval", type=float, default=10.0, help="seconds between evaluations")
@@ -38,6 +42,19 @@ def _cmd_fleets_create(args: argparse.Namespace, settings: Settings) -> int:
         raise UserError(str(exc)) from None
     print(f"fleet {config.name!r} registered: {config.rule} at level {config.alpha:g} over "
           f"{len(config.members)} members")
+    return 0
+
+
+def _cmd_fleets_list(args: argparse.Namespace, settings: Settings) -> int:
+    from monitor.cli.runs import list_fleets
+
+    fleets = list_fleets(settings)
+    if args.json:
+        print(json.dumps(fleets))
+        return 0
+    for f in fleets:
+        print(f"{f['name']}\t{f['rule']}\talpha {f['alpha']:g}\t{len(f['members'])} members\t"
+              f"evaluated through {f['evaluated_through'] or '-'}")
     return 0
 
 

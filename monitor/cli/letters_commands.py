@@ -24,7 +24,7 @@ def add_dead_letters(sub: Any) -> None:
         q.add_argument("--since", type=iso_time, help="record time at or after this ISO time")
         q.add_argument("--reason-contains", metavar="TEXT", help="reason contains TEXT (any case)")
     lst.add_argument("--limit", type=positive_int, default=100)
-    lst.add_argument("--json", action="store_true", help="one JSON object per line")
+    lst.add_argument("--json", action="store_true", help="one JSON array of the dead letters")
     lst.set_defaults(handler=_cmd_dead_letters_list)
     replay.add_argument(
         "--dry-run", action="store_true", help="report what would be replayed; change nothing"
@@ -54,8 +54,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         sink.close()
     if args.json:
-        for letter in letters:
-            print(json.dumps(letter))
+        print(json.dumps(letters))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -22,6 +22,7 @@ from monitor.cli.common import (
     Handler,
     Parser,
     UserError,
+    VersionAction,
     db_everywhere,
     first_line,
     one_line,
@@ -156,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Online ML monitoring with anytime-valid sequential tests.",
     )
     parser.add_argument("--db", help=DB_HELP)
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_init(sub)
     add_run(sub)

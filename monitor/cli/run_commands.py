@@ -23,7 +23,9 @@ def add_run(sub: Any) -> None:
         "--config", action="append", default=[], help="stream configuration (repeatable)"
     )
     p.add_argument("--group", default="monitor", help="Kafka consumer group (default: monitor)")
-    p.add_argument("--json", action="store_true", help="end with a machine-readable summary")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object at the end, the run's summary with its alarms, "
+                   "instead of a JSON line per alarm as it is stored")
     p.add_argument("--no-store", action="store_true", help="do not persist to the database")
     alerts_argument(p)
     p.add_argument(
@@ -58,7 +60,7 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         store=not args.no_store,
         batch_size=args.batch_size or settings.batch_size,
         checkpoint_every=args.checkpoint_every or settings.checkpoint_every,
-        on_alarm=lambda alarm: print(json.dumps(alarm.to_json()), flush=True),
+        on_alarm=None if args.json else _print_alarm,
         metrics_port=_metrics_port(args.metrics_port),
         health_bound_s=float(os.environ.get("MONITOR_WORKER_HEALTH_BOUND_S") or 30.0),
     )
@@ -67,6 +69,10 @@ def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         summary.print_human(sys.stderr)
     return 0
+
+
+def _print_alarm(alarm: Any) -> None:
+    print(json.dumps(alarm.to_json()), flush=True)
 
 
 def _metrics_port(given: int | None) -> int | None:

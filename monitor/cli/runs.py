@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from monitor.cli.common import UserError
 from monitor.db.sink import DatabaseSink
 from monitor.engine.pipeline import BatchOutput, Pipeline
 from monitor.engine.worker import (
@@ -398,3 +399,78 @@ def list_alarms(
 
 def _alarm_json(row: AlarmRow) -> dict[str, Any]:
     return row.to_record().to_json()
+
+
+def resolve_alarm(session: Any, text: str) -> str:
+    """The whole id of the alarm ``text`` names (an id or a prefix of one); a
+    :class:`UserError` (exit code 2) when it names none or several, listing those."""
+    from monitor.db.errors import AlarmNotFoundError
+    from monitor.db.queries import resolve_alarm_id
+    from monitor.streams.alarm_ids import AmbiguousAlarmIdError
+
+    try:
+        return resolve_alarm_id(session, text)
+    except (AlarmNotFoundError, AmbiguousAlarmIdError) as exc:
+        raise UserError(f"{exc} (see `monitor alarms list`)") from None
+
+
+def show_alarm(settings: Settings, text: str) -> dict[str, Any]:
+    """The alarm ``text`` names (an id or a prefix of one) as ``GET /alarms/{id}`` shows it: its
+    latest version, its acknowledgement and every revision."""
+    from monitor.db.queries import alarm_revisions_query, get_alarm
+    from monitor.streams.records import iso
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            row = get_alarm(session, resolve_alarm(session, text))
+            assert row is not None  # just resolved, in the same transaction
+            revisions = [
+                {"revision": r.revision, "kind": r.kind, "evidence": r.evidence,
+                 "revised_at": None if r.revised_at is None else iso(r.revised_at)}
+                for r in session.scalars(alarm_revisions_query(row.id))
+            ]
+            return _alarm_json(row) | _acknowledgement(row) | {"revisions": revisions}
+    finally:
+        sink.close()
+
+
+def acknowledge(settings: Settings, text: str, by: str) -> dict[str, Any]:
+    """Acknowledge the alarm ``text`` names (the first acknowledgement is kept); the alarm's
+    id and acknowledgement."""
+    from monitor.db.queries import acknowledge_alarm
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            row = acknowledge_alarm(session, resolve_alarm(session, text), by=by)
+            return {"id": row.id} | _acknowledgement(row)
+    finally:
+        sink.close()
+
+
+def _acknowledgement(row: AlarmRow) -> dict[str, Any]:
+    from monitor.streams.records import iso
+
+    at = row.acknowledged_at
+    return {"acknowledged_at": None if at is None else iso(at),
+            "acknowledged_by": row.acknowledged_by}
+
+
+def list_fleets(settings: Settings) -> list[dict[str, Any]]:
+    """Every stored fleet, by name, with the fields of ``GET /fleets``."""
+    from monitor.db.queries import fleets_query
+    from monitor.streams.records import iso
+
+    sink = DatabaseSink(settings.database_url, settings.auto_migrate)
+    try:
+        with sink.sessions() as session:
+            return [
+                {"name": f.name, "rule": f.rule, "alpha": f.alpha, "members": list(f.members),
+                 "evaluated_through": None if f.evaluated_through is None
+                 else iso(f.evaluated_through),
+                 "created_at": iso(f.created_at)}
+                for f in session.scalars(fleets_query())
+            ]
+    finally:
+        sink.close()

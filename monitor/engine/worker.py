@@ -59,6 +59,7 @@ from monitor.engine.batch import Batch
 from monitor.engine.checkpoints import Checkpoints
 from monitor.engine.fencing import Claims
 from monitor.engine.pipeline import BatchOutput, BatchStepError, Pipeline, dead_letter
+from monitor.engine.positions import log_words
 from monitor.engine.retry import (
     DatabaseUnavailableError,
     RetryPolicy,
@@ -175,6 +176,7 @@ class Worker:
         self.pipeline = pipeline
         self.sink = sink
         self.source_kind = source_kind
+        self.words = log_words(source_kind)  # how the log names positions (lines of a file)
         self.batch_size = batch_size
         self.on_alarm = on_alarm
         self.poll_timeout_s = poll_timeout_s
@@ -399,8 +401,8 @@ class Worker:
         self._resync(records, touched)
         record = records[0]
         reason = f"results cannot be stored: {short(exc)}"
-        log.error("%s[%d]@%d: %s; dead-lettered", record.topic, record.partition, record.offset,
-                  reason)
+        where = self.words.record(record.topic, record.partition, record.offset)
+        log.error("%s: %s; dead-lettered", where, reason)
         out = BatchOutput(dead_letters=[dead_letter(self.pipeline.source, record, reason)],
                           offsets={(record.topic, record.partition): record.offset + 1})
         offsets = [SourceOffset(self.offset_key(record.topic), record.partition,
@@ -445,7 +447,7 @@ class Worker:
         )
         if stored:
             self.source.seek(stored)
-        log.info("assigned %s; resuming at %s", sorted(partitions), stored or "committed offsets")
+        log.info("%s", self.words.assigned(partitions, stored))
 
     def _on_revoke(self, partitions: set[TopicPartition]) -> None:
         # Callbacks run inside poll(), and every batch is persisted before the next poll; with
@@ -456,7 +458,7 @@ class Worker:
             self.checkpoints.forget(tp)
             self.claims.forget(tp)
             self._isolate_until.pop(tp, None)
-        log.info("revoked %s", sorted(partitions))
+        log.info("%s", self.words.revoked(partitions))
 
     def _resync(self, records: Sequence[Any], touched: set[str]) -> None:
         """Forget a batch the database refused and every batch since the last checkpoint:
@@ -473,7 +475,7 @@ class Worker:
         target = {tp: stored.get(tp, offset) for tp, offset in first.items() if tp in owned}
         if target:
             self.source.seek(target)
-        log.warning("resynchronised from the database; resuming at %s", target)
+        log.warning("%s", self.words.resynchronised(target))
 
     def _restore_streams(self, reset: set[str]) -> None:
         """Load every stream's stored state; streams in ``reset`` without one start afresh."""

@@ -83,3 +83,16 @@ def test_wide_table_has_every_column() -> None:
     text = "\n".join(_render(160))
     for header in ("detector", "changepoint", "statistic", "threshold"):
         assert header in text
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_every_row_starts_with_the_short_id(width: int) -> None:
+    """The first column is the id's first 8 characters, what ``monitor report --alarm`` takes."""
+    lines = _render(width)
+    assert lines[0].split()[0] == "id"
+    rows = [line for line in lines if "2026-11-30" in line]
+    ids = [alarm(stream, i, kind=kind).id for i, (stream, kind) in enumerate(
+        (stream, kind) for stream in ("bikes", "taxis-eu-west") for kind in ALARM_KINDS)]
+    assert [line.split()[0] for line in rows] == [i[:8] for i in ids]
+    assert len(rows) == len(ids)  # one line each
+    assert ("statistic" in lines[0]) == (width >= 90)

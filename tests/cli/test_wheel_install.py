@@ -122,7 +122,10 @@ def test_db_upgrade_and_demo_from_the_wheel(installed: Path, tmp_path: Path) -> 
     assert len(reports) == len(summary["alarms"]) >= 1
     for path, alarm in zip(reports, sorted(summary["alarms"], key=lambda a: (
             a["event_index"], a["detector"])), strict=True):
-        assert f"<title>Alarm {alarm['id']}:" in path.read_text(encoding="utf-8")
+        page = path.read_text(encoding="utf-8")
+        kind = alarm["kind"].replace("_", " ")
+        assert f"<title>{alarm['stream']}: {kind} ({alarm['detector']} detector), " in page
+        assert f'<p class="id">alarm {alarm["id"]}</p>' in page
     # numba compiled into the user cache directory, not into the installed package
     assert list((tmp_path / "cache" / "monitor" / "numba").rglob("*.nbi"))
     assert not list(installed.rglob("*.nbi"))

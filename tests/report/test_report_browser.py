@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from monitor.ops.report import report_context, write_report
+from monitor.ops.report.html import report_title
 from tests.support.browser import find_chromium, open_page
 from tests.support.real_alarms import ReportDatabase, performance_windows
 
@@ -27,7 +28,8 @@ def test_report_renders_in_chromium(report_db: ReportDatabase, tmp_path: Path) -
     seen = open_page(CHROMIUM, page, shot)
     assert seen.errors == []
     assert seen.requests == [], "the report must not load anything"
-    assert seen.title.startswith(f"Alarm {context.alarm.id}: concept shift")
+    assert seen.title == report_title(context.alarm)
+    assert seen.title.startswith(f"{context.alarm.stream}: concept shift (")
     # traces, attribution, performance: every one laid out and drawn
     assert [f["tag"] for f in seen.figures] == ["svg", "svg", "svg"]
     for figure in seen.figures:

@@ -21,6 +21,7 @@ from monitor.db.migrate import upgrade
 from monitor.db.store import persist_batch
 from monitor.engine.batch import Batch
 from monitor.ops.report import ReportContext, render_html, render_png, report_context, write_report
+from monitor.ops.report.html import report_title
 from monitor.streams.records import Alarm, TracePoint
 from tests.support.browser import find_chromium, open_page
 from tests.support.tabular_alarms import STREAM, T0, tabular_alarms
@@ -134,7 +135,7 @@ def test_report_renders_in_chromium(tabular_db: TabularDatabase, kind: str,
     page = write_report(tabular_db.context(kind), tmp_path / f"{kind}.html")
     seen = open_page(CHROMIUM, page, tmp_path / f"{kind}.png")
     assert seen.errors == [] and seen.requests == []
-    assert seen.title.startswith(f"Alarm {tabular_db.alarms[kind].id}: {kind.replace('_', ' ')}")
+    assert seen.title == report_title(tabular_db.alarms[kind])
     figures = {"data_quality": 2, "schema_change": 1, "extreme_covariate_shift": 3}[kind]
     assert [f["tag"] for f in seen.figures] == ["svg"] * figures
     for figure in seen.figures:

@@ -19,7 +19,7 @@ from monitor.api.deps import (
     SessionDep,
     bearer,
 )
-from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, responses
+from monitor.api.errors import READ_ERRORS, WRITE_ERRORS, ambiguous_id_response, responses
 from monitor.api.schemas import (
     AckRequest,
     AlarmDetail,
@@ -44,7 +44,8 @@ AlarmId = Annotated[
     Path(
         min_length=1,
         max_length=64,
-        description="The alarm's id.",
+        description="The alarm's id, or a prefix of at least 4 hexadecimal digits that no "
+        "other alarm's id starts with (409 with the candidates when several do).",
         examples=["0b1e7a3c-5f7e-5d41-9a43-3d2f1c0e9b77"],
     ),
 ]
@@ -106,31 +107,37 @@ def _alarms_json(
         return bodies.alarms_body(connection, filters, limit, cursor)
 
 
-@router.get("/{alarm_id}", summary="Read one alarm", responses=responses(404))
+#: The answers of a route taking an alarm id (an unknown id is a 404, an ambiguous prefix a 409:
+#: the error handlers of AlarmNotFoundError and AmbiguousAlarmIdError).
+_BY_ID = responses(404) | ambiguous_id_response()
+
+
+@router.get("/{alarm_id}", summary="Read one alarm", responses=_BY_ID)
 def get_alarm(session: ReadSessionDep, alarm_id: AlarmId) -> AlarmDetail:
     """The alarm with its diagnosis, evidence and acknowledgement, and every version of its
     diagnosis (`revisions`)."""
-    row = queries.get_alarm(session, alarm_id)
-    if row is None:
+    whole = queries.resolve_alarm_id(session, alarm_id)
+    row = queries.get_alarm(session, whole)
+    if row is None:  # deleted since (retention)
         raise HTTPException(404, f"no alarm with id {alarm_id!r}")
     revisions = [
         {"revision": r.revision, "kind": r.kind, "evidence": r.evidence,
          "revised_at": r.revised_at}
-        for r in session.scalars(queries.alarm_revisions_query(alarm_id))
+        for r in session.scalars(queries.alarm_revisions_query(whole))
     ]
     return AlarmDetail.model_validate(
         to_public(row).model_dump() | {"revisions": revisions}
     )
 
 
-def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """:func:`responses` documented as JSON on a route whose own responses are not: FastAPI
-    gives a ``model`` the route's media type (text/html here)."""
-    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+def _json_errors(answers: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """Error ``answers`` (:func:`responses`) documented as JSON on a route whose own responses
+    are not: FastAPI gives a ``model`` the route's media type (text/html here)."""
     return {
         status: {k: v for k, v in entry.items() if k != "model"}
-        | {"content": {"application/json": {"schema": schema}}}
-        for status, entry in responses(*statuses).items()
+        | {"content": {"application/json": {"schema": {
+            "$ref": f"#/components/schemas/{entry['model'].__name__}"}}}}
+        for status, entry in answers.items()
     }
 
 
@@ -138,21 +145,22 @@ def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     "/{alarm_id}/report",
     summary="One alarm's report (HTML)",
     response_class=HTMLResponse,
-    responses={**_json_errors(401, 404, 503), 200: {"content": {"text/html": {}}}},
+    responses={**_json_errors(responses(401, 404, 503) | ambiguous_id_response()),
+               200: {"content": {"text/html": {}}}},
 )
 def alarm_report(session: ReadSessionDep, alarm_id: AlarmId) -> HTMLResponse:
     """One self-contained HTML page explaining the alarm: both detectors' martingale traces
     around it with the threshold and changepoint, the diagnosis and the evidence numbers, and
     the feature attribution when the alarm has one (no script, no external resource)."""
     try:
-        context = report_context(session, alarm_id)
-    except AlarmNotFoundError:
-        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+        context = report_context(session, queries.resolve_alarm_id(session, alarm_id))
+    except AlarmNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
     return HTMLResponse(render_html(context))
 
 
 @router.post(
-    "/{alarm_id}/ack", summary="Acknowledge an alarm", responses={**WRITE_ERRORS, **responses(404)}
+    "/{alarm_id}/ack", summary="Acknowledge an alarm", responses={**WRITE_ERRORS, **_BY_ID}
 )
 def acknowledge(
     session: SessionDep,
@@ -165,6 +173,6 @@ def acknowledge(
     by = body.by if body is not None and body.by else f"token:{principal.token_id}"
     try:
         row = queries.acknowledge_alarm(session, alarm_id, by=by)
-    except AlarmNotFoundError:
-        raise HTTPException(404, f"no alarm with id {alarm_id!r}") from None
+    except AlarmNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
     return to_public(row)

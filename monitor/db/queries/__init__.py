@@ -47,6 +47,7 @@ from monitor.db.queries.alarms import (
     alarms_query,
     get_alarm,
     list_alarms,
+    resolve_alarm_id,
 )
 from monitor.db.queries.calibration import (
     CALIBRATION_FIELDS,
@@ -144,6 +145,7 @@ __all__ = [
     "performance_windows",
     "performance_windows_query",
     "register_stream",
+    "resolve_alarm_id",
     "retry_alert_delivery",
     "set_cursor_key",
     "store_calibration",

@@ -27,6 +27,7 @@ from monitor.db.queries._paging import (
     encode_cursor,
 )
 from monitor.db.queries._writes import begin_write
+from monitor.streams.alarm_ids import MAX_CANDIDATES, choose, id_prefix, not_found
 
 __all__ = [
     "AlarmFilters",
@@ -40,6 +41,7 @@ __all__ = [
     "alarms_query",
     "get_alarm",
     "list_alarms",
+    "resolve_alarm_id",
 ]
 
 
@@ -153,6 +155,35 @@ def get_alarm(session: Session, alarm_id: str) -> AlarmRow | None:
     return session.get(AlarmRow, alarm_id)
 
 
+def resolve_alarm_id(session: Session, text: str) -> str:
+    """The id of the alarm that ``text`` names: its whole id, or a prefix of at least four
+    hexadecimal digits that no other alarm's id starts with (:mod:`monitor.streams.alarm_ids`).
+
+    Raises
+    ------
+    AlarmNotFoundError
+        No alarm has this id or an id starting with it.
+    AmbiguousAlarmIdError
+        Several alarm ids start with it (listed, at most ten).
+    """
+    if session.get(AlarmRow, text) is not None:
+        return text
+    found = None
+    prefix = id_prefix(text)
+    if prefix is not None:
+        # Ids are stored as lower-case UUID text on both dialects (no UUID type): LIKE 'p%'.
+        query = (
+            select(AlarmRow.id)
+            .where(AlarmRow.id.startswith(prefix, autoescape=True))
+            .order_by(AlarmRow.id)
+            .limit(MAX_CANDIDATES + 1)
+        )
+        found = choose(text, session.scalars(query))
+    if found is None:
+        raise AlarmNotFoundError(not_found(text))
+    return found
+
+
 def alarm_revisions_query(alarm_id: str) -> Select[AlarmRevisionRow]:
     """Every stored version of an alarm, oldest (revision 1) first."""
     return (
@@ -165,16 +196,24 @@ def alarm_revisions_query(alarm_id: str) -> Select[AlarmRevisionRow]:
 def acknowledge_alarm(
     session: Session, alarm_id: str, *, by: str, at: datetime | None = None
 ) -> AlarmRow:
-    """Mark an alarm acknowledged and commit; the first acknowledgement is kept.
+    """Mark an alarm acknowledged and commit; the first acknowledgement is kept. ``alarm_id``
+    is an id or a prefix of one (:func:`resolve_alarm_id`).
 
     Raises
     ------
     AlarmNotFoundError
         No alarm has this id.
+    AmbiguousAlarmIdError
+        Several alarm ids start with it.
     """
     begin_write(session)
-    alarm = session.get(AlarmRow, alarm_id, with_for_update=True)
-    if alarm is None:
+    try:
+        whole = resolve_alarm_id(session, alarm_id)
+    except LookupError:
+        session.rollback()
+        raise
+    alarm = session.get(AlarmRow, whole, with_for_update=True)
+    if alarm is None:  # deleted between the two reads (retention)
         session.rollback()
         raise AlarmNotFoundError(f"no alarm with id {alarm_id!r}")
     if alarm.acknowledged_at is None:

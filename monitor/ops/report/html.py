@@ -9,6 +9,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from monitor.alerts.payloads import evidence_summary, percent
@@ -21,7 +22,7 @@ from monitor.ops.report.context import (
     ranked,
 )
 from monitor.ops.report.meanings import evidence_meaning
-from monitor.streams.records import iso
+from monitor.streams.records import Alarm, iso
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -100,12 +101,20 @@ def _render_html(context: ReportContext) -> str:
         sections.append(_directions_section(context.directions))
     if context.performance:
         sections.append(_performance_section(context))
-    title = f"Alarm {alarm.id}: {alarm.kind.replace('_', ' ')} on {alarm.stream}"
+    title = report_title(alarm)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{_e(title)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n"
+        f"<h1>{_e(title)}</h1>\n<p class=\"id\">alarm {_e(alarm.id)}</p>\n"
+        + "\n".join(sections) + "\n</body>\n</html>\n"
     )
+
+
+def report_title(alarm: Alarm) -> str:
+    """``bikes: concept shift (conditional detector), 2026-11-30 12:00:00 UTC``: what a reader
+    looks for first (the id follows the heading)."""
+    when = alarm.ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{alarm.stream}: {alarm.kind.replace('_', ' ')} ({alarm.detector} detector), {when}"
 
 
 _CSS = (
@@ -118,6 +127,7 @@ _CSS = (
     "extreme_covariate_shift,.kind.data_quality,.kind.schema_change{background:#b36b00}"
     "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;"
     "font-size:.9em}td.meaning{color:#444;font-size:.92em}"
+    "p.id{color:#555;margin-top:-.6em;font-family:monospace}"
 )
 
 _TRACE_CAPTION = (
