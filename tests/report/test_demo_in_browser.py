@@ -73,7 +73,7 @@ def test_login_then_report_then_docs_in_chromium(demo: Path, server: str, tmp_pa
                     "document.querySelector('form').submit()")
         assert page.evaluate("location.href") == report
         seen = page.seen()
-        assert seen.title.startswith(f"Alarm {alarm}")
+        assert seen.title.startswith("shuttle: concept shift (conditional detector), ")
         assert page.evaluate("document.querySelectorAll('svg').length") == 2  # traces, performance
         assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads the session
         page.screenshot(tmp_path / "report.png")
