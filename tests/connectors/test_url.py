@@ -13,6 +13,7 @@ from connectors import FileSource, SourceConfigError, kafka_url_parts, open_sour
 def test_public_surface_is_pinned() -> None:
     assert sorted(connectors.__all__) == [
         "DEFAULT_CONSUMER_OPTIONS",
+        "DEFAULT_RDKAFKA_CONFIG",
         "FileSource",
         "KafkaSource",
         "MemorySource",
@@ -20,6 +21,7 @@ def test_public_surface_is_pinned() -> None:
         "OffsetRegressionError",
         "PartitionNotAssignedError",
         "PartitionsCallback",
+        "RdKafkaSource",
         "Record",
         "Source",
         "SourceConfigError",
