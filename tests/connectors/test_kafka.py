@@ -24,9 +24,9 @@ import pytest
 
 from connectors import (
     KafkaSource,
-    RdKafkaSource,
     OffsetRegressionError,
     PartitionNotAssignedError,
+    RdKafkaSource,
     Record,
     SourceUnavailableError,
     UnsupportedCompressionError,
@@ -40,6 +40,7 @@ from connectors.mock_kafka import (
     produce_confluent,
     produce_kafka_python,
 )
+from connectors.url import kafka_source_class
 from tests.support.kafka import mock_source
 
 pytestmark = pytest.mark.kafka
@@ -364,8 +365,8 @@ def test_unreachable_broker_raises_after_the_deadline(
         SourceUnavailableError, match="no Kafka broker answered"
     ):
         probe = {"kafka-python": {"api_version_auto_timeout_ms": 400}, "confluent": {}}
-        mock_source(kafka_client, f"127.0.0.1:{port}", "t", "g", start_timeout_s=2.5,
-                    retry_backoff_s=0.2, **probe[kafka_client])
+        kafka_source_class(kafka_client)(f"127.0.0.1:{port}", "t", "g", start_timeout_s=2.5,
+                                         retry_backoff_s=0.2, **probe[kafka_client])
     # It gave up no sooner than its deadline (no upper bound: a slow machine only delays it;
     # a source that never gave up would fail the test's 120 s timeout).
     assert time.monotonic() - start >= 2.5

@@ -46,14 +46,19 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 TopicPartition = tuple[str, int]
 
-@pytest.mark.parametrize("checkpoint_every", [1, 3], ids=["every-batch", "checkpoint-every-3"])
+@pytest.mark.parametrize(
+    ("client", "checkpoint_every"),
+    [("kafka-python", 1), ("kafka-python", 3), ("confluent", 1), ("confluent", 3)],
+    ids=["every-batch", "checkpoint-every-3", "confluent-every-batch",
+         "confluent-checkpoint-every-3"],
+)
 def test_two_workers_share_partitions_and_one_stops_midway(
-    checkpoint_every: int, kafka_broker_module: str, pg_url: str, example: Example,
+    client: str, checkpoint_every: int, kafka_broker_module: str, pg_url: str, example: Example,
     reference: Snapshot, tmp_path: Path
 ) -> None:
-    topic, group = f"group-{checkpoint_every}", f"g-group-{checkpoint_every}"
+    topic, group = f"group-{client}-{checkpoint_every}", f"g-group-{client}-{checkpoint_every}"
     upgrade(pg_url)
-    source = f"kafka://{kafka_broker_module}/{topic}"
+    source = f"kafka://{kafka_broker_module}/{topic}?client={client}"
     a, b = (WorkerProcess.patient(tmp_path, name, pg_url, source, group, example.config_args,
                                   batch_size=20, checkpoint_every=checkpoint_every)
             for name in ("a", "b"))
