@@ -105,9 +105,7 @@ class RdKafkaSource(GroupSource):
                 raise SourceConfigError(
                     f"{name} must stay false: offsets are committed after persistence"
                 )
-        import confluent_kafka  # lazily: connectors imports without it
-
-        self._kafka = confluent_kafka
+        self._kafka = _confluent_kafka()
         self._owned: set[TopicPartition] = set()
         # Offsets given to seek() inside an on_assign callback: handed to assign() after it.
         self._assigning: dict[TopicPartition, int] | None = None
@@ -121,7 +119,7 @@ class RdKafkaSource(GroupSource):
         self._consumer.subscribe(self._topics, on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("group %r subscribed to %s at %s (librdkafka %s)", group_id, self._topics,
-                 self._servers, confluent_kafka.libversion()[0])
+                 self._servers, self._kafka.libversion()[0])
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one;
@@ -311,6 +309,19 @@ class RdKafkaSource(GroupSource):
     def _release(self) -> None:
         self._owned.clear()  # the revoke callbacks ran: librdkafka's revoke at close is the last
         self._consumer.close()
+
+
+def _confluent_kafka() -> Any:
+    """confluent-kafka, imported on first use: ``connectors`` imports without it."""
+    try:
+        import confluent_kafka
+    except ImportError as exc:
+        raise SourceConfigError(
+            "the confluent Kafka client needs confluent-kafka where the worker runs: pip install "
+            "confluent-kafka, or read with kafka-python (?client=kafka-python, "
+            "MONITOR_KAFKA_CLIENT=kafka-python)"
+        ) from exc
+    return confluent_kafka
 
 
 def _record(m: Any) -> Record:
