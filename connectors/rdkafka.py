@@ -36,13 +36,17 @@ log = logging.getLogger(__name__)
 #: ``enable.*`` cannot be). ``fetch.wait.max.ms``: librdkafka fetches every partition whose
 #: prefetch queue is below ``queued.min.messages``, so a busy partition is not held back by
 #: empty ones as in kafka-python; 20 ms is kept for the same idle cost (50 empty fetches a
-#: second per broker) and the same latency at the tail of a topic.
+#: second per broker) and the same latency at the tail of a topic. ``allow.auto.create.topics``:
+#: as kafka-python does, a subscription to a topic that does not exist yet asks the broker to
+#: create it (which a broker does only with ``auto.create.topics.enable``); librdkafka's default
+#: waits for someone else to create it.
 DEFAULT_RDKAFKA_CONFIG: Mapping[str, Any] = MappingProxyType(
     {
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 20,
+        "allow.auto.create.topics": True,
     }
 )
 
