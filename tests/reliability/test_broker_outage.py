@@ -15,6 +15,9 @@ What the service does (docs/operations.md "Broker outage"):
 - a broker that disappears mid-run: kafka-python's poll returns nothing and raises nothing, so
   the worker keeps retrying (reconnect backoff up to 30 s) without exiting, logging at a bounded
   rate; SIGTERM still stops it cleanly.
+
+The librdkafka source (``?client=confluent``) is run through the same start-up deadline and the
+same stall mid-run: librdkafka reconnects and rejoins by itself as well.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pytest
 from bench.pgcluster import free_port
 from monitor.cli.main import main
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import MOCK_URL_OPTIONS_BY_CLIENT
 from tests.support.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
 from tests.support.streams import Example, Snapshot, end_offsets, snapshot
 from tests.support.workloads import differences, produce
@@ -75,6 +79,26 @@ def test_no_broker_at_start_exits_after_the_deadline(example: Example, pg_url: s
     assert 2.5 <= gave_up - first_try <= 10, (first_try, gave_up)
     # Bounded noise: kafka-python's own reconnect lines, a few per attempt.
     assert len(logs.splitlines()) < 400
+
+
+def test_no_broker_at_start_exits_after_the_deadline_with_librdkafka(
+    example: Example, pg_url: str, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there
+    worker = start_worker(tmp_path, "worker", pg_url, f"127.0.0.1:{port}", example,
+                          "client=confluent&start_timeout_s=3&retry_backoff_s=0.2")
+    try:
+        code = worker.proc.wait(90)
+    finally:
+        worker.ensure_dead()
+    logs = worker.logs()
+    assert code != 0
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 3 s" in logs
+    assert "Traceback" not in logs
+    retries = log_times(logs, r"connectors\.kafka: no Kafka broker at .*retrying in")
+    assert len(retries) >= 1
+    assert retries[-1] - retries[0] <= 10, retries
+    assert len(logs.splitlines()) < 400  # bounded noise: librdkafka's reconnect lines
 
 
 def test_no_broker_at_start_is_reported_in_one_line(
@@ -127,12 +151,14 @@ def test_a_broker_that_answers_late_is_waited_for(
     assert differences(snapshot(pg_url), reference) == []
 
 
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
 def test_a_broker_that_stalls_mid_run_is_waited_for(
-    example: Example, reference: Snapshot, broker_process: BrokerProcess, pg_url: str,
-    tmp_path: Path,
+    client: str, example: Example, reference: Snapshot, broker_process: BrokerProcess,
+    pg_url: str, tmp_path: Path,
 ) -> None:
     end = end_offsets(produce(broker_process.bootstrap, TOPIC, example.values, example.keys))
-    worker = start_worker(tmp_path, "worker", pg_url, broker_process.bootstrap, example)
+    worker = start_worker(tmp_path, "worker", pg_url, broker_process.bootstrap, example,
+                          MOCK_URL_OPTIONS_BY_CLIENT[client])
     stored = OffsetWatch(pg_url, f"kafka:{TOPIC}")
     total = sum(end.values())
     try:
@@ -151,7 +177,9 @@ def test_a_broker_that_stalls_mid_run_is_waited_for(
     logs = worker.logs()
     # The outage was seen (where the worker was when the broker froze decides how: a heartbeat
     # expiring, or a commit refused after the thaw because the group moved on) ...
-    assert re.search(r"Heartbeat session expired|UnknownMemberId|source commit refused", logs)
+    assert re.search(r"Heartbeat session expired|UnknownMemberId|source commit refused"
+                     r"|UNKNOWN_MEMBER_ID|session timed out|Session timed out|partitions lost",
+                     logs)
     assert logs.count("resuming at") >= 2  # ... and the worker rejoined and restored
     assert "Traceback" not in logs
 
