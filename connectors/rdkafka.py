@@ -15,6 +15,8 @@ confluent-kafka is imported when a source is built, so that ``connectors`` impor
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -49,6 +51,10 @@ DEFAULT_RDKAFKA_CONFIG: Mapping[str, Any] = MappingProxyType(
         "allow.auto.create.topics": True,
     }
 )
+
+#: Seconds between two WARNING lines of one kind of client error (a broker that is gone is
+#: reported at every reconnect attempt).
+_ERROR_LOG_EVERY_S = 10.0
 
 _FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 
@@ -114,6 +120,7 @@ class RdKafkaSource(GroupSource):
         # Offsets given to seek() inside an on_assign callback: handed to assign() after it.
         self._assigning: dict[TopicPartition, int] | None = None
         self._fatal: Any = None
+        self._error_logged: dict[int, float] = {}  # error code → when last logged at WARNING
         self._consumer = self._new_consumer()
         try:
             self._connect(self._metadata)
@@ -222,10 +229,15 @@ class RdKafkaSource(GroupSource):
             ) from exc
 
     def _metadata(self, remaining_s: float) -> Any:
-        """The cluster's metadata, or None if no broker answered within ``remaining_s`` (at
-        most 1 s: librdkafka connects in the background, the answer proves it did)."""
+        """The subscribed topics' metadata, or None if no broker answered within
+        ``remaining_s`` (at most 1 s: librdkafka connects in the background, the answer proves
+        it did). Asking for a topic by name is what has a broker create a missing one
+        (``allow.auto.create.topics``); the subscription alone would wait for the next metadata
+        refresh (``topic.metadata.refresh.interval.ms``, 5 min) to see it appear."""
+        timeout = max(0.1, min(remaining_s, 1.0))
         try:
-            return self._consumer.list_topics(timeout=max(0.1, min(remaining_s, 1.0)))
+            return [self._consumer.list_topics(topic=topic, timeout=timeout)
+                    for topic in self._topics]
         except self._kafka.KafkaException:
             return None
 
@@ -259,10 +271,17 @@ class RdKafkaSource(GroupSource):
 
     def _error(self, error: Any) -> None:
         """librdkafka's error callback (inside ``consume``): broker trouble is retried by
-        librdkafka itself and only logged; a fatal error ends the next ``poll``."""
+        librdkafka itself and only logged, each kind at most every ``_ERROR_LOG_EVERY_S`` at
+        WARNING (librdkafka's own lines go to the ``rdkafka`` logger); a fatal error ends the
+        next ``poll``."""
         if error.fatal():
             self._fatal = error
-        log.warning("Kafka client of %s: %s", self.name, error)
+        now = time.monotonic()
+        quiet = now - self._error_logged.get(error.code(), -math.inf) < _ERROR_LOG_EVERY_S
+        if not quiet:
+            self._error_logged[error.code()] = now
+        log.log(logging.DEBUG if quiet else logging.WARNING, "Kafka client of %s: %s",
+                self.name, error)
 
     def _rewind(self, records: list[Record]) -> None:
         first: dict[TopicPartition, int] = {}
