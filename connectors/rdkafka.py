@@ -64,23 +64,10 @@ class RdKafkaSource(GroupSource):
 
     Parameters
     ----------
-    bootstrap_servers
-        ``"host:port"``, a comma-separated list, or a sequence of them.
-    topics
-        One topic or several.
-    group_id
-        Consumer group; workers in one group share the topics' partitions (a group may mix
-        this source and :class:`connectors.KafkaSource`: both use the ``range`` assignor).
-    start_timeout_s
-        How long to keep asking for the cluster's metadata (with exponential backoff) at start
-        before raising :class:`~connectors.errors.SourceUnavailableError`.
-    retry_backoff_s
-        First wait between start attempts; doubled after each failure, at most ``max_backoff_s``.
-    max_backoff_s
-        Longest wait between start attempts.
+    bootstrap_servers, topics, group_id, start_timeout_s, retry_backoff_s, max_backoff_s, \
     max_poll_errors
-        Consecutive failed polls tolerated (each logged, then retried at the next ``poll`` after
-        a backoff) before :class:`~connectors.errors.SourceError` is raised.
+        As for :class:`connectors.KafkaSource`; a group may mix both sources (both use the
+        ``range`` assignor), and each start-up attempt asks for the subscribed topics' metadata.
     **config
         librdkafka properties (``session.timeout.ms``, ``security.protocol``,
         ``sasl.mechanism``, ...) over :data:`DEFAULT_RDKAFKA_CONFIG`; a Python keyword cannot
