@@ -66,8 +66,8 @@ class RdKafkaSource(GroupSource):
     ----------
     bootstrap_servers, topics, group_id, start_timeout_s, retry_backoff_s, max_backoff_s, \
     max_poll_errors
-        As for :class:`connectors.KafkaSource`; a group may mix both sources (both use the
-        ``range`` assignor), and each start-up attempt asks for the subscribed topics' metadata.
+        As for :class:`connectors.KafkaSource`; each start-up attempt asks for the subscribed
+        topics' metadata.
     **config
         librdkafka properties (``session.timeout.ms``, ``security.protocol``,
         ``sasl.mechanism``, ...) over :data:`DEFAULT_RDKAFKA_CONFIG`; a Python keyword cannot
