@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -93,6 +94,19 @@ def test_no_broker_at_start_is_reported_in_one_line(
     err = capsys.readouterr().err
     assert re.fullmatch(r"monitor: error: (SourceUnavailableError: )?no Kafka broker answered .*\n",
                         err), err
+
+
+def test_monitor_kafka_client_chooses_the_client_of_monitor_run(
+    example: Example, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MONITOR_KAFKA_CLIENT", "confluent")
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if it were not installed
+    source = f"kafka://127.0.0.1:{free_port()}/{TOPIC}?start_timeout_s=0.5"
+    code = main(["--db", f"sqlite:///{tmp_path}/m.db", "run", "--source", source,
+                 *example.config_args])
+    assert code != 0
+    assert "pip install confluent-kafka" in capsys.readouterr().err
 
 
 def test_no_broker_at_start_exits_after_the_deadline_with_api_version_set(
