@@ -23,6 +23,9 @@ median of ``rounds`` interleaved runs, all on the same broker):
 ``kafka_to_postgres_per_s``  ``KafkaSource`` → ``Pipeline`` → ``DatabaseSink`` (PostgreSQL, a fresh
                              database per run), batches of 500, offsets committed after each
                              transaction (``monitor run``), four streams;
+``*_rdkafka_*``              the same worker cases with ``RdKafkaSource`` (librdkafka,
+                             ``?client=confluent``) in place of ``KafkaSource``, and
+                             ``rdkafka_over_kafka_python*``: their ratios to kafka-python's;
 ``one_stream_per_s``         the same, one stream alone (topic ``alone``; goal ≥ 25 000/s; see
                              :data:`CONSUMER_OPTIONS` for what its wall clock also measures);
 ``river_peer_per_s``         river's ADWIN + PageHinkley per stream on the absolute residual, in a
@@ -86,8 +89,8 @@ from bench_db import fresh_database  # noqa: E402
 from bench_kafka import peer_consume_rates, raw_consume_rates  # noqa: E402
 from mock_broker import broker_process  # noqa: E402
 
-from connectors import FileSource, KafkaSource  # noqa: E402
-from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS  # noqa: E402
+from connectors import FileSource, KafkaSource, RdKafkaSource  # noqa: E402
+from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, MOCK_RDKAFKA_CONFIG  # noqa: E402
 from monitor.db.sink import DatabaseSink  # noqa: E402
 from monitor.engine.pipeline import BatchOutput, Pipeline  # noqa: E402
 from monitor.engine.worker import NullSink, Sink, StopFlag, Worker  # noqa: E402
@@ -100,6 +103,7 @@ from monitor.streams.setup import build_monitors, read_configs  # noqa: E402
 #: not exist (renamed, or not yet written) shows 0: edit this list as the pipeline changes.
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("poll: KafkaSource.poll (fetch + Record)", "connectors/kafka.py", "poll"),
+    ("poll: RdKafkaSource.poll (librdkafka queue + Record)", "connectors/rdkafka.py", "poll"),
     ("pipeline: Pipeline.process", "monitor/engine/pipeline.py", "process"),
     ("  decode_batch (msgspec; pydantic for rejections)", "monitor/streams/events.py",
      "decode_batch"),
@@ -115,6 +119,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("state_dict (checkpoint states)", "monitor/streams/monitor_versions.py", "state_dict"),
     ("persist: DatabaseSink.persist (encode + transaction)", "monitor/db/sink.py", "persist"),
     ("commit: KafkaSource.commit (offsets to Kafka)", "connectors/kafka.py", "commit"),
+    ("commit: RdKafkaSource.commit (offsets to Kafka)", "connectors/rdkafka.py", "commit"),
 )
 #: What the stages are a part of (their total, and "other" = total - the top-level stages).
 TOTAL_STAGE = ("monitor/engine/worker.py", "run")
@@ -313,13 +318,22 @@ def sink_for(target: str) -> Iterator[Sink]:
             sink.close()
 
 
+def kafka_source(client: str, bootstrap: str, topic: str, group: str) -> Any:
+    """The worker's source on the mock broker: ``client`` ``kafka-python`` (``KafkaSource``) or
+    ``confluent`` (``RdKafkaSource``), with :data:`CONSUMER_OPTIONS`."""
+    if client == "confluent":
+        wait = CONSUMER_OPTIONS.get("fetch_max_wait_ms")
+        extra = {} if wait is None else {"fetch.wait.max.ms": wait}
+        return RdKafkaSource(bootstrap, topic, group, **{**MOCK_RDKAFKA_CONFIG, **extra})
+    return KafkaSource(bootstrap, topic, group, **MOCK_CONSUMER_OPTIONS, **CONSUMER_OPTIONS)
+
+
 def kafka_worker(bootstrap: str, topic: str, group: str, work: Workload,
                  profile: cProfile.Profile | None = None, checkpoint_every: int = 1,
-                 batch: int = BATCH) -> Rates:
+                 batch: int = BATCH, client: str = "kafka-python") -> Rates:
     """Kafka → pipeline → PostgreSQL (a fresh database) over every record of ``topic``."""
     with sink_for("postgresql") as sink:
-        source = KafkaSource(bootstrap, topic, group, **MOCK_CONSUMER_OPTIONS,
-                             **CONSUMER_OPTIONS)
+        source = kafka_source(client, bootstrap, topic, group)
         return run_worker(source, work.configs, sink, "kafka", len(work.values), profile,
                           checkpoint_every=checkpoint_every, batch=batch)
 
@@ -346,9 +360,21 @@ def _round(value: float, digits: int = 0) -> float:
     return value if math.isnan(value) else round(value, digits or None)
 
 
-#: The cases of the Kafka comparison, in the order of a round.
+#: The cases of the Kafka comparison, in the order of a round; a worker case ending in
+#: ``_rdkafka`` is the same case with librdkafka (:func:`worker_case`).
 KAFKA_CASES = ("raw", "raw_alone", "worker", "worker_alone", "peer", "worker_defaults",
-               "worker_alone_defaults")
+               "worker_alone_defaults", "worker_rdkafka", "worker_alone_rdkafka",
+               "worker_defaults_rdkafka", "worker_alone_defaults_rdkafka")
+
+
+def worker_case(bootstrap: str, case: str, i: int, work: Workload, alone: Workload) -> Rates:
+    """One run of a worker case of :data:`KAFKA_CASES` (round ``i``)."""
+    client = "confluent" if case.endswith("_rdkafka") else "kafka-python"
+    base = case.removesuffix("_rdkafka")
+    topic, load = ("alone", alone) if base.startswith("worker_alone") else ("events", work)
+    batch, every = cli_defaults() if base.endswith("_defaults") else (BATCH, 1)
+    return kafka_worker(bootstrap, topic, f"bench-{case}-{i}", load, checkpoint_every=every,
+                        batch=batch, client=client)
 
 
 def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
@@ -367,15 +393,8 @@ def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
                 runs[case].append(Rates(*raw_consume_rates(bootstrap, "alone",
                                                            len(alone.values), max_records=BATCH,
                                                            **CONSUMER_OPTIONS)))
-            elif case == "worker":
-                runs[case].append(kafka_worker(bootstrap, "events", f"bench-{i}", work))
-            elif case == "worker_alone":
-                runs[case].append(kafka_worker(bootstrap, "alone", f"bench-alone-{i}", alone))
-            elif case in ("worker_defaults", "worker_alone_defaults"):
-                batch, every = cli_defaults()
-                topic, load = ("events", work) if case == "worker_defaults" else ("alone", alone)
-                runs[case].append(kafka_worker(bootstrap, topic, f"bench-{case}-{i}", load,
-                                               checkpoint_every=every, batch=batch))
+            elif case.startswith("worker"):
+                runs[case].append(worker_case(bootstrap, case, i, work, alone))
             else:
                 peer = peer_consume_rates(bootstrap, "events", len(work.values),
                                           max_records=BATCH, **CONSUMER_OPTIONS)
@@ -393,10 +412,11 @@ PROFILE_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter,
 
 
 def profiled_stages(bootstrap: str, topic: str, work: Workload,
-                    clock: str = "wall") -> dict[str, Any]:
+                    clock: str = "wall", client: str = "kafka-python") -> dict[str, Any]:
     """A cProfile'd Kafka → PostgreSQL run of ``topic``: µs per record of each stage."""
     profile = cProfile.Profile(PROFILE_CLOCKS[clock])
-    rates = kafka_worker(bootstrap, topic, f"bench-profiled-{topic}", work, profile)
+    rates = kafka_worker(bootstrap, topic, f"bench-profiled-{topic}-{client}", work, profile,
+                         client=client)
     return {"clock": clock, **stage_costs(profile, rates.steady_records)}
 
 
@@ -573,13 +593,16 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
             with timed(seconds, "profile"):
                 profile = profiled_stages(bootstrap, "events", work, profile_clock)
                 profile_alone = profiled_stages(bootstrap, "alone", alone, profile_clock)
+                profile_rdkafka = profiled_stages(bootstrap, "events", work, profile_clock,
+                                                  client="confluent")
             with timed(seconds, "checkpoints"):
                 checkpoints = checkpoint_rates(bootstrap, work, sizes.checkpoints, sizes.rounds)
         with timed(seconds, "files"):
             files = file_rates(work, sizes.rounds)
     with timed(seconds, "rss"):
         rss = rss_runs(sizes)
-    raw, raw_alone, worker, solo, peer, worker_cli, solo_cli = (kafka[c] for c in KAFKA_CASES)
+    raw, raw_alone, worker, solo, peer, worker_cli, solo_cli = (kafka[c] for c in KAFKA_CASES[:7])
+    rd, rd_solo, rd_cli, rd_solo_cli = (kafka[c] for c in KAFKA_CASES[7:])
     report: dict[str, Any] = {
         "records": len(work.values),
         "alone_records": len(alone.values),
@@ -613,6 +636,16 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
         "kafka_cli_defaults_over_raw": _ratio(worker_cli["per_s"], raw["per_s"]),
         "one_stream_cli_defaults_per_s": solo_cli["per_s"],
         "one_stream_cli_defaults_over_raw": _ratio(solo_cli["per_s"], raw_alone["per_s"]),
+        # The same worker on librdkafka (RdKafkaSource), and its ratio to kafka-python's.
+        "kafka_to_postgres_rdkafka_per_s": rd["per_s"],
+        "one_stream_rdkafka_per_s": rd_solo["per_s"],
+        "kafka_to_postgres_cli_defaults_rdkafka_per_s": rd_cli["per_s"],
+        "one_stream_cli_defaults_rdkafka_per_s": rd_solo_cli["per_s"],
+        "rdkafka_over_kafka_python": _ratio(rd["per_s"], worker["per_s"], 3),
+        "rdkafka_over_kafka_python_cpu": _ratio(rd["cpu_per_s"], worker["cpu_per_s"], 3),
+        "rdkafka_over_kafka_python_cli_defaults": _ratio(rd_cli["per_s"], worker_cli["per_s"], 3),
+        "one_stream_rdkafka_over_kafka_python_cli_defaults": _ratio(
+            rd_solo_cli["per_s"], solo_cli["per_s"], 3),
         "file_json_loads_per_s": files["json_loads"]["per_s"],
         **{f"file_to_{name}_per_s": files[name]["per_s"] for name in FILE_CASES},
         "sqlite_over_json_loads": _ratio(files["sqlite"]["per_s"], files["json_loads"]["per_s"]),
@@ -624,6 +657,7 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
         "files": files,
         "profile": profile,
         "profile_alone": profile_alone,
+        "profile_rdkafka": profile_rdkafka,
         "checkpoints": checkpoints,
         "rss": rss,
         "seconds": seconds,
@@ -656,7 +690,12 @@ def print_report(r: dict[str, Any]) -> None:
             ("worker → PostgreSQL, 1 stream alone", "worker_alone", "raw_alone"),
             ("river ADWIN + PageHinkley peer, 4 streams", "peer", "raw"),
             (f"worker, run defaults ({cli}), 4 streams", "worker_defaults", "raw"),
-            (f"worker, run defaults ({cli}), 1 stream", "worker_alone_defaults", "raw_alone")]
+            (f"worker, run defaults ({cli}), 1 stream", "worker_alone_defaults", "raw_alone"),
+            ("librdkafka worker → PostgreSQL, 4 streams", "worker_rdkafka", "raw"),
+            ("librdkafka worker, 1 stream alone", "worker_alone_rdkafka", "raw_alone"),
+            ("librdkafka worker, run defaults, 4 streams", "worker_defaults_rdkafka", "raw"),
+            ("librdkafka worker, run defaults, 1 stream", "worker_alone_defaults_rdkafka",
+             "raw_alone")]
     for label, case, ref in rows:
         c, base = k[case], k[ref]
         print(f"{label:44s}{_n(c['per_s'], '>10,')}{_n(c['cpu_us_per_record'], '>12.2f')}"
@@ -668,6 +707,10 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"{label} : {_n(r[key], '.3f')} wall, {_n(r[key + '_cpu'], '.3f')} CPU{goal}")
     print(f"one stream    : {_n(r['one_stream_per_s'], ',')} events/s wall, "
           f"{_n(r['one_stream_cpu_per_s'], ',.0f')} per CPU s   ({_met(r, 'one_stream_per_s')})")
+    print(f"librdkafka / kafka-python worker: {_n(r['rdkafka_over_kafka_python'], '.3f')} wall, "
+          f"{_n(r['rdkafka_over_kafka_python_cpu'], '.3f')} CPU; at run defaults "
+          f"{_n(r['rdkafka_over_kafka_python_cli_defaults'], '.3f')} (4 streams), "
+          f"{_n(r['one_stream_rdkafka_over_kafka_python_cli_defaults'], '.3f')} (1 stream)")
     print(f"peer detections per run (ADWIN + PageHinkley, 4 streams): {k['peer']['detections']}")
     print("runs (events/s wall):", ", ".join(f"{case} {k[case]['runs_per_s']}"
                                              for case in KAFKA_CASES))
@@ -684,19 +727,22 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  SQLite / json.loads = {_n(r['sqlite_over_json_loads'], '.3f')}   "
           f"({_met(r, 'sqlite_over_json_loads')})")
 
-    p, q = r["profile"], r["profile_alone"]
+    p, q, rp = r["profile"], r["profile_alone"], r["profile_rdkafka"]
     print(f"where the worker's time goes (Kafka → PostgreSQL; cProfile, {p['clock']} clock, over "
-          f"{p['records']:,} records of 4 streams | {q['records']:,} of one stream; µs per "
-          "record; indented = part of the line above):")
+          f"{p['records']:,} records of 4 streams | {q['records']:,} of one stream | 4 streams "
+          "with librdkafka; µs per record; indented = part of the line above):")
     print(f"  {_n(p['total_us_per_record'], '8.1f')} | {_n(q['total_us_per_record'], '8.1f')}"
-          "  Worker.run under cProfile")
+          f" | {_n(rp['total_us_per_record'], '8.1f')}  Worker.run under cProfile")
     print(f"  {_n(_per(r['kafka_to_postgres_per_s']), '8.1f')} | "
-          f"{_n(_per(r['one_stream_per_s']), '8.1f')}    the same without cProfile, wall clock "
-          "(median run)")
+          f"{_n(_per(r['one_stream_per_s']), '8.1f')} | "
+          f"{_n(_per(r['kafka_to_postgres_rdkafka_per_s']), '8.1f')}    the same without "
+          "cProfile, wall clock (median run)")
     print(f"  {_n(k['worker']['cpu_us_per_record'], '8.1f')} | "
-          f"{_n(k['worker_alone']['cpu_us_per_record'], '8.1f')}    and CPU time (median run)")
+          f"{_n(k['worker_alone']['cpu_us_per_record'], '8.1f')} | "
+          f"{_n(k['worker_rdkafka']['cpu_us_per_record'], '8.1f')}    and CPU time (median run)")
     for stage, us in p["stages_us_per_record"].items():
-        print(f"  {_n(us, '8.1f')} | {_n(q['stages_us_per_record'][stage], '8.1f')}  {stage}")
+        print(f"  {_n(us, '8.1f')} | {_n(q['stages_us_per_record'][stage], '8.1f')} | "
+              f"{_n(rp['stages_us_per_record'][stage], '8.1f')}  {stage}")
 
     print("checkpoint interval (Kafka → PostgreSQL, 4 streams):")
     print(f"  {'every N':>8s}{'events/s':>10s}{'CPU µs/rec':>12s}{'replay ≤ records':>18s}"

@@ -1,4 +1,5 @@
-"""Sources of events: a Kafka topic, a JSONL file, or an in-memory list (tests).
+"""Sources of events: a Kafka topic (read with kafka-python or librdkafka), a JSONL file, or an
+in-memory list (tests).
 
 Every source follows :class:`Source`: ``poll`` batches of :class:`Record`, ``commit`` offsets
 (last processed + 1) after the results are persisted, ``seek`` to stored offsets when
@@ -18,10 +19,12 @@ from connectors.errors import (
 from connectors.file import FileSource
 from connectors.kafka import DEFAULT_CONSUMER_OPTIONS, KafkaSource
 from connectors.memory import MemorySource
+from connectors.rdkafka import DEFAULT_RDKAFKA_CONFIG, RdKafkaSource
 from connectors.url import kafka_url_parts, open_source
 
 __all__ = [
     "DEFAULT_CONSUMER_OPTIONS",
+    "DEFAULT_RDKAFKA_CONFIG",
     "FileSource",
     "KafkaSource",
     "MemorySource",
@@ -29,6 +32,7 @@ __all__ = [
     "OffsetRegressionError",
     "PartitionNotAssignedError",
     "PartitionsCallback",
+    "RdKafkaSource",
     "Record",
     "Source",
     "SourceConfigError",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -31,22 +31,14 @@ from kafka.errors import (
 )
 from kafka.structs import OffsetAndMetadata
 
-from connectors.base import (
-    ClosesOnExit,
-    OffsetLedger,
-    PartitionsCallback,
-    RebalanceCallbacks,
-    Record,
-    TopicPartition,
-)
+from connectors.base import Record, TopicPartition
 from connectors.errors import (
     OffsetCommitError,
-    PartitionNotAssignedError,
     SourceConfigError,
     SourceError,
-    SourceUnavailableError,
     UnsupportedCompressionError,
 )
+from connectors.group import GroupSource
 
 __all__ = ["DEFAULT_CONSUMER_OPTIONS", "KafkaSource"]
 
@@ -79,7 +71,7 @@ _CODEC_HELP = (
 )
 
 
-class KafkaSource(ClosesOnExit):
+class KafkaSource(GroupSource):
     """Consume topics as a member of a consumer group, with manual commits.
 
     Parameters
@@ -128,47 +120,14 @@ class KafkaSource(ClosesOnExit):
         max_poll_errors: int = 5,
         **consumer_options: Any,
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
-        self.topics = topics
-        self.group_id = group_id
-        self.start_timeout_s = start_timeout_s
-        self.retry_backoff_s = retry_backoff_s
-        self.max_backoff_s = max_backoff_s
+        super().__init__(bootstrap_servers, topics, group_id, start_timeout_s, retry_backoff_s,
+                         max_backoff_s, max_poll_errors)
         self.commit_timeout_s = commit_timeout_s
-        self.max_poll_errors = max_poll_errors
         self.consumer_options = consumer_options
-        self._servers = _split(bootstrap_servers)
-        self._topics = _split(topics)
         _validate(self)
-        self._callbacks = RebalanceCallbacks()
-        self._ledger = OffsetLedger()
-        self._expected: dict[TopicPartition, int] = {}
-        self._skipped = 0
-        self._poll_errors = 0
-        self._callback_error: Exception | None = None
-        self._closed = False
-        self._consumer = self._connect()
+        self._consumer = self._connect(self._new_consumer)
         self._consumer.subscribe(topics=self._topics, listener=_Listener(self))
         log.info("group %r subscribed to %s at %s", group_id, self._topics, self._servers)
-
-    @property
-    def name(self) -> str:
-        return "kafka:" + ",".join(self._topics)
-
-    @property
-    def exhausted(self) -> bool:
-        """Always False: a topic has no end."""
-        return False
-
-    @property
-    def committed(self) -> dict[TopicPartition, int]:
-        """Offsets this source committed (next offset to read, per partition)."""
-        return self._ledger.committed
-
-    @property
-    def skipped_offsets(self) -> int:
-        """Offsets jumped over while reading (retention, compaction or transaction markers)."""
-        return self._skipped
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to ``max_records`` records, waiting at most ``timeout_s``; rebalance callbacks run
@@ -211,9 +170,8 @@ class KafkaSource(ClosesOnExit):
         """Read each (assigned) partition from the given offset at the next ``poll``."""
         self._check_open()
         self._check_assigned(offsets, "seek")
+        self._check_seekable(offsets)
         for (topic, partition), offset in offsets.items():
-            if offset < 0:
-                raise SourceConfigError(f"cannot seek {topic}[{partition}] to {offset}")
             self._consumer.seek(KafkaTopicPartition(topic, partition), offset)
             self._expected[(topic, partition)] = offset
         self._ledger.rewind(offsets)
@@ -254,49 +212,13 @@ class KafkaSource(ClosesOnExit):
             raise SourceError(f"cannot read the end offsets of {self.name}: {exc!r}") from exc
         return out
 
-    def on_assign(self, callback: PartitionsCallback) -> None:
-        self._callbacks.on_assign(callback)
-
-    def on_revoke(self, callback: PartitionsCallback) -> None:
-        self._callbacks.on_revoke(callback)
-
-    def close(self) -> None:
-        """Fire ``on_revoke`` for the current assignment, then leave the group."""
-        if self._closed:
-            return
-        try:
-            self._callbacks.revoked(self.assignment())  # may still commit: close afterwards
-        finally:
-            self._closed = True
-            self._consumer.close(autocommit=False)
-            log.info("left group %r", self.group_id)
+    def _release(self) -> None:
+        self._consumer.close(autocommit=False)
 
     # -- start-up -------------------------------------------------------------------------------
 
-    def _connect(self) -> KafkaConsumer:
-        deadline = time.monotonic() + self.start_timeout_s
-        backoff = self.retry_backoff_s
-        attempt = 1
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return self._new_consumer(remaining)
-            except NoBrokersAvailable as exc:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise SourceUnavailableError(
-                        f"no Kafka broker answered at {','.join(self._servers)} within "
-                        f"{self.start_timeout_s:g} s ({attempt} attempts): check the address, "
-                        "that the brokers are up and that this host can reach them"
-                    ) from exc
-                wait = min(backoff, remaining)
-                log.warning("no Kafka broker at %s (attempt %d); retrying in %.1f s",
-                            ",".join(self._servers), attempt, wait)
-                time.sleep(wait)
-                backoff = min(2 * backoff, self.max_backoff_s)
-                attempt += 1
-
-    def _new_consumer(self, remaining_s: float) -> KafkaConsumer:
+    def _new_consumer(self, remaining_s: float) -> KafkaConsumer | None:
+        """A consumer connected to a broker, or None if none answered in ``remaining_s``."""
         options = {**DEFAULT_CONSUMER_OPTIONS, **self.consumer_options}
         # Bound kafka-python's broker probe by the time left, so the deadline holds.
         probe_ms = int(1000 * min(max(remaining_s, 0.1), 2.0))
@@ -305,13 +227,15 @@ class KafkaSource(ClosesOnExit):
             consumer = KafkaConsumer(
                 bootstrap_servers=self._servers, group_id=self.group_id, **options
             )
+        except NoBrokersAvailable:
+            return None
         except KafkaConfigurationError as exc:
             raise SourceConfigError(f"invalid Kafka consumer option: {exc}") from exc
         # With an explicit api_version kafka-python skips its broker probe and never connects in
         # the constructor: wait for one connection here, so that start_timeout_s holds anyway.
         if "api_version" in self.consumer_options and not _await_connection(consumer, remaining_s):
             consumer.close()
-            raise NoBrokersAvailable()
+            return None
         return consumer
 
     # -- polling --------------------------------------------------------------------------------
@@ -334,18 +258,6 @@ class KafkaSource(ClosesOnExit):
         self._poll_errors = 0
         return batches
 
-    def _poll_failed(self, exc: KafkaError, timeout_s: float) -> None:
-        self._poll_errors += 1
-        if self._poll_errors > self.max_poll_errors:
-            raise SourceError(
-                f"Kafka consumer of {self.name} failed {self._poll_errors} times in a row, "
-                f"last with {exc!r}"
-            ) from exc
-        wait = min(self.retry_backoff_s * 2 ** (self._poll_errors - 1), self.max_backoff_s)
-        log.warning("poll of %s failed (%r, %d in a row); retrying in %.1f s",
-                    self.name, exc, self._poll_errors, min(wait, timeout_s))
-        time.sleep(min(wait, timeout_s))
-
     def _rewind(self, batches: Mapping[KafkaTopicPartition, list[ConsumerRecord]]) -> None:
         owned = self._consumer.assignment()
         for tp, batch in batches.items():
@@ -357,56 +269,7 @@ class KafkaSource(ClosesOnExit):
         for tp, batch in batches.items():
             if not batch:
                 continue
-            key = (tp.topic, tp.partition)
-            expected = self._expected.get(key)
-            if expected is not None and batch[0].offset > expected:
-                self._report_gap(key, expected, batch[0].offset)
-            self._expected[key] = batch[-1].offset + 1
-
-    def _report_gap(self, tp: TopicPartition, expected: int, got: int) -> None:
-        self._skipped += got - expected
-        # A single skipped offset is usually a transaction marker; more is worth a warning.
-        level = logging.DEBUG if got - expected == 1 else logging.WARNING
-        log.log(level, "%s[%d]: offsets %d..%d were not delivered (deleted by retention before "
-                "they were read, compacted away, or transaction markers); continuing at %d",
-                tp[0], tp[1], expected, got - 1, got)
-
-    # -- rebalances -----------------------------------------------------------------------------
-
-    def _revoked(self, partitions: set[TopicPartition]) -> None:
-        if partitions:
-            log.info("partitions revoked: %s", sorted(partitions))
-        for tp in partitions:
-            self._expected.pop(tp, None)
-        self._run_callback(self._callbacks.revoked, partitions)
-
-    def _assigned(self, partitions: set[TopicPartition]) -> None:
-        log.info("partitions assigned: %s", sorted(partitions))
-        self._run_callback(self._callbacks.assigned, partitions)
-
-    def _run_callback(
-        self, fire: Callable[[Iterable[TopicPartition]], None], partitions: set[TopicPartition]
-    ) -> None:
-        try:
-            fire(partitions)
-        except Exception as exc:  # kafka-python would log and drop it: keep it for poll()
-            log.exception("rebalance callback failed for %s", sorted(partitions))
-            if self._callback_error is None:
-                self._callback_error = exc
-
-    # -- checks ---------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SourceError(f"{self.name} is closed")
-
-    def _check_assigned(self, offsets: Mapping[TopicPartition, int], action: str) -> None:
-        missing = sorted(set(offsets) - self.assignment())
-        if missing:
-            raise PartitionNotAssignedError(
-                f"cannot {action} {missing}: not assigned to this member of group "
-                f"{self.group_id!r} (assigned: {sorted(self.assignment())})"
-            )
+            self._note_run((tp.topic, tp.partition), batch[0].offset, batch[-1].offset)
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -449,24 +312,10 @@ def _offset_and_metadata(offset: int) -> OffsetAndMetadata:
     return OffsetAndMetadata(offset, "")  # pragma: no cover (kafka-python < 2.1)
 
 
-def _split(names: str | Sequence[str]) -> list[str]:
-    items = names.split(",") if isinstance(names, str) else list(names)
-    return [item.strip() for item in items if item.strip()]
-
-
 def _validate(source: KafkaSource) -> None:
-    if not source._servers:
-        raise SourceConfigError("bootstrap_servers is empty: give 'host:port[,host:port]'")
-    if not source._topics:
-        raise SourceConfigError("no topic given: give one topic or a comma-separated list")
-    if not source.group_id:
-        raise SourceConfigError("group_id is empty: workers of one group share partitions")
     if source.consumer_options.get("enable_auto_commit"):
         raise SourceConfigError(
             "enable_auto_commit must stay False: offsets are committed after persistence"
         )
-    for field in ("start_timeout_s", "retry_backoff_s", "max_backoff_s", "commit_timeout_s"):
-        if getattr(source, field) <= 0:
-            raise SourceConfigError(f"{field} must be > 0, got {getattr(source, field)}")
-    if source.max_poll_errors < 0:
-        raise SourceConfigError(f"max_poll_errors must be >= 0, got {source.max_poll_errors}")
+    if source.commit_timeout_s <= 0:
+        raise SourceConfigError(f"commit_timeout_s must be > 0, got {source.commit_timeout_s}")

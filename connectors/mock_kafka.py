@@ -59,7 +59,8 @@ from monitor.errors import MonitorError
 
 __all__ = [
     "MOCK_CONSUMER_OPTIONS",
-        "MockRetentionExceeded",
+    "MOCK_RDKAFKA_CONFIG",
+    "MockRetentionExceeded",
     "PatientRangeAssignor",
     "low_watermarks",
     "mock_kafka_cluster",
@@ -85,6 +86,14 @@ MOCK_CONSUMER_OPTIONS: Mapping[str, Any] = {
     "heartbeat_interval_ms": 500,
     "api_version": (2, 3),
     "partition_assignment_strategy": (PatientRangeAssignor,),
+}
+
+#: librdkafka properties for the mock cluster: rebalances as quick as with
+#: :data:`MOCK_CONSUMER_OPTIONS` (librdkafka leaves the group properly and its leader's
+#: assignment is not in the SyncGroup race, which needs no work-around).
+MOCK_RDKAFKA_CONFIG: Mapping[str, Any] = {
+    "session.timeout.ms": 3000,
+    "heartbeat.interval.ms": 500,
 }
 
 _log = logging.getLogger("tests.kafka_mock")

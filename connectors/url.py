@@ -9,15 +9,25 @@ from connectors.base import Source
 from connectors.errors import SourceConfigError
 from connectors.file import FileSource
 from connectors.kafka import KafkaSource
+from connectors.rdkafka import RdKafkaSource
 
-__all__ = ["kafka_url_parts", "open_source"]
+__all__ = ["KAFKA_CLIENTS", "kafka_url_parts", "open_source"]
+
+#: The Kafka client libraries a ``kafka://`` source can read with, by the name that
+#: ``?client=`` and ``MONITOR_KAFKA_CLIENT`` take.
+KAFKA_CLIENTS: dict[str, type[KafkaSource] | type[RdKafkaSource]] = {
+    "kafka-python": KafkaSource,
+    "confluent": RdKafkaSource,
+}
 
 _FORMS = (
     "file:PATH (or file:///ABS/PATH) or kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?OPTION=VALUE&...]"
 )
 
 
-def open_source(url: str, group: str | None = None, **options: Any) -> Source:
+def open_source(
+    url: str, group: str | None = None, kafka_client: str = "kafka-python", **options: Any
+) -> Source:
     """Open the source a URL names.
 
     Parameters
@@ -25,11 +35,18 @@ def open_source(url: str, group: str | None = None, **options: Any) -> Source:
     url
         ``file:PATH`` (relative or absolute; ``file:///abs/path`` works too) or
         ``kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?OPTION=VALUE&...]``, where the query
-        holds :class:`connectors.KafkaSource` / kafka-python consumer options such as
-        ``session_timeout_ms=6000`` or ``security_protocol=SSL`` (see :func:`kafka_url_parts`).
+        holds the source's options (see :func:`kafka_url_parts`): ``client=kafka-python`` or
+        ``client=confluent`` (overrides ``kafka_client``), then, for kafka-python
+        (:class:`connectors.KafkaSource`), consumer options such as ``session_timeout_ms=6000``
+        or ``security_protocol=SSL``, for confluent (:class:`connectors.RdKafkaSource`),
+        librdkafka properties such as ``session.timeout.ms=6000``. Both take
+        ``start_timeout_s``, ``retry_backoff_s``, ``max_backoff_s`` and ``max_poll_errors``.
         ``memory:`` sources are built directly (:class:`connectors.MemorySource`).
     group
         Consumer group, required for Kafka, ignored for files.
+    kafka_client
+        The client library of a ``kafka://`` URL without ``client=`` (a name of
+        :data:`KAFKA_CLIENTS`; ``monitor run`` passes ``MONITOR_KAFKA_CLIENT``).
     **options
         Keyword arguments of the source class (e.g. ``start_timeout_s`` or kafka-python
         consumer options for Kafka, ``max_line_bytes`` for files).
@@ -59,8 +76,25 @@ def open_source(url: str, group: str | None = None, **options: Any) -> Source:
         servers, topics, url_options = kafka_url_parts(url)
         if not group:
             raise SourceConfigError(f"{url} needs a consumer group (--group)")
-        return KafkaSource(servers, topics, group_id=group, **{**url_options, **options})
+        client = kafka_source_class(str(url_options.pop("client", kafka_client)))
+        return client(servers, topics, group_id=group, **{**url_options, **options})
     raise SourceConfigError(f"unknown source scheme {scheme!r} in {url!r}: expected {_FORMS}")
+
+
+def kafka_source_class(client: str) -> type[KafkaSource] | type[RdKafkaSource]:
+    """The source class of a Kafka client name (``kafka-python`` or ``confluent``).
+
+    Examples
+    --------
+    >>> kafka_source_class("confluent").__name__
+    'RdKafkaSource'
+    """
+    try:
+        return KAFKA_CLIENTS[client]
+    except KeyError:
+        raise SourceConfigError(
+            f"unknown Kafka client {client!r}: expected one of {', '.join(KAFKA_CLIENTS)}"
+        ) from None
 
 
 def _file_path(rest: str) -> str:
@@ -77,12 +111,16 @@ def kafka_url_parts(url: str) -> tuple[list[str], list[str], dict[str, Any]]:
     """Split ``kafka://HOST:PORT[,...]/TOPIC[,...][?OPTION=VALUE&...]`` into its parts.
 
     Option values are typed: ``true``/``false`` become booleans, integers and decimals become
-    numbers, ``api_version=2.3`` becomes ``(2, 3)``; anything else stays a string.
+    numbers, ``api_version=2.3`` becomes ``(2, 3)``; anything else stays a string. Names are
+    kept as they are: kafka-python's (``session_timeout_ms``) or librdkafka's
+    (``session.timeout.ms``), for the client the URL is read with.
 
     Examples
     --------
     >>> kafka_url_parts("kafka://k1:9092,k2:9092/bikes,taxis?session_timeout_ms=6000")
     (['k1:9092', 'k2:9092'], ['bikes', 'taxis'], {'session_timeout_ms': 6000})
+    >>> kafka_url_parts("kafka://k1:9092/bikes?client=confluent&session.timeout.ms=6000")[2]
+    {'client': 'confluent', 'session.timeout.ms': 6000}
     """
     scheme, _, rest = url.partition("://")
     if scheme != "kafka" or not rest:

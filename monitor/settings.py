@@ -7,6 +7,8 @@ environment.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -66,6 +68,9 @@ class Settings(BaseSettings):
     retention_max_seconds: float = Field(default=2.0, gt=0)
     #: Apply pending migrations when a command opens the database (off for multi-worker setups).
     auto_migrate: bool = True
+    #: Client library of ``kafka://`` sources without ``?client=``: ``kafka-python`` or
+    #: ``confluent`` (librdkafka; docs/kafka.md, "Client").
+    kafka_client: Literal["kafka-python", "confluent"] = "kafka-python"
     #: Logging level of the service (DEBUG, INFO, WARNING, ERROR or CRITICAL).
     log_level: str = "INFO"
     #: Processes of ``monitor serve`` (uvicorn workers sharing the port); one per core is the

@@ -73,7 +73,8 @@ def run_source(
     sink = open_sink(settings, store)
     monitors, stopped = monitors_for_run(configs, sink)
     kind = source_url.split(":", 1)[0]
-    source = open_source(source_url, group=group, **(source_options or {}))
+    source = open_source(source_url, group=group, kafka_client=settings.kafka_client,
+                         **(source_options or {}))
     pipeline = Pipeline(monitors, source=source.name, max_event_bytes=settings.max_event_bytes,
                         stopped=stopped)
     hooks = _alerts(settings, sink)

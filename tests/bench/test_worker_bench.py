@@ -99,3 +99,32 @@ def test_median_case_takes_wall_and_cpu_medians_separately() -> None:
     assert case["per_s"] == 200 and case["cpu_per_s"] == 250
     assert case["cpu_us_per_record"] == pytest.approx(4000.0)
     assert case["runs_per_s"] == [100, 300, 200]
+
+
+def test_every_worker_case_runs_its_topic_batch_and_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: dict[str, tuple[object, ...]] = {}
+
+    def record(bootstrap: str, topic: str, group: str, work: object, checkpoint_every: int,
+               batch: int, client: str) -> bench_worker.Rates:
+        calls[group] = (topic, work, batch, checkpoint_every, client)
+        return bench_worker.Rates(1.0, 1.0)
+
+    monkeypatch.setattr(bench_worker, "kafka_worker", record)
+    work, alone = object(), object()
+    cases = [c for c in bench_worker.KAFKA_CASES if c.startswith("worker")]
+    for case in cases:
+        bench_worker.worker_case("b", case, 0, work, alone)  # type: ignore[arg-type]
+    batch, every = bench_worker.cli_defaults()
+    four, one, base = ("events", work), ("alone", alone), bench_worker.BATCH
+    assert calls == {
+        "bench-worker-0": (*four, base, 1, "kafka-python"),
+        "bench-worker_alone-0": (*one, base, 1, "kafka-python"),
+        "bench-worker_defaults-0": (*four, batch, every, "kafka-python"),
+        "bench-worker_alone_defaults-0": (*one, batch, every, "kafka-python"),
+        "bench-worker_rdkafka-0": (*four, base, 1, "confluent"),
+        "bench-worker_alone_rdkafka-0": (*one, base, 1, "confluent"),
+        "bench-worker_defaults_rdkafka-0": (*four, batch, every, "confluent"),
+        "bench-worker_alone_defaults_rdkafka-0": (*one, batch, every, "confluent"),
+    }

@@ -1,4 +1,7 @@
-"""KafkaSource on a real Kafka wire-protocol broker (librdkafka's mock cluster on loopback).
+"""The Kafka sources on a real Kafka wire-protocol broker (librdkafka's mock cluster on loopback).
+
+Every test of the source contract runs with each client (``kafka_client``: KafkaSource on
+kafka-python, RdKafkaSource on librdkafka); the codec and producer tests are kafka-python's.
 
 Both producer families feed the source: kafka-python, and confluent-kafka (librdkafka, like most
 producers in the wild). Group joins on the mock take 3 s each, which sets these tests' pace.
@@ -23,11 +26,13 @@ from connectors import (
     KafkaSource,
     OffsetRegressionError,
     PartitionNotAssignedError,
+    RdKafkaSource,
     Record,
     SourceUnavailableError,
     UnsupportedCompressionError,
     open_source,
 )
+from connectors.group import GroupSource
 from connectors.mock_kafka import (
     MOCK_CONSUMER_OPTIONS,
     MockRetentionExceeded,
@@ -35,6 +40,8 @@ from connectors.mock_kafka import (
     produce_confluent,
     produce_kafka_python,
 )
+from connectors.url import kafka_source_class
+from tests.support.kafka import mock_source
 
 pytestmark = pytest.mark.kafka
 
@@ -54,7 +61,7 @@ def events(n: int, streams: int = 4, start: int = 0) -> tuple[list[bytes], list[
 
 
 def poll_until(
-    source: KafkaSource, n: int, timeout_s: float = 120.0, batch: int = 5000
+    source: GroupSource, n: int, timeout_s: float = 120.0, batch: int = 5000
 ) -> list[Record]:
     """Poll until ``n`` records arrived (fails after ``timeout_s``)."""
     records: list[Record] = []
@@ -79,10 +86,11 @@ def expected_positions(placed: Sequence[tuple[int, int]]) -> dict[int, list[int]
     return {p: sorted(o) for p, o in by_partition.items()}
 
 
-def test_produce_poll_commit_and_resume_in_the_same_group(kafka_broker: str) -> None:
+def test_produce_poll_commit_and_resume_in_the_same_group(kafka_broker: str,
+                                                         kafka_client: str) -> None:
     values, keys = events(200)
     placed = produce_kafka_python(kafka_broker, "resume", values, keys)
-    first = KafkaSource(kafka_broker, "resume", "g-resume", **MOCK_CONSUMER_OPTIONS)
+    first = mock_source(kafka_client, kafka_broker, "resume", "g-resume")
     records = poll_until(first, 200)
     assert positions(records) == expected_positions(placed)
     assert sorted(r.value for r in records) == sorted(values)
@@ -93,7 +101,7 @@ def test_produce_poll_commit_and_resume_in_the_same_group(kafka_broker: str) -> 
     first.commit({("resume", p): offset for p, offset in half.items()})
     first.close()
 
-    second = KafkaSource(kafka_broker, "resume", "g-resume", **MOCK_CONSUMER_OPTIONS)
+    second = mock_source(kafka_client, kafka_broker, "resume", "g-resume")
     rest = poll_until(second, 200 - sum(half.values()))
     assert second.poll(1000, 0.5) == []
     second.close()
@@ -102,12 +110,12 @@ def test_produce_poll_commit_and_resume_in_the_same_group(kafka_broker: str) -> 
     }
 
 
-def test_seek_in_on_assign_and_backwards(kafka_broker: str) -> None:
+def test_seek_in_on_assign_and_backwards(kafka_broker: str, kafka_client: str) -> None:
     values, _ = events(100)
     placed = produce_kafka_python(kafka_broker, "seek", values, ["one-stream"] * 100)
     partition = placed[0][0]
     tp = ("seek", partition)
-    source = KafkaSource(kafka_broker, "seek", "g-seek", **MOCK_CONSUMER_OPTIONS)
+    source = mock_source(kafka_client, kafka_broker, "seek", "g-seek")
 
     def resume_at_stored_offsets(assigned: set[TopicPartition]) -> None:
         if tp in assigned:
@@ -125,10 +133,11 @@ def test_seek_in_on_assign_and_backwards(kafka_broker: str) -> None:
     source.close()
 
 
-def test_a_failing_callback_surfaces_from_poll_and_loses_no_record(kafka_broker: str) -> None:
+def test_a_failing_callback_surfaces_from_poll_and_loses_no_record(kafka_broker: str,
+                                                                  kafka_client: str) -> None:
     values, keys = events(50)
     produce_kafka_python(kafka_broker, "cb", values, keys)
-    source = KafkaSource(kafka_broker, "cb", "g-cb", **MOCK_CONSUMER_OPTIONS)
+    source = mock_source(kafka_client, kafka_broker, "cb", "g-cb")
     calls: list[set[TopicPartition]] = []
 
     def restore_fails_once(partitions: set[TopicPartition]) -> None:
@@ -148,11 +157,11 @@ def test_a_failing_callback_surfaces_from_poll_and_loses_no_record(kafka_broker:
     assert sorted(r.value for r in records) == sorted(values)
 
 
-def test_commits_only_increase(kafka_broker: str) -> None:
+def test_commits_only_increase(kafka_broker: str, kafka_client: str) -> None:
     values, _ = events(20)
     placed = produce_kafka_python(kafka_broker, "monotonic", values, ["s"] * 20)
     tp = ("monotonic", placed[0][0])
-    with KafkaSource(kafka_broker, "monotonic", "g-mono", **MOCK_CONSUMER_OPTIONS) as source:
+    with mock_source(kafka_client, kafka_broker, "monotonic", "g-mono") as source:
         poll_until(source, 20)
         source.commit({tp: 15})
         source.commit({tp: 15})
@@ -167,9 +176,10 @@ def test_commits_only_increase(kafka_broker: str) -> None:
 class Member:
     """A group member polling and committing in its own thread, as a worker does."""
 
-    def __init__(self, name: str, bootstrap: str, log: list[tuple[str, str, set[Any]]]) -> None:
+    def __init__(self, name: str, client: str, bootstrap: str,
+                 log: list[tuple[str, str, set[Any]]]) -> None:
         self.name = name
-        self.source = KafkaSource(bootstrap, "split", "g-split", **MOCK_CONSUMER_OPTIONS)
+        self.source = mock_source(client, bootstrap, "split", "g-split")
         self.owned: set[TopicPartition] = set()
         self.records: list[Record] = []
         self._lock = threading.Lock()
@@ -211,15 +221,16 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def test_two_members_split_the_partitions_and_one_takes_over(kafka_broker: str) -> None:
+def test_two_members_split_the_partitions_and_one_takes_over(kafka_broker: str,
+                                                             kafka_client: str) -> None:
     everything = {("split", p) for p in range(4)}
     log: list[tuple[str, str, set[Any]]] = []
     values, keys = events(400, streams=16)
     produce_kafka_python(kafka_broker, "split", values, keys)
-    a = Member("a", kafka_broker, log)
+    a = Member("a", kafka_client, kafka_broker, log)
     try:
         wait_for(lambda: len(a.records) == 400)
-        b = Member("b", kafka_broker, log)
+        b = Member("b", kafka_client, kafka_broker, log)
         try:
             wait_for(lambda: len(a.owned) == 2 and len(b.owned) == 2)
             assert a.owned | b.owned == everything
@@ -246,15 +257,17 @@ def test_two_members_split_the_partitions_and_one_takes_over(kafka_broker: str) 
     assert ("b", "revoke", b_owned) in log  # b's close fired its revoke callbacks
 
 
-def test_confluent_producer_in_large_batches(kafka_broker: str) -> None:
+def test_confluent_producer_in_large_batches(kafka_broker: str, kafka_client: str) -> None:
     # 100 000 events (~11 MB) in batches of up to 10 000 records / 1 MB (librdkafka's batch
     # limits, linger 100 ms), keyed by 16 streams so that no partition outgrows the mock
     # broker's 5 MiB retention before it is read (see docs/kafka.md).
     values, keys = events(100_000, streams=16)
     config = {"linger.ms": 100, "batch.num.messages": 10_000, "batch.size": 1_000_000}
     placed = produce_confluent(kafka_broker, "bulk", values, keys, config=config)
-    source = open_source(f"kafka://{kafka_broker}/bulk", group="g-bulk")
-    assert isinstance(source, KafkaSource)  # default consumer options: no mock-specific pins
+    source = open_source(f"kafka://{kafka_broker}/bulk?client={kafka_client}", group="g-bulk")
+    # Default consumer options: no mock-specific pins.
+    assert isinstance(source, {"kafka-python": KafkaSource, "confluent": RdKafkaSource}[
+        kafka_client])
     try:
         records = poll_until(source, 100_000, timeout_s=300)
         assert source.poll(1000, 0.2) == []
@@ -267,7 +280,7 @@ def test_confluent_producer_in_large_batches(kafka_broker: str) -> None:
 
 
 def test_retention_of_the_mock_explains_the_stall(
-    kafka_broker: str, caplog: pytest.LogCaptureFixture
+    kafka_broker: str, kafka_client: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # 60 000 events of one stream are ~7 MB in one partition: the mock keeps the last 5 MiB,
     # so the first records are gone before any consumer reads them. A consumer resuming at
@@ -280,7 +293,7 @@ def test_retention_of_the_mock_explains_the_stall(
     assert 0 < start < 60_000
     with pytest.raises(MockRetentionExceeded, match="5 MiB per partition"):
         produce_confluent(kafka_broker, "one", [], [])
-    source = KafkaSource(kafka_broker, "one", "g-one", **MOCK_CONSUMER_OPTIONS)
+    source = mock_source(kafka_client, kafka_broker, "one", "g-one")
     source.on_assign(lambda tps: source.seek({("one", partition): 0}))
     with caplog.at_level(logging.WARNING, "connectors.kafka"):
         records = poll_until(source, 60_000 - start)
@@ -341,7 +354,9 @@ def test_producers_agree_on_partitions_with_murmur2(kafka_broker: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_unreachable_broker_raises_after_the_deadline(caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_broker_raises_after_the_deadline(
+    kafka_client: str, caplog: pytest.LogCaptureFixture
+) -> None:
     with socket.socket() as s:  # a loopback port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -349,8 +364,9 @@ def test_unreachable_broker_raises_after_the_deadline(caplog: pytest.LogCaptureF
     with caplog.at_level(logging.WARNING, "connectors.kafka"), pytest.raises(
         SourceUnavailableError, match="no Kafka broker answered"
     ):
-        KafkaSource(f"127.0.0.1:{port}", "t", "g", start_timeout_s=2.5, retry_backoff_s=0.2,
-                    api_version_auto_timeout_ms=400)
+        probe = {"kafka-python": {"api_version_auto_timeout_ms": 400}, "confluent": {}}
+        kafka_source_class(kafka_client)(f"127.0.0.1:{port}", "t", "g", start_timeout_s=2.5,
+                                         retry_backoff_s=0.2, **probe[kafka_client])
     # It gave up no sooner than its deadline (no upper bound: a slow machine only delays it;
     # a source that never gave up would fail the test's 120 s timeout).
     assert time.monotonic() - start >= 2.5

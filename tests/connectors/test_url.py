@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from connectors import FileSource, SourceConfigError, kafka_url_parts, open_sour
 def test_public_surface_is_pinned() -> None:
     assert sorted(connectors.__all__) == [
         "DEFAULT_CONSUMER_OPTIONS",
+        "DEFAULT_RDKAFKA_CONFIG",
         "FileSource",
         "KafkaSource",
         "MemorySource",
@@ -20,6 +22,7 @@ def test_public_surface_is_pinned() -> None:
         "OffsetRegressionError",
         "PartitionNotAssignedError",
         "PartitionsCallback",
+        "RdKafkaSource",
         "Record",
         "Source",
         "SourceConfigError",
@@ -104,3 +107,32 @@ def test_bad_kafka_urls(url: str, message: str) -> None:
 def test_bad_urls(url: str, message: str) -> None:
     with pytest.raises(SourceConfigError, match=message):
         open_source(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "client"),
+    [("kafka://k1:9092/t?client=confluent", "kafka-python"),  # the URL wins
+     ("kafka://k1:9092/t", "confluent")],  # MONITOR_KAFKA_CLIENT, through run_source
+)
+def test_the_confluent_client_without_confluent_kafka_says_what_to_install(
+    url: str, client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # import fails, as if absent
+    with pytest.raises(SourceConfigError, match="pip install confluent-kafka"):
+        open_source(url, group="g", kafka_client=client)
+
+
+def test_an_unknown_kafka_client_names_the_known_ones() -> None:
+    with pytest.raises(SourceConfigError, match="expected one of kafka-python, confluent"):
+        open_source("kafka://k1:9092/t?client=java", group="g")
+
+
+def test_librdkafka_refuses_kafka_python_option_names() -> None:
+    with pytest.raises(SourceConfigError, match="librdkafka names"):
+        open_source("kafka://127.0.0.1:9/t?client=confluent&session_timeout_ms=3000", group="g")
+
+
+@pytest.mark.parametrize("name", ["enable.auto.commit", "enable.auto.offset.store"])
+def test_librdkafka_auto_commit_cannot_be_turned_on(name: str) -> None:
+    with pytest.raises(SourceConfigError, match=f"{name} must stay false"):
+        open_source(f"kafka://127.0.0.1:9/t?client=confluent&{name}=true", group="g")

@@ -15,8 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from connectors.kafka import KafkaSource
-from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, mock_kafka_cluster, produce_kafka_python
+from connectors.mock_kafka import mock_kafka_cluster, produce_kafka_python
 from monitor.cli.run_commands import _metrics_port
 from monitor.cli.runs import run_source
 from monitor.db.sink import DatabaseSink
@@ -26,6 +25,7 @@ from monitor.ops.health import HealthServer, WatchedSink, WatchedSource, WorkerH
 from monitor.settings import Settings
 from tests.support.databases import postgres_database
 from tests.support.http import http_get
+from tests.support.kafka import CLIENTS, mock_source
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
 
@@ -121,13 +121,14 @@ def test_a_stalled_loop_and_an_ended_run_are_unhealthy() -> None:
     assert health.check() == (False, "worker stopped: DatabaseUnavailableError: gave up")
 
 
-def test_consumer_lag_per_partition_and_broker_loss() -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_consumer_lag_per_partition_and_broker_loss(client: str) -> None:
     now = [0.0]
     health = WorkerHealth(bound_s=30, uses_database=False, clock=lambda: now[0])
     with mock_kafka_cluster() as bootstrap:
         values = [b'{"n": %d}' % i for i in range(200)]
         produce_kafka_python(bootstrap, "lagging", values, [b"k%d" % (i % 8) for i in range(200)])
-        kafka = KafkaSource(bootstrap, "lagging", "g-lag", **MOCK_CONSUMER_OPTIONS)
+        kafka = mock_source(client, bootstrap, "lagging", "g-lag")
         source = WatchedSource(kafka, health, lag_every_s=0.0)
         read = 0
         for _ in range(1_000):  # counted: a poll returns up to 10 records of the 200 produced

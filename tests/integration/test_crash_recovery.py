@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from connectors.mock_kafka import produce_kafka_python
+from tests.support.kafka import MOCK_URL_OPTIONS_BY_CLIENT
 from tests.support.processes import (
-    MOCK_URL_OPTIONS,
     OffsetWatch,
     WorkerProcess,
     group_offsets,
@@ -43,23 +43,26 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 
 @pytest.mark.parametrize(
-    ("kills", "batch_size", "checkpoint_every"),
+    ("client", "kills", "batch_size", "checkpoint_every"),
     [
         # Small batches (a hundred or more transactions per replay), so that kills land mid-replay.
-        pytest.param(3, 20, 1, id="3-kills"),
-        pytest.param(3, 20, 3, id="3-kills-checkpoint-every-3"),
-        pytest.param(8, 7, 1, id="8-kills", marks=pytest.mark.slow),
+        pytest.param("kafka-python", 3, 20, 1, id="3-kills"),
+        pytest.param("kafka-python", 3, 20, 3, id="3-kills-checkpoint-every-3"),
+        pytest.param("confluent", 3, 20, 1, id="confluent-3-kills"),
+        pytest.param("confluent", 3, 20, 3, id="confluent-3-kills-checkpoint-every-3"),
+        pytest.param("kafka-python", 8, 7, 1, id="8-kills", marks=pytest.mark.slow),
     ],
 )
 def test_sigkill_at_random_points_then_restart_changes_nothing(
-    kills: int, batch_size: int, checkpoint_every: int, kafka_broker_module: str, pg_url: str,
-    example: Example, reference: Snapshot, tmp_path: Path,
+    client: str, kills: int, batch_size: int, checkpoint_every: int, kafka_broker_module: str,
+    pg_url: str, example: Example, reference: Snapshot, tmp_path: Path,
 ) -> None:
-    topic, group = f"crash-{kills}-{checkpoint_every}", f"g-crash-{kills}-{checkpoint_every}"
+    topic = f"crash-{client}-{kills}-{checkpoint_every}"
+    group = f"g-{topic}"
     end = end_offsets(produce_kafka_python(kafka_broker_module, topic, example.values,
                                            example.keys))
     total = sum(end.values())
-    source = f"kafka://{kafka_broker_module}/{topic}?{MOCK_URL_OPTIONS}"
+    source = f"kafka://{kafka_broker_module}/{topic}?{MOCK_URL_OPTIONS_BY_CLIENT[client]}"
     rng = np.random.default_rng(2026 + kills)
     thresholds = np.sort(rng.uniform(0.1, 0.7, size=kills) * total)
     stored = OffsetWatch(pg_url, f"kafka:{topic}")

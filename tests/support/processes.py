@@ -18,12 +18,13 @@ from sqlalchemy import select
 
 from monitor.db.engine import make_engine
 from monitor.db.models import SourceOffsetRow
+from tests.support.kafka import MOCK_URL_OPTIONS_BY_CLIENT
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Mock-broker consumer options a URL can carry (connectors/mock_kafka.py explains them); the
-#: patient assignor needs code, so workers sharing a group run ``worker_main`` instead.
-MOCK_URL_OPTIONS = "session_timeout_ms=3000&heartbeat_interval_ms=500&api_version=2.3"
+#: Mock-broker kafka-python options a URL can carry (connectors/mock_kafka.py explains them);
+#: the patient assignor needs code, so workers sharing a group run ``worker_main`` instead.
+MOCK_URL_OPTIONS = MOCK_URL_OPTIONS_BY_CLIENT["kafka-python"]
 
 
 class WorkerProcess:
