@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from connectors.base import Source
 from connectors.errors import SourceConfigError
 from connectors.file import FileSource
-from connectors.kafka import KafkaSource
+from monitor.errors import missing_extra
 
-__all__ = ["kafka_url_parts", "open_source"]
+__all__ = ["kafka_module", "kafka_url_parts", "open_source"]
 
 _FORMS = (
     "file:PATH (or file:///ABS/PATH) or kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?OPTION=VALUE&...]"
@@ -59,8 +61,21 @@ def open_source(url: str, group: str | None = None, **options: Any) -> Source:
         servers, topics, url_options = kafka_url_parts(url)
         if not group:
             raise SourceConfigError(f"{url} needs a consumer group (--group)")
-        return KafkaSource(servers, topics, group_id=group, **{**url_options, **options})
+        source: Source = kafka_module(f"the source {url}").KafkaSource(
+            servers, topics, group_id=group, **{**url_options, **options}
+        )
+        return source
     raise SourceConfigError(f"unknown source scheme {scheme!r} in {url!r}: expected {_FORMS}")
+
+
+def kafka_module(what: str) -> ModuleType:
+    """:mod:`connectors.kafka`, imported now: kafka-python is the ``kafka`` extra, so the file and
+    memory sources work without it. Without it, a :class:`~monitor.errors.MissingExtraError`
+    says that ``what`` needs the extra."""
+    try:
+        return importlib.import_module("connectors.kafka")
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, what) or exc from None
 
 
 def _file_path(rest: str) -> str:

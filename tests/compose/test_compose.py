@@ -338,7 +338,10 @@ def test_dockerfile_base_and_install() -> None:
     steps = _instructions()
     assert steps[0] == ("FROM", "python:3.11-slim")
     runs = " ".join(arg for op, arg in steps if op == "RUN")
-    assert "pip install ." in runs and "pip install --no-deps -e ." in runs
+    # The image runs the service: the core and the server, PostgreSQL and Kafka extras.
+    assert "pip install '.[server,postgres,kafka]'" in runs
+    assert "pip install --no-deps -e '.[server,postgres,kafka]'" in runs
+    assert "pip uninstall --yes conformal-monitor" in runs  # the empty package of the deps layer
     assert ("USER", "monitor") in steps
 
 
