@@ -132,8 +132,9 @@ def test_each_input_is_a_datasource_variable(dashboard: dict[str, Any]) -> None:
     for entry in dashboard["__inputs"]:
         var = by_name[entry["name"]]
         assert var["query"] == entry["pluginId"] and var["hide"] == 2
-        assert var["current"]["value"] in DATASOURCES
-        assert DATASOURCES[var["current"]["value"]]["type"] == entry["pluginId"]
+        provisioned = DATASOURCES[var["current"]["value"]]
+        assert provisioned["type"] == entry["pluginId"]
+        assert var["current"]["text"] == provisioned["name"]
         assert not var["multi"] and not var["includeAll"]
 
 
