@@ -50,10 +50,11 @@ PREVIOUS_DEFAULT = 10_000.0
 UNREACHABLE = 1e200
 
 
-def log_statistics(scenario: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def log_statistics(scenario: str, seed: int, n_calibration: int = N_CALIBRATION
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Both detectors' log SR statistic after each post-change event of one stream."""
     phases = (("stable", N_BEFORE), (scenario, N_AFTER))
-    data = make_stream(load_shuttle_regression(), phases, N_CALIBRATION, seed)
+    data = make_stream(load_shuttle_regression(), phases, n_calibration, seed)
     cal_scores = np.abs(data.y_calibration - data.pred_calibration)
     scores = np.abs(data.y - data.pred)
     params: dict[str, Any] = {"rule": "shiryaev_roberts", "threshold": UNREACHABLE, "seed": seed}

@@ -18,11 +18,13 @@ from monitor._version import __version__
 if TYPE_CHECKING:
     from monitor.notebook import NotebookMonitor, Trace, watch
 
-__all__ = ["NotebookMonitor", "Trace", "__version__", "watch"]
+__all__ = ["NotebookMonitor", "StreamFiles", "Trace", "__version__", "stream_from", "to_events",
+           "watch"]
 
 #: Top-level name → the module that defines it (imported on first access).
 _LAZY = {"watch": "monitor.notebook", "NotebookMonitor": "monitor.notebook",
-         "Trace": "monitor.notebook"}
+         "Trace": "monitor.notebook",
+         **dict.fromkeys(("stream_from", "to_events", "StreamFiles"), "monitor.frontdoor")}
 
 
 def __getattr__(name: str) -> Any:

@@ -24,6 +24,8 @@ Hierarchy::
     │       a stream configuration that cannot be used; the message names the field
     ├── CalibrationError (ValueError)               streams.calibration
     │       calibration data that cannot be used; the message names the line
+    ├── FrontDoorError (ValueError)                 frontdoor_tables
+    │       data the front door cannot turn into a stream's files; the message says what to give
     ├── SchemaError (ValueError)                    streams.schema
     │       calibration values that do not fit a feature schema; the message names row and feature
     ├── InvalidEvent (ValueError)                   streams.event_reference
@@ -138,6 +140,7 @@ EXTRA_OF_MODULE = {
     "alembic": "server",
     "fastapi": "server",
     "starlette": "server",
+    "swagger_ui_bundle": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
     "grafana_client": "server",

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     #: built-in key, which detects edits but not a forger who read the source; set it (the same
     #: on every replica) to deny forgeries.
     cursor_secret: str = ""
+    #: HMAC key of the browser session cookies set by ``/login`` (docs/api.md "In a browser").
+    #: Empty: ``monitor serve`` generates a random key at start and hands it to its
+    #: ``--workers`` processes, so sessions end when the server restarts; set it (the same on
+    #: every replica) to keep them across restarts and replicas.
+    session_secret: str = ""
+    #: Hours a browser session lasts after its login.
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    #: Development mode (``monitor serve --dev``): no token is needed for any route. Loopback
+    #: addresses only; every response carries ``X-Monitor-Dev-Mode: 1``.
+    dev: bool = False
     #: Largest accepted HTTP request body, bytes.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     #: Largest accepted event (one Kafka message, JSONL line or HTTP item), bytes.

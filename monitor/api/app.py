@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,13 +15,15 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from monitor.alerts import AlertDelivery, routing_from_settings
-from monitor.api.auth import AuthMiddleware, TokenStore
+from monitor.api.auth import AuthMiddleware, DevModeMiddleware, TokenStore
 from monitor.api.deps import ApiContext
+from monitor.api.docs import install_docs
 from monitor.api.errors import install_error_handlers
 from monitor.api.http_metrics import HttpMetricsMiddleware
 from monitor.api.ingest import Ingestor
 from monitor.api.limits import BodySizeLimitMiddleware
-from monitor.api.routes import alarms, alerts, events, fleets, health, metrics, streams
+from monitor.api.routes import alarms, alerts, events, fleets, health, login, metrics, streams
+from monitor.api.sessions import SessionSigner
 from monitor.db import queries
 from monitor.db.engine import make_engine, normalise_url, session_factory
 from monitor.db.sink import DatabaseSink
@@ -34,8 +38,10 @@ DESCRIPTION = """\
 Alarms, diagnoses, streams, detector traces and OOD decisions of the online ML monitor.
 
 Every route except `/health` needs `Authorization: Bearer <token>` with a token from
-`MONITOR_API_TOKENS` (`read` tokens: GET routes; `write` tokens: every route). Errors are JSON
-`{"detail": ...}`; lists are `{"data": [...], "count": N, "next_cursor": ...}`.
+`MONITOR_API_TOKENS` (`read` tokens: GET routes; `write` tokens: every route). In a browser, log
+in once at [/login](/login): a session cookie then authenticates GET requests (reports, lists)
+in this page and in links. Errors are JSON `{"detail": ...}`; lists are
+`{"data": [...], "count": N, "next_cursor": ...}`.
 """
 
 TAGS = [
@@ -80,15 +86,21 @@ def create_app(settings: Settings) -> FastAPI:
     # database; replicas of a shared deployment turn it off and run `monitor db upgrade` once.
     routing = routing_from_settings(settings)
     sink = DatabaseSink(settings.database_url, migrate=settings.auto_migrate, routing=routing)
-    if not len(tokens):
+    if settings.dev:
+        log.warning("DEVELOPMENT MODE (MONITOR_DEV / --dev): every route answers without a "
+                    "token; never expose this server")
+    elif not len(tokens):
         log.warning("MONITOR_API_TOKENS is empty: every route but /health will answer 401")
+    signer = SessionSigner(session_key(settings), tokens, round(settings.session_hours * 3600))
     ingestor = Ingestor(
         sink,
         max_event_bytes=settings.max_event_bytes,
         max_queue=settings.api_ingest_queue,
         dedup_seconds=settings.api_ingest_dedup_seconds,
     )
-    context = ApiContext(settings, engine, read_engine, sessions, read_sessions, tokens, ingestor)
+    context = ApiContext(
+        settings, engine, read_engine, sessions, read_sessions, tokens, ingestor, signer
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -108,19 +120,29 @@ def create_app(settings: Settings) -> FastAPI:
             sink.engine.dispose()
 
     app = FastAPI(
-        title="monitor", version="1", description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan
+        title="monitor",
+        version="1",
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        docs_url=None,  # served from local files by install_docs
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.context = context
     app.state.registry = CollectorRegistry(auto_describe=False)
     app.state.registry.register(DatabaseCollector(read_sessions))
     ProcessCollector(registry=app.state.registry)
     PlatformCollector(registry=app.state.registry)
-    for module in (health, metrics, streams, alarms, fleets, events, alerts):
+    for module in (health, login, metrics, streams, alarms, fleets, events, alerts):
         app.include_router(module.router)
     install_error_handlers(app)
     # The last middleware added runs first: authentication before the body is read.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, tokens=tokens)
+    if settings.dev:
+        app.add_middleware(DevModeMiddleware)
+    else:
+        app.add_middleware(AuthMiddleware, tokens=tokens, sessions=signer)
     # Outermost: every request is counted and timed, refused ones included.
     app.add_middleware(
         HttpMetricsMiddleware,
@@ -151,6 +173,24 @@ def guard_limits(settings: Settings) -> Any:
         max_header_bytes=settings.api_max_header_bytes,
         max_connections=settings.api_max_connections,
     )
+
+
+def session_key(settings: Settings) -> bytes:
+    """The HMAC key of the browser sessions: ``session_secret``'s SHA-256, or (empty) a random
+    key for this process alone (``monitor serve --workers N`` sets one secret for all N).
+
+    Raises
+    ------
+    ValueError
+        ``session_secret`` is shorter than 16 characters.
+    """
+    if not settings.session_secret:
+        return secrets.token_bytes(32)
+    if len(settings.session_secret) < 16:
+        raise ValueError(
+            "MONITOR_SESSION_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)"
+        )
+    return hashlib.sha256(settings.session_secret.encode()).digest()
 
 
 def _engine_options(url: str) -> dict[str, Any]:

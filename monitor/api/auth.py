@@ -8,6 +8,9 @@ token is compared with every stored digest in constant time (:func:`hmac.compare
 The check is an ASGI middleware rather than a route dependency so that it runs before the request
 body is read or parsed: an unauthenticated client gets 401 whatever it sends, and a route added
 later cannot forget it. GET/HEAD/OPTIONS need ``read``; every other method needs ``write``.
+A browser that logged in on ``/login`` is authenticated by its session cookie instead, on
+GET/HEAD/OPTIONS only (:mod:`monitor.api.sessions`); a browser asking for a page without either
+is sent to the login page.
 """
 
 from __future__ import annotations
@@ -19,23 +22,39 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from monitor.errors import MonitorError
 
+if TYPE_CHECKING:
+    from monitor.api.sessions import SessionSigner
+
 __all__ = [
     "PUBLIC_PATHS",
+    "PUBLIC_PREFIXES",
+    "SESSION_COOKIE",
     "AuthMiddleware",
+    "DevModeMiddleware",
     "Principal",
     "TokenScope",
     "TokenStore",
     "required_scope",
 ]
 
-#: Paths served without a token: the liveness probe and the API's own documentation.
-PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Paths served without a token: the liveness probe, the API's own documentation and the
+#: browser login.
+PUBLIC_PATHS = frozenset(
+    {"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/favicon.ico", "/login",
+     "/logout"}
+)
+#: The browser session's cookie (:mod:`monitor.api.sessions`).
+SESSION_COOKIE = "monitor_session"
+#: Path prefixes served without a token: the documentation's static files.
+PUBLIC_PREFIXES = ("/docs/assets/",)
 
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DIGEST = re.compile(r"^sha256:([0-9a-fA-F]{64})$")
@@ -109,6 +128,15 @@ class TokenStore:
                 found = scope
         return None if found is None else Principal(found, digest.hex()[:12])
 
+    def scope_of(self, token_id: str) -> TokenScope | None:
+        """The widest scope of the configured token whose id (:attr:`Principal.token_id`) is
+        ``token_id``, or None when no configured token has it."""
+        found: TokenScope | None = None
+        for scope, stored in self._entries:
+            if hmac.compare_digest(stored.hex()[:12], token_id) and found is not TokenScope.WRITE:
+                found = scope
+        return found
+
 
 class TokenConfigError(MonitorError, ValueError):
     """``MONITOR_API_TOKENS`` cannot be parsed; the message names the entry (never the token)
@@ -153,20 +181,34 @@ class AuthMiddleware:
     """Rejects requests without a valid token of the needed scope (401 / 403).
 
     On success the :class:`Principal` is put in the request state (``request.state.principal``).
+    With ``sessions``, a GET/HEAD/OPTIONS request without an ``Authorization`` header may be
+    authenticated by its session cookie, and a browser's page request without either is
+    redirected to ``/login`` (303) instead of answered 401.
     """
 
     def __init__(
-        self, app: ASGIApp, tokens: TokenStore, public_paths: frozenset[str] = PUBLIC_PATHS
+        self,
+        app: ASGIApp,
+        tokens: TokenStore,
+        public_paths: frozenset[str] = PUBLIC_PATHS,
+        sessions: SessionSigner | None = None,
     ) -> None:
         self.app = app
         self.tokens = tokens
         self.public_paths = public_paths
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _route_path(scope) in self.public_paths:
+        path = _route_path(scope) if scope["type"] == "http" else ""
+        if scope["type"] != "http" or path in self.public_paths or path.startswith(
+            PUBLIC_PREFIXES
+        ):
             await self.app(scope, receive, send)
             return
         principal, failure = self._check(scope)
+        if failure is not None and failure[0] == 401 and self._wants_login_page(scope):
+            await _see_login(send, scope)
+            return
         if failure is not None:
             status, detail, challenge = failure
             await _reject(send, status, detail, challenge)
@@ -175,13 +217,19 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
     def _check(self, scope: Scope) -> tuple[Principal | None, tuple[int, str, str] | None]:
-        header = Headers(scope=scope).get("authorization")
+        headers = Headers(scope=scope)
+        header = headers.get("authorization")
+        if not header and self.sessions is not None:
+            principal = self._session(scope, headers)
+            if principal is not None:
+                return principal, None
         if not header:
-            return None, (
-                401,
-                "missing bearer token: send the header 'Authorization: Bearer <token>'",
-                REALM,
-            )
+            why = "missing bearer token: send the header 'Authorization: Bearer <token>'"
+            if _cookie(headers, SESSION_COOKIE) is not None and required_scope(
+                scope["method"]
+            ) is TokenScope.WRITE:
+                why += " (a browser session authenticates GET, HEAD and OPTIONS only)"
+            return None, (401, why, REALM)
         kind, _, token = header.partition(" ")
         principal = self.tokens.authenticate(token.strip()) if kind.lower() == "bearer" else None
         if principal is None:
@@ -201,6 +249,47 @@ class AuthMiddleware:
                 f'{REALM}, error="insufficient_scope", scope="{needed.value}"',
             )
         return principal, None
+
+    def _session(self, scope: Scope, headers: Headers) -> Principal | None:
+        """The principal of a valid session cookie on a read request (never on a write: a
+        cookie is sent by the browser whoever made the page, a header is not)."""
+        if self.sessions is None or required_scope(scope["method"]) is not TokenScope.READ:
+            return None
+        value = _cookie(headers, SESSION_COOKIE)
+        return None if value is None else self.sessions.verify(value)
+
+    def _wants_login_page(self, scope: Scope) -> bool:
+        """A browser following a link: a GET that accepts HTML, without a bearer header."""
+        headers = Headers(scope=scope)
+        return (
+            self.sessions is not None
+            and scope["method"] == "GET"
+            and "authorization" not in headers
+            and "text/html" in headers.get("accept", "")
+        )
+
+
+def _cookie(headers: Headers, name: str) -> str | None:
+    for header in headers.getlist("cookie"):
+        for item in header.split(";"):
+            key, sep, value = item.strip().partition("=")
+            if sep and key == name:
+                return value.strip('"')
+    return None
+
+
+async def _see_login(send: Send, scope: Scope) -> None:
+    query = scope.get("query_string", b"").decode("latin-1")
+    target = _route_path(scope) + (f"?{query}" if query else "")
+    location = f"{scope.get('root_path', '')}/login?next={quote(target, safe='')}"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 303,
+            "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})
 
 
 def _route_path(scope: Scope) -> str:
@@ -223,3 +312,29 @@ async def _reject(send: Send, status: int, detail: str, challenge: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+#: The header every response of a server in development mode carries.
+DEV_MODE_HEADER = (b"x-monitor-dev-mode", b"1")
+
+
+class DevModeMiddleware:
+    """Development mode (``monitor serve --dev``): every request is let through as a ``write``
+    principal (``token_id`` ``"dev"``), and every response carries ``X-Monitor-Dev-Mode: 1`` so
+    no one mistakes the server for a protected one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = Principal(TokenScope.WRITE, "dev")
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), DEV_MODE_HEADER]}
+            await send(message)
+
+        await self.app(scope, receive, marked)

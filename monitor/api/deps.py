@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from monitor.api.auth import Principal, TokenStore
 from monitor.api.ingest import Ingestor
+from monitor.api.sessions import SessionSigner
 from monitor.settings import Settings
 
 __all__ = [
@@ -54,6 +55,8 @@ class ApiContext:
     read_sessions: sessionmaker[Session]
     tokens: TokenStore
     ingestor: Ingestor
+    #: Issues and checks the browser session cookies (``/login``).
+    signer: SessionSigner
 
 
 # Dependencies that do no I/O are ``async``: FastAPI runs plain functions in its thread pool,

@@ -166,6 +166,8 @@ class Ingestor:
         self._queue_lock = threading.Lock()
         self._batch_seconds = 0.1  # moving average, for Retry-After
         self._pruned_at = 0.0
+        #: Streams whose events without ts have been logged: once per stream per API process.
+        self._warned_without_ts: set[str] = set()
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -313,7 +315,8 @@ class Ingestor:
         """A pipeline of the registered streams among ``names``, in their stored state; those
         that cannot run as stored (:class:`FeatureOrderError`) are stopped in it, so that their
         events are dead letters saying why."""
-        pipeline = Pipeline({}, source="", max_event_bytes=self.max_event_bytes)
+        pipeline = Pipeline({}, source="", max_event_bytes=self.max_event_bytes,
+                            warned_without_ts=self._warned_without_ts)
         with self.sink.sessions() as session:
             rows = list(session.scalars(select(StreamRow).where(StreamRow.name.in_(sorted(names)))))
             for row in rows:

@@ -230,6 +230,8 @@ class StreamPublic(BaseModel):
                     "last_event_at": "2026-11-30T12:08:37Z",
                     "created_at": "2026-11-30T09:00:00Z",
                     "updated_at": "2026-11-30T09:00:00Z",
+                    "events_without_ts": 0,
+                    "warnings": [],
                 }
             ]
         }
@@ -249,6 +251,17 @@ class StreamPublic(BaseModel):
     last_event_at: datetime | None = Field(description="When the checkpoint was last written.")
     created_at: datetime
     updated_at: datetime
+    events_without_ts: int | None = Field(
+        default=None, ge=0,
+        description="Events processed without a `ts` (from the checkpoint; they were timed by "
+        "the broker or at ingest, and a time budget ran them on its event-count threshold). "
+        "`GET /streams/{name}` only: null in the list.",
+    )
+    warnings: list[str] | None = Field(
+        default=None,
+        description="What the stream's operator should fix, one sentence each (events without "
+        "`ts`). `GET /streams/{name}` only: null in the list.",
+    )
 
 
 class StreamsPublic(BaseModel):

@@ -18,6 +18,10 @@ from monitor.settings import Settings
 from monitor.streams.records import Alarm, TracePoint
 
 LABEL_DELAY = 25
+#: Labels per performance window: 29 windows over the 2 900 predictions, so each alarm's report
+#: compares the 2 windows on each side of its changepoint within one phase (the default 500
+#: gives 5, each across a phase boundary or a phase away).
+PERFORMANCE_WINDOW = 100
 
 
 def run_demo(
@@ -36,7 +40,8 @@ def run_demo(
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     settings = settings.model_copy(update={"database_url": f"sqlite:///{db_path}"})
     with console.status("building the example stream from river's bundled Shuttle data"):
-        paths = build_example(out, seed=seed, label_delay=LABEL_DELAY)
+        paths = build_example(out, seed=seed, label_delay=LABEL_DELAY, named=True,
+                              performance_window=PERFORMANCE_WINDOW)
     truth = json.loads(paths["truth"].read_text())
     total = sum(1 for _ in paths["events"].open("rb"))
     traces: list[TracePoint] = []

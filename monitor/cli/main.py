@@ -29,6 +29,7 @@ from monitor.cli.common import (
 )
 from monitor.cli.database_commands import add_db
 from monitor.cli.fleets_commands import add_fleets
+from monitor.cli.init_commands import add_init
 from monitor.cli.letters_commands import add_dead_letters
 from monitor.cli.run_commands import add_run
 from monitor.cli.serve_commands import add_dashboards, add_serve
@@ -174,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--db", help=DB_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_init(sub)
     add_run(sub)
     add_streams(sub)
     add_alarms(sub)

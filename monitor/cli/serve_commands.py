@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import logging
 import os
+import secrets
 from typing import Any
 
 from monitor.cli.common import UserError, alerts_argument, port_number, with_alerts
 from monitor.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def add_serve(sub: Any) -> None:
@@ -19,8 +24,29 @@ def add_serve(sub: Any) -> None:
         type=int,
         help="worker processes (default: MONITOR_API_WORKERS or 1; one per core is usual)",
     )
+    p.add_argument(
+        "--dev",
+        action="store_true",
+        help="development mode (or MONITOR_DEV=1): no token needed for any route; refused "
+        "unless --host is a loopback address",
+    )
     alerts_argument(p)
     p.set_defaults(handler=_cmd_serve)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost`` (an empty host, like
+    ``0.0.0.0`` or ``::``, binds every interface: not loopback).
+
+    >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.5")]
+    [True, True, True, False, False]
+    """
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -31,6 +57,17 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from monitor.api.guard import GuardedHttpToolsProtocol, configure
 
     settings = with_alerts(args, settings)
+    if args.dev:
+        settings = settings.model_copy(update={"dev": True})
+    if settings.dev and not is_loopback(args.host):
+        raise UserError(
+            f"development mode answers every request without a token: it binds only to a "
+            f"loopback address (--host 127.0.0.1 or ::1), not {args.host!r}; drop --dev "
+            "(and MONITOR_DEV) to serve other hosts with tokens"
+        )
+    if settings.dev:
+        log.warning("DEVELOPMENT MODE on http://%s:%d: no token is needed for any route",
+                    args.host, args.port)
     workers = settings.api_workers if args.workers is None else args.workers
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
@@ -71,6 +108,9 @@ def _prepare_workers(settings: Settings) -> None:
     os.environ["MONITOR_DATABASE_URL"] = settings.database_url  # it may come from --db
     os.environ["MONITOR_AUTO_MIGRATE"] = "false"
     os.environ["MONITOR_ALERTS_FILE"] = settings.alerts_file  # it may come from --alerts
+    os.environ["MONITOR_DEV"] = "true" if settings.dev else "false"  # it may come from --dev
+    # One session key for all the workers: a cookie set by one is valid on the others.
+    os.environ["MONITOR_SESSION_SECRET"] = settings.session_secret or secrets.token_hex(32)
 
 
 def add_dashboards(sub: Any) -> None:

@@ -104,6 +104,10 @@ class Pipeline:
     stopped
         Registered streams that cannot be run as stored: name → (configuration version, why);
         their events go to the dead letters saying why (:meth:`stop`).
+    warned_without_ts
+        The streams whose events without ``ts`` were logged already, shared with the caller's
+        other pipelines (HTTP ingest builds one per request); by default this pipeline's own:
+        one log line per stream per run.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class Pipeline:
         source: str = "",
         max_event_bytes: int = 256 * 1024,
         stopped: Mapping[str, tuple[int, str]] | None = None,
+        warned_without_ts: set[str] | None = None,
     ) -> None:
         self.streams = dict(streams)
         #: Streams that cannot be run as stored
@@ -120,6 +125,7 @@ class Pipeline:
         self.stopped: dict[str, tuple[int, str]] = {}
         self.source = source
         self.max_event_bytes = max_event_bytes
+        self._warned_without_ts = set() if warned_without_ts is None else warned_without_ts
         for name, (version, reason) in (stopped or {}).items():
             self.stop(name, version, reason)
 
@@ -224,6 +230,7 @@ class Pipeline:
             # A poll of one record (the worker isolating records after a failed step, or a
             # trickle of events) keeps the stream's state to undo a failed step.
             before = monitor.state_dict() if len(records) == 1 else None
+            without_ts = monitor.events_without_ts
             try:
                 rejected = monitor.step(events, fallback)
             except Exception as exc:  # a bug, not the data: the worker isolates the records
@@ -237,6 +244,8 @@ class Pipeline:
                 dead.append((positions[i], dead_letter(
                     self.source, record, reason, events[i], name
                 )))
+            if monitor.events_without_ts > without_ts:
+                self._warn_without_ts(name)
             if len(rejected) < len(events):
                 out.events += len(events) - len(rejected)
                 out.touched.add(name)
@@ -245,6 +254,17 @@ class Pipeline:
         out.dead_letters = [letter for _, letter in dead]
         out.read(records)
         return out
+
+    def _warn_without_ts(self, name: str) -> None:
+        if name in self._warned_without_ts:
+            return
+        self._warned_without_ts.add(name)
+        log.warning(
+            "stream %r: events without ts, timed by the broker or at ingest; its alarm budget "
+            "runs them on its event-count threshold, not on the stream's event rate (counted "
+            "in GET /streams/%s and monitor_events_without_ts_total; logged once per run)",
+            name, name,
+        )
 
     def flush(self) -> BatchOutput:
         """Close partial OOD windows (end of a finite source)."""

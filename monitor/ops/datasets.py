@@ -259,6 +259,8 @@ def build_example(
     stream: str = "shuttle",
     alarm: dict[str, Any] | None = None,
     covariate_alarm: dict[str, Any] | None = None,
+    named: bool = False,
+    performance_window: int | None = None,
 ) -> dict[str, Path]:
     """Write an example stream from the Shuttle task as wire-format files (README "Event format").
 
@@ -271,6 +273,11 @@ def build_example(
     alarms and ARL 1 000 for the covariate alarms (``alarm`` / ``covariate_alarm`` override
     them): a covariate alarm is informational — it names the shift and never pages anyone — and
     the x-only score detects a within-support tilt too slowly at ARL 10 000 to show it.
+
+    ``named`` writes the features as an object by the dataset's names (``f2``, ``f3``, …;
+    reports and attributions then name them so) instead of a list; the monitors see the same
+    values in the same order. ``performance_window`` sets the stream's labels per performance
+    window (``performance.window``; default: the configuration's default).
 
     Returns
     -------
@@ -298,28 +305,37 @@ def build_example(
         "config": out / f"{stream}.yaml",
         "truth": out / f"{stream}_truth.json",
     }
-    cal = _calibration_events(stream, data)
-    _write_jsonl(paths["calibration"], cal)
-    _write_jsonl(paths["events"], _stream_events(stream, data, label_delay))
-    config = _config(stream, paths, seed, alarm, covariate_alarm)
+    names = data.feature_names if named else None
+    _write_jsonl(paths["calibration"], _calibration_events(stream, data, names))
+    _write_jsonl(paths["events"], _stream_events(stream, data, label_delay, names))
+    config = _config(stream, paths, seed, alarm, covariate_alarm, performance_window)
     paths["config"].write_text(yaml.safe_dump(config, sort_keys=False))
     paths["truth"].write_text(json.dumps(_truth(data, seed, label_delay), indent=2) + "\n")
     return paths
 
 
-def _calibration_events(stream: str, data: ScriptedStream) -> Iterator[dict[str, Any]]:
+def _features(row: np.ndarray, names: Sequence[str] | None) -> list[float] | dict[str, float]:
+    values = row.tolist()
+    return values if names is None else dict(zip(names, values, strict=True))
+
+
+def _calibration_events(
+    stream: str, data: ScriptedStream, names: Sequence[str] | None
+) -> Iterator[dict[str, Any]]:
     for i in range(data.y_calibration.shape[0]):
         yield {
             "kind": "prediction",
             "stream": stream,
             "id": f"cal-{i:06d}",
-            "features": data.X_calibration[i].tolist(),
+            "features": _features(data.X_calibration[i], names),
             "prediction": float(data.pred_calibration[i]),
             "label": float(data.y_calibration[i]),
         }
 
 
-def _stream_events(stream: str, data: ScriptedStream, delay: int) -> Iterator[dict[str, Any]]:
+def _stream_events(
+    stream: str, data: ScriptedStream, delay: int, names: Sequence[str] | None
+) -> Iterator[dict[str, Any]]:
     pending: list[dict[str, Any]] = []
     for i in range(len(data)):
         ts = _START + timedelta(seconds=i)
@@ -328,7 +344,7 @@ def _stream_events(stream: str, data: ScriptedStream, delay: int) -> Iterator[di
             "stream": stream,
             "id": f"e-{i:06d}",
             "ts": _iso(ts),
-            "features": data.X[i].tolist(),
+            "features": _features(data.X[i], names),
             "prediction": float(data.pred[i]),
         }
         label = {"kind": "label", "stream": stream, "id": event["id"], "label": float(data.y[i])}
@@ -349,6 +365,7 @@ def _config(
     seed: int,
     alarm: dict[str, Any] | None,
     covariate_alarm: dict[str, Any] | None,
+    performance_window: int | None = None,
 ) -> dict[str, Any]:
     from monitor.streams.config import StreamConfig
 
@@ -362,6 +379,8 @@ def _config(
         "covariate_alarm": covariate_alarm or {"rule": "shiryaev_roberts", "threshold": 1_000},
         "seed": seed,
     }
+    if performance_window is not None:
+        config["performance"] = {"window": performance_window}
     StreamConfig.model_validate(config)  # fail here, not in the reader, if the contract moved
     return config
 

@@ -27,6 +27,8 @@ Metric names (labels in braces):
 - ``monitor_label_join_lag_seconds{stream}``: event time from the oldest waiting prediction to
   the stream's latest event
 - ``monitor_label_join_expired_total{stream,kind}``: predictions / labels dropped unjoined
+- ``monitor_events_without_ts_total{stream}``: events processed without a ``ts`` (their time is
+  the broker's or the ingest time; the alarm budget runs them on its event-count threshold)
 - ``monitor_log_martingale{stream,detector}``: latest log test-martingale (natural log)
 - ``monitor_p_value{stream,detector}``: latest conformal p-value
 - ``monitor_log_statistic{stream,detector}``: latest log of the alarm rule's statistic
@@ -84,8 +86,8 @@ from monitor.streams.state import StateFormatError
 __all__ = [
     "SOURCE_KINDS",
     "UNKNOWN",
+    "CheckpointStats",
     "DatabaseCollector",
-    "JoinStats",
     "configured_thresholds",
     "source_kind",
 ]
@@ -172,8 +174,9 @@ _TRACE_GAUGES = (
 
 
 @dataclass(frozen=True, slots=True)
-class JoinStats:
-    """The label join's backlog, read from a stream's checkpoint."""
+class CheckpointStats:
+    """What the metrics read from a stream's checkpoint: the label join's backlog and the count
+    of events without ts."""
 
     pending_predictions: int
     pending_labels: int
@@ -182,20 +185,25 @@ class JoinStats:
     expired_labels: int
     #: Labels received: joined, waiting, or expired unjoined.
     labels_received: int = 0
+    #: Events processed without a ``ts`` (0 in a checkpoint written before they were counted).
+    events_without_ts: int = 0
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> JoinStats:
+    def from_state(cls, state: dict[str, Any]) -> CheckpointStats:
         """From a ``StreamMonitor.state_dict()``.
 
         Examples
         --------
         >>> join = {"predictions": [["a", 0, 100.0, [1.0], 2.0]], "labels": [],
         ...         "counts": [3, 1, 7]}
-        >>> stats = JoinStats.from_state({"join": join, "last_ts": "1970-01-01T00:02:30+00:00"})
+        >>> last = "1970-01-01T00:02:30+00:00"
+        >>> stats = CheckpointStats.from_state({"join": join, "last_ts": last})
         >>> stats.pending_predictions, stats.lag_seconds, stats.expired_predictions
         (1, 50.0, 3)
         >>> stats.labels_received  # 7 joined + 1 expired
         8
+        >>> stats.events_without_ts  # a checkpoint without the count: none
+        0
         """
         join = state.get("join") or {}
         predictions = join.get("predictions") or []
@@ -208,7 +216,8 @@ class JoinStats:
         pending_labels = len(join.get("labels") or [])
         received = int(counts[2]) + pending_labels + int(counts[1]) if len(counts) > 2 else 0
         return cls(
-            len(predictions), pending_labels, lag, int(counts[0]), int(counts[1]), received
+            len(predictions), pending_labels, lag, int(counts[0]), int(counts[1]), received,
+            int(state.get("events_without_ts", 0)),
         )
 
 
@@ -239,7 +248,7 @@ class DatabaseCollector(Collector):
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
-        self._join_cache: dict[str, tuple[tuple[int, datetime], JoinStats]] = {}
+        self._join_cache: dict[str, tuple[tuple[int, datetime], CheckpointStats]] = {}
 
     def describe(self) -> Iterable[Metric]:
         # Empty: the registry must not call collect() (a database read) at registration.
@@ -364,7 +373,7 @@ class DatabaseCollector(Collector):
 
     def _join_stats(
         self, session: Session, stream: str, key: tuple[int, datetime]
-    ) -> JoinStats | None:
+    ) -> CheckpointStats | None:
         cached = self._join_cache.get(stream)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -372,7 +381,7 @@ class DatabaseCollector(Collector):
             checkpoint = load_state(session, stream)
             if checkpoint is None:
                 return None
-            stats = JoinStats.from_state(checkpoint.state)
+            stats = CheckpointStats.from_state(checkpoint.state)
         except (StateFormatError, KeyError, TypeError, ValueError, IndexError) as exc:
             log.warning("metrics: cannot read the label join of stream %r: %s", stream, exc)
             return None
@@ -381,15 +390,16 @@ class DatabaseCollector(Collector):
 
 
 def _join_families(
-    stats: Sequence[tuple[str, int, JoinStats | None]], streams: list[str]
+    stats: Sequence[tuple[str, int, CheckpointStats | None]], streams: list[str]
 ) -> Iterator[Metric]:
-    """Label-join backlog per stream (``unknown``: summed over unregistered streams; the lag is
-    their largest)."""
+    """Label-join backlog and events without ts per stream (``unknown``: summed over
+    unregistered streams; the lag is their largest)."""
     predictions, labels, lag = _zeros(streams), _zeros(streams), _zeros(streams)
-    expired = _zeros(streams, EVENT_KINDS)
+    expired, without_ts = _zeros(streams, EVENT_KINDS), _zeros(streams)
     for stream, _, join in stats:
         if join is None:
             continue
+        without_ts[(stream,)] += join.events_without_ts
         predictions[(stream,)] += join.pending_predictions
         labels[(stream,)] += join.pending_labels
         lag[(stream,)] = max(lag[(stream,)], join.lag_seconds)
@@ -418,6 +428,12 @@ def _join_families(
         "Predictions or labels dropped unjoined.",
         ["stream", "kind"],
         expired.items(),
+    )
+    yield _counter(
+        "monitor_events_without_ts",
+        "Events processed without a ts (timed by the broker or at ingest).",
+        ["stream"],
+        without_ts.items(),
     )
 
 

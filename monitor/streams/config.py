@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from monitor.core.martingales.alarms.budget import DEFAULT_EVENTS
 from monitor.core.tabular import MAX_CATEGORIES, MAX_SEEN, category_text
 from monitor.errors import MonitorError
 from monitor.streams.durations import parse_duration
@@ -91,6 +92,11 @@ class AlarmConfig(_Strict):
     ``min_threshold`` (time budgets only; default 100 000) is the lowest threshold the budget
     sets: max(min_threshold, 2·T·r̂). It only makes the stream quieter than its budget, on slow
     streams; ``min_threshold: 2`` lets the budget alone decide.
+
+    With ``false_alarm_every``, ``events`` (default 50 000) is the budget's event-count part N:
+    a detector's first 256 updates (the rate's warm-up) and every update without an event time
+    (an event without ``ts``) run on the threshold max(min_threshold, 2·N), so a stream keeps
+    P(a false alarm within t) <= 256/N + t/budget (docs/algorithms.md).
     """
 
     rule: RuleName = "shiryaev_roberts"
@@ -105,9 +111,10 @@ class AlarmConfig(_Strict):
     def _check(self) -> AlarmConfig:
         given = [k for k in ("threshold", "false_alarm_every", "events")
                  if getattr(self, k) is not None]
-        if len(given) > 1:
+        if len(given) > 1 and given != ["false_alarm_every", "events"]:
             raise ValueError(
-                f"alarm: give one of threshold, false_alarm_every, events; got {given}"
+                f"alarm: give one of threshold, false_alarm_every, events (or "
+                f"false_alarm_every with the events of its warm-up); got {given}"
             )
         if not given and self.rule != "ville":
             object.__setattr__(self, "false_alarm_every", DEFAULT_BUDGET)
@@ -123,6 +130,8 @@ class AlarmConfig(_Strict):
             )
         if self.false_alarm_every is not None and self.min_threshold is None:
             object.__setattr__(self, "min_threshold", DEFAULT_THRESHOLD)
+        if self.false_alarm_every is not None and self.events is None:
+            object.__setattr__(self, "events", DEFAULT_EVENTS)
         if self.rule != "ville" and self.spending != "per_segment":
             raise ValueError("alarm: spending applies to the ville rule only")
         return self
@@ -134,9 +143,19 @@ class AlarmConfig(_Strict):
         when it moves (a time budget follows the event rate; lifetime spending's 1/α_k)."""
         if self.rule == "ville":
             return 1.0 / self.alpha if self.spending == "per_segment" else None
+        if self.false_alarm_every is not None:
+            return None
         if self.events is not None:
             return float(BUDGET_SHARE * self.events)
         return self.threshold
+
+    @property
+    def event_threshold(self) -> float | None:
+        """A time budget's event-count threshold max(min_threshold, BUDGET_SHARE × ``events``),
+        in force during warm-up and for events without ``ts`` (None without a time budget)."""
+        if self.false_alarm_every is None or self.events is None or self.min_threshold is None:
+            return None
+        return max(self.min_threshold, float(BUDGET_SHARE * self.events))
 
     @property
     def budget_seconds(self) -> float | None:
@@ -270,6 +289,7 @@ class StreamConfig(_Strict):
     vocabulary: dict[str, list[Category]] | None = None
     max_categories: Annotated[int, Field(ge=1, le=1_000)] = MAX_CATEGORIES
     data_quality: DataQualityConfig = DataQualityConfig()
+    classes: list[Category] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> StreamConfig:
@@ -290,6 +310,7 @@ class StreamConfig(_Strict):
                 "'normalized_residual'"
             )
         _check_declaration(self.features, self.vocabulary)
+        _check_classes(self.task, self.classes)
         return self
 
     @property
@@ -325,6 +346,21 @@ def _check_declaration(features: dict[str, FeatureKind] | None,
         repeated = next((t for k, t in enumerate(texts) if t in texts[:k]), None)
         if repeated is not None:
             raise ValueError(f"vocabulary.{name}: category {repeated!r} is given twice")
+
+
+def _check_classes(task: str, classes: list[Any] | None) -> None:
+    """``classes``: a classification stream's class names, each once, at least two."""
+    if classes is None:
+        return
+    if task != "classification":
+        raise ValueError("classes: only a classification stream has classes")
+    if len(classes) < 2:
+        raise ValueError("classes: name at least two classes, in the order of the "
+                         "prediction's probabilities")
+    texts = [category_text(c) for c in classes]
+    repeated = next((t for k, t in enumerate(texts) if t in texts[:k]), None)
+    if repeated is not None:
+        raise ValueError(f"classes: class {repeated!r} is given twice")
 
 
 def load_stream_config(path: str | Path) -> StreamConfig:

@@ -87,9 +87,9 @@ class BatchUpdates(AlarmDiagnosis):
         adapt. An alarm's evidence reads the other monitor as it was at that point of the
         arrival order (the conditional monitor at the segment's end, the covariate statistic
         from its trace). ``cov_ts`` / ``cond_ts`` are the updates' event times in seconds,
-        read by a detector with a time budget (None: the updates count at its maximum rate;
-        :class:`EventRateThreshold`): its monitor then runs in spans of one
-        threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
+        read by a detector with a time budget (None, or NaN for one update: no event time, the
+        budget's event-count threshold; :class:`EventRateThreshold`): its monitor then runs in
+        spans of one threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
 
         A batch longer than :meth:`_batch_limit` updates runs as two halves in arrival order
         (the same results): a revision is decided at the batch's end from the recent support
@@ -255,8 +255,8 @@ class BatchUpdates(AlarmDiagnosis):
         budget = self.budgets.get(detector)
         if budget is None:
             return None
-        if ts is None:  # no event times: the latest one, counted at the maximum rate
-            return budget.thresholds(np.full(n, budget.latest))
+        if ts is None:  # no event times: the event-count threshold
+            return budget.thresholds(np.full(n, np.nan))
         arr = np.asarray(ts, dtype=np.float64).reshape(-1)
         if arr.size != n:
             raise ValueError(f"{detector} event times: {arr.size} for {n} updates")

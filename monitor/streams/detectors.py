@@ -11,6 +11,7 @@ run in :mod:`monitor.streams.detector_batches`.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -54,7 +55,8 @@ class StreamDetectors(BatchUpdates):
     budgets
         A time budget's threshold per detector (``"covariate"``, ``"conditional"``): before
         each update it sets that monitor's threshold, which then follows the detector's update
-        rate on event time (updates without ``ts`` count at the budget's maximum rate).
+        rate on event time (an update without ``ts`` runs on the budget's event-count
+        threshold, :attr:`EventRateThreshold.event_threshold`).
     min_events
         Fewest events from an alarm's changepoint to the alarm from which its kind is decided
         (:data:`MIN_EVIDENCE`); an alarm with fewer is raised as ``insufficient_evidence`` and
@@ -307,8 +309,8 @@ class StreamDetectors(BatchUpdates):
         budget = self.budgets.get(detector)
         if budget is None:
             return
-        # An update without an event time takes the latest one: it counts at the maximum rate.
-        threshold = float(budget.thresholds([budget.latest if ts is None else ts])[0])
+        # An update without an event time runs on the event-count threshold (a NaN time).
+        threshold = float(budget.thresholds([math.nan if ts is None else ts])[0])
         monitor = self.covariate if detector == "covariate" else self.conditional
         monitor._test.rule.set_threshold(threshold)  # type: ignore[attr-defined]
 
@@ -361,13 +363,15 @@ class StreamDetectors(BatchUpdates):
 
 def _time_budget(alarm: AlarmConfig) -> EventRateThreshold:
     assert alarm.budget_seconds is not None
-    assert alarm.min_threshold is not None  # filled in with the budget
-    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE, floor=alarm.min_threshold)
+    # min_threshold and events are filled in with the budget
+    assert alarm.min_threshold is not None and alarm.events is not None
+    return EventRateThreshold(alarm.budget_seconds, share=BUDGET_SHARE, floor=alarm.min_threshold,
+                              events=alarm.events)
 
 
 def _first_threshold(alarm: AlarmConfig) -> float:
     """The threshold a monitor starts with: the configured one, or a time budget's warm-up
-    threshold (Ville's comes from alpha)."""
+    threshold, its event-count one (Ville's comes from alpha)."""
     if alarm.budget_seconds is not None:
         return _time_budget(alarm).threshold
     return alarm.fixed_threshold or DEFAULT_THRESHOLD

@@ -48,6 +48,9 @@ class Pending(NamedTuple):
     #: The configuration version the prediction was made under, when a later version is in
     #: force (set by :meth:`LabelJoin.mark_made_under`); None: the version in force.
     version: int | None = None
+    #: True when the prediction had no ``ts`` (``ts`` is then the broker's or the ingest time):
+    #: its conditional update has no event time for the alarm budget.
+    untimed: bool = False
 
 
 class Joined(NamedTuple):
@@ -240,12 +243,15 @@ class LabelJoin:
         predictions = self._predictions.values()
         state: dict[str, Any] = {
             "version": 2,
-            # a sixth item, the scale, only when there is one, and a seventh, the version a
-            # prediction was made under, only when marked: older readers see the same rows
+            # a sixth item, the scale, only when there is one, a seventh, the version a
+            # prediction was made under, only when marked, and an eighth, true, only for a
+            # prediction without ts: older readers see the same rows
             "predictions": [
                 [p.event_id, p.event_index, p.ts, list(p.features), _plain(p.prediction)]
-                + ([] if p.scale is None and p.version is None else [p.scale])
-                + ([] if p.version is None else [p.version])
+                + ([] if p.scale is None and p.version is None and not p.untimed
+                   else [p.scale])
+                + ([] if p.version is None and not p.untimed else [p.version])
+                + ([True] if p.untimed else [])
                 for p in predictions
             ],
             "labels": [[k, v[0], v[1]] for k, v in self._labels.items()],
@@ -272,7 +278,8 @@ class LabelJoin:
             raise ValueError(f"unsupported label-join state version {state.get('version')!r}")
         self._predictions = OrderedDict(
             (row[0], Pending(row[0], row[1], row[2], tuple(row[3]), _tuple(row[4]),
-                             row[5] if len(row) > 5 else None, row[6] if len(row) > 6 else None))
+                             row[5] if len(row) > 5 else None, row[6] if len(row) > 6 else None,
+                             len(row) > 7 and bool(row[7])))
             for row in state["predictions"]
         )
         self._made_under = {

@@ -11,6 +11,7 @@ records (:mod:`monitor.streams.monitor_records`), the state and configuration ve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -88,6 +89,9 @@ class StreamMonitor(InputChecks, VersionedState):
         self.labeled = 0
         self.window_index = 0
         self.last_ts: datetime | None = None
+        #: Events processed without a ``ts`` (their time is the broker's or the ingest time;
+        #: the alarm budgets count them as updates without an event time).
+        self.events_without_ts = 0
         self._alarms: list[Alarm] = []
         self._traces: list[TracePoint] = []
         self._windows: list[OODWindow] = []
@@ -117,8 +121,10 @@ class StreamMonitor(InputChecks, VersionedState):
         label joined among the predictions); then each monitor advances over the whole batch in
         one call (:meth:`StreamDetectors.update_batch`, :meth:`OODDecider.add_many`) and only
         what is stored becomes a record: alarms, every ``trace_every``-th trace point, OOD
-        windows. ``fallback_ts(k)`` is the time of event k when it has no ``ts``. Returns the
-        events that do not fit the stream as ``(k, reason)``; they change nothing.
+        windows. ``fallback_ts(k)`` is the time of event k when it has no ``ts``: the label
+        join and the records use it, the time budgets do not (an update without an event time
+        runs on the budget's event-count threshold; :attr:`events_without_ts` counts them).
+        Returns the events that do not fit the stream as ``(k, reason)``; they change nothing.
         """
         batch = _Batch()
         rejected: list[tuple[int, str]] = []
@@ -135,7 +141,10 @@ class StreamMonitor(InputChecks, VersionedState):
             and self.calibration.logits is None and self.calibration.embedding is None \
             and self.calibration.schema.is_plain
         for k, event in enumerate(events):
-            ts = event.ts or fallback_ts(k)
+            ts = event.ts
+            untimed = ts is None
+            if ts is None:
+                ts = fallback_ts(k)
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
             try:
@@ -169,12 +178,13 @@ class StreamMonitor(InputChecks, VersionedState):
                     index = self.event_index
                     self.event_index = index + 1
                     batch.add_prediction(event.id, index, ts, features,
-                                         self._ood_lists(event, ood_kinds) if ood_kinds else {})
+                                         self._ood_lists(event, ood_kinds) if ood_kinds else {},
+                                         untimed)
                     if read is not None:
                         batch.add_read(read)
                     seconds = ts.timestamp()
                     join.add_prediction(Pending(event.id, index, seconds, tuple(features),
-                                                prediction, scale))
+                                                prediction, scale, untimed=untimed))
                     if label is not None:
                         join.add_label(event.id, label, seconds)
                 else:
@@ -188,6 +198,8 @@ class StreamMonitor(InputChecks, VersionedState):
                 rejected.append((k, str(exc)))
                 continue
             self.last_ts = ts
+            if untimed:
+                self.events_without_ts += 1
             if ready:
                 for joined in join.drain():
                     batch.add_joined(joined, config)
@@ -205,13 +217,15 @@ class StreamMonitor(InputChecks, VersionedState):
         X_cov, X_cond = schema.encode(C_cov), schema.encode(C_cond)
         budgets = self.detectors.budgets
         # the predictions' event times in seconds, once, for the time budgets that read them
-        cov_seconds = [t.timestamp() for t in batch.cov_ts] \
+        # (NaN: an event without ts, an update without an event time)
+        cov_seconds = _seconds(batch.cov_ts, batch.cov_untimed) \
             if "covariate" in budgets or self.quality.budget is not None else None
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
             batch.cond_index, np.array(batch.cond_before, np.int64),
             cov_ts=cov_seconds if "covariate" in budgets else None,
-            cond_ts=[t.timestamp() for t in batch.cond_ts] if "conditional" in budgets else None,
+            cond_ts=_seconds(batch.cond_ts, batch.cond_untimed)
+            if "conditional" in budgets else None,
         )
         traces: list[tuple[int, int, TracePoint]] = []
         alarms: list[tuple[int, Alarm]] = []
@@ -367,6 +381,9 @@ class _Batch:
     cov_ts: list[datetime] = field(default_factory=list)
     cov_ids: list[str] = field(default_factory=list)
     cov_seq: list[int] = field(default_factory=list)
+    #: positions of the predictions, and of the labelled events, whose prediction had no ts
+    cov_untimed: list[int] = field(default_factory=list)
+    cond_untimed: list[int] = field(default_factory=list)
     ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
     cond_rows: list[tuple[float, ...]] = field(default_factory=list)
     cond_scores: list[float] = field(default_factory=list)
@@ -385,8 +402,10 @@ class _Batch:
 
     def add_prediction(
         self, event_id: str, index: int, ts: datetime, features: list[float],
-        inputs: dict[str, list[float]],
+        inputs: dict[str, list[float]], untimed: bool = False,
     ) -> None:
+        if untimed:
+            self.cov_untimed.append(len(self.cov_index))
         self.cov_rows.append(features)
         self.cov_index.append(index)
         self.cov_ts.append(ts)
@@ -405,6 +424,8 @@ class _Batch:
 
     def add_joined(self, joined: Joined, config: StreamConfig) -> None:
         pending = joined.pending
+        if pending.untimed:
+            self.cond_untimed.append(len(self.cond_index))
         self.cond_rows.append(pending.features)
         self.cond_scores.append(
             conditional_score(config, pending.prediction, joined.label, pending.scale)
@@ -419,3 +440,9 @@ class _Batch:
         self.seq += 1
 
 
+def _seconds(ts: Sequence[datetime], untimed: Sequence[int]) -> list[float]:
+    """Event times in epoch seconds, NaN at the positions ``untimed`` (no event time)."""
+    seconds = [t.timestamp() for t in ts]
+    for i in untimed:
+        seconds[i] = math.nan
+    return seconds

@@ -177,6 +177,9 @@ def check_calibration(config: StreamConfig, calibration: Calibration) -> None:
         raise CalibrationError("classification calibration needs probability-vector predictions")
     if config.task == "regression" and calibration.n_classes is not None:
         raise CalibrationError("regression calibration needs numeric predictions")
+    if config.classes is not None and len(config.classes) != calibration.n_classes:
+        raise CalibrationError(f"classes: {len(config.classes)} classes, but the calibration's "
+                               f"probability vectors have {calibration.n_classes}")
     if config.conditional_score in SCALED_RESIDUALS and calibration.scales is None:
         raise CalibrationError(
             f"score {config.conditional_score!r} needs a 'scale' on every calibration row"

@@ -139,23 +139,28 @@ class AlarmRecords(ConfiguredStream):
 
     def _budget_evidence(self, raised: DetectorAlarm) -> dict[str, Any]:
         """The budget an alarm was raised under: ``budget`` as configured, the detector's
-        ``budget_share`` and, for a time budget, its ``min_threshold`` and either the
-        ``event_rate`` (updates/s) its threshold followed (threshold / (share × budget seconds))
-        or ``at_min_threshold`` when the floor set the threshold."""
+        ``budget_share`` and, for a time budget, its ``min_threshold``, its ``budget_events``
+        (the event-count part) and either the ``event_rate`` (updates/s) its threshold followed
+        (threshold / (share × budget seconds)), ``at_events_threshold`` when the event-count
+        threshold was in force (warm-up, an event without ``ts``) or ``at_min_threshold`` when
+        the floor set the threshold."""
         alarm = self._alarm_config(raised.detector)
-        if alarm.events is not None:
-            return {"budget": f"{alarm.events} events", "budget_share": BUDGET_SHARE}
-        seconds, floor = alarm.budget_seconds, alarm.min_threshold
-        if seconds is None or floor is None:
+        seconds, floor, events = alarm.budget_seconds, alarm.min_threshold, alarm.events
+        if seconds is None and events is not None:
+            return {"budget": f"{events} events", "budget_share": BUDGET_SHARE}
+        if seconds is None or floor is None or events is None:
             return {}
         evidence: dict[str, Any] = {
             "budget": format_duration(seconds),
             "budget_seconds": seconds,
             "budget_share": BUDGET_SHARE,
             "min_threshold": floor,
+            "budget_events": events,
         }
         threshold = self._threshold(raised)
-        if threshold > floor:
+        if threshold == alarm.event_threshold and threshold > floor:
+            evidence["at_events_threshold"] = True
+        elif threshold > floor:
             evidence["event_rate"] = threshold / (BUDGET_SHARE * seconds)
         else:  # the rate was at most floor / (share · T): the floor set the threshold
             evidence["at_min_threshold"] = True

@@ -43,6 +43,7 @@ class VersionedState(AlarmRecords):
     labeled: int
     version_since: int
     last_ts: datetime | None
+    events_without_ts: int
     ood: OODDecider | None
     join: LabelJoin
     performance: PerformanceWindows
@@ -82,9 +83,12 @@ class VersionedState(AlarmRecords):
         }
 
     def _carried_state(self) -> dict[str, Any]:
-        """What a configuration update carried over or closed and is not done with yet (no key
-        when there is none: the state of a stream never updated is as before)."""
+        """What a configuration update carried over or closed and is not done with yet, and the
+        count of events without ts (no key when there is none: the state of a stream never
+        updated, whose events all had a ts, is as before)."""
         state: dict[str, Any] = {}
+        if self.events_without_ts:  # no key without: a checkpoint of before counts 0
+            state["events_without_ts"] = self.events_without_ts
         if self._retired:
             state["retired"] = [r.state_dict() for r in self._retired]
         if self._closed:
@@ -112,6 +116,7 @@ class VersionedState(AlarmRecords):
         self.last_ts = (
             None if state["last_ts"] is None else datetime.fromisoformat(state["last_ts"])
         )
+        self.events_without_ts = int(state.get("events_without_ts", 0))
         self.join.load_state(state["join"])
         self._load_explanations(state)
         self._closed = [Alarm.from_json(a) for a in state.get("closed", [])]

@@ -50,6 +50,10 @@ def test_the_app_serves_the_documented_routes() -> None:
         sorted(
             [
                 ("GET", "/health"),
+                ("GET", "/login"),
+                ("POST", "/login"),
+                ("GET", "/logout"),
+                ("POST", "/logout"),
                 ("GET", "/metrics"),
                 ("GET", "/streams"),
                 ("POST", "/streams"),
@@ -123,7 +127,7 @@ def test_unauthenticated_malformed_body_is_401_not_422(client: TestClient) -> No
     assert response.status_code == 401
 
 
-@pytest.mark.parametrize("path", ["/health", "/openapi.json", "/docs"])
+@pytest.mark.parametrize("path", ["/health", "/openapi.json", "/docs", "/favicon.ico", "/login"])
 def test_public_paths_need_no_token(client: TestClient, path: str) -> None:
     assert client.get(path).status_code == 200
 

@@ -67,7 +67,7 @@ def test_stored_and_reloaded_configuration_builds_the_same_detectors() -> None:
     ("alarm", "message"),
     [
         pytest.param({"threshold": 100, "false_alarm_every": "7d"}, "one of", id="two-levels"),
-        pytest.param({"events": 10, "false_alarm_every": "7d"}, "one of", id="two-budgets"),
+        pytest.param({"threshold": 100, "events": 10}, "one of", id="threshold-and-events"),
         pytest.param({"rule": "ville", "false_alarm_every": "7d"}, "ville", id="ville-budget"),
         pytest.param({"spending": "lifetime"}, "spending", id="spending-not-ville"),
         pytest.param({"false_alarm_every": "30x"}, "unit", id="unknown-unit"),
@@ -100,6 +100,27 @@ def test_budgets_round_trip_and_state_their_threshold() -> None:
     ville = StreamConfig(name="s", task="regression", calibration="c",
                          alarm={"rule": "ville", "alpha": 0.01, "spending": "lifetime"})
     assert ville.alarm.fixed_threshold is None
+
+
+def test_a_time_budget_has_an_event_count_part() -> None:
+    """``events`` beside ``false_alarm_every`` is the budget's event-count part N (warm-up and
+    events without ts): filled in as 50 000, stored, kept when given, and carried into the
+    detectors' budgets as the threshold max(min_threshold, 2·N) they start with."""
+    from monitor.streams.detectors import _first_threshold, _time_budget
+
+    base = {"name": "s", "task": "regression", "calibration": "c"}
+    default = StreamConfig(**base)
+    assert default.alarm.events == 50_000 and default.alarm.fixed_threshold is None
+    assert default.model_dump(mode="json")["alarm"]["events"] == 50_000  # stored
+    before = default.model_dump(mode="json")  # as a release without the field stored it
+    del before["alarm"]["events"]
+    assert StreamConfig.model_validate(before) == default  # the same configuration
+    assert _first_threshold(default.alarm) == 100_000.0 == _time_budget(default.alarm).threshold
+    given = StreamConfig(**base, alarm={"false_alarm_every": "30d", "events": 1_000_000})
+    assert StreamConfig.model_validate(given.model_dump(mode="json")) == given
+    assert given.alarm.fixed_threshold is None  # still a time budget
+    assert _time_budget(given.alarm).event_threshold == 2_000_000.0
+    assert StreamConfig(**base, alarm={"events": 10}).alarm.false_alarm_every is None
 
 
 def test_a_time_budget_has_a_threshold_floor() -> None:

@@ -132,6 +132,7 @@ EXPECTED: dict[str, list[str]] = {
         "covariate_statistic",
         "acknowledged_at",
         "acknowledged_by",
+        "id",
     ],
     "monitor-stream/panel-13/A": SERIES,
     "monitor-stream/panel-14/A": [

@@ -250,8 +250,22 @@ def test_stream_dashboard_has_alarm_annotations_and_a_stream_variable() -> None:
     detail = next(d for d in DASHBOARDS if d["uid"] == "monitor-stream")
     names = [a["name"] for a in detail["annotations"]["list"]]
     assert names == ["Alarms", "Changepoints"]
-    (var,) = [v for v in detail["templating"]["list"] if v["type"] != "datasource"]
+    var, api_url = [v for v in detail["templating"]["list"] if v["type"] != "datasource"]
     assert var["name"] == "stream" and var["type"] == "query" and "FROM streams" in var["query"]
+    assert (api_url["name"], api_url["type"]) == ("api_url", "textbox")
+    assert api_url["query"] == api_url["current"]["value"] == "http://localhost:8000"
+
+
+def test_stream_alarms_link_to_their_reports() -> None:
+    detail = next(d for d in DASHBOARDS if d["uid"] == "monitor-stream")
+    panel = next(p for p in all_panels(detail) if p["title"] == "Alarms of the stream")
+    (override,) = [o for o in panel["fieldConfig"]["overrides"]
+                   if any(prop["id"] == "links" for prop in o["properties"])]
+    assert override["matcher"] == {"id": "byName", "options": "id"}
+    (link,) = override["properties"][0]["value"]
+    assert link["url"] == "${api_url}/alarms/${__data.fields.id}/report"
+    # the field the link reads is a column of the panel's query
+    assert re.search(r"^\s+id$", panel["targets"][0]["rawSql"], re.MULTILINE)
 
 
 def test_provisioning_datasources_match_the_push_command() -> None:

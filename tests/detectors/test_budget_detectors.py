@@ -32,9 +32,9 @@ def test_an_events_budget_gives_each_detector_twice_the_budget() -> None:
     assert pair.budgets == {}
 
 
-def test_a_time_budget_warms_up_at_the_maximum_rate_and_follows_event_times() -> None:
+def test_a_time_budget_warms_up_on_its_events_and_follows_event_times() -> None:
     pair = detectors({"false_alarm_every": "1h", "min_threshold": 2})  # the budget alone
-    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 50_000.0
     at_two_per_second(pair)
     assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 2.0
     restored = StreamDetectors.from_state(pair.state_dict())
@@ -59,11 +59,12 @@ def test_lifetime_spending_reaches_the_ville_rules() -> None:
     assert restored.covariate._test.rule.spending == "lifetime"  # type: ignore[attr-defined]
 
 
-def test_updates_without_event_times_count_at_the_maximum_rate() -> None:
-    """A notebook feeding events without ts keeps the warm-up (maximum-rate) threshold: safe,
-    slower to detect."""
-    pair = detectors({"false_alarm_every": "1h"})
+def test_updates_without_event_times_run_on_the_event_count_threshold() -> None:
+    """Events without ts (a notebook, a replay) are updates without an event time: each runs on
+    max(min_threshold, 2·events), never on a rate measured from them."""
+    pair = detectors({"false_alarm_every": "1h", "events": 400_000})
     rng = np.random.default_rng(2)
     for _ in range(600):
         pair.update(rng.normal(size=2), float(abs(rng.normal())))
-    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 3600 * 100_000.0
+    assert pair.covariate.threshold == pair.conditional.threshold == 2 * 400_000.0
+    assert pair.budgets["covariate"].rate is None and pair.budgets["conditional"].rate is None

@@ -1,4 +1,5 @@
-"""Alarm budgets: the event-rate threshold (predictable, persisted, warm-up, rate changes) and
+"""Alarm budgets: the event-rate threshold (predictable, persisted, warm-up, updates without an
+event time, rate changes) and
 Monte Carlo checks of each guarantee with scaled-down budgets (docs/algorithms.md, "Alarm
 budgets"); Ville's lifetime alpha spending across restarts."""
 
@@ -10,18 +11,39 @@ import numpy as np
 import pytest
 
 from monitor.core.martingales import BettingFunction, CompositeJumper, Ville
-from monitor.core.martingales.alarms import MAX_RATE, EventRateThreshold
+from monitor.core.martingales.alarms import DEFAULT_EVENTS, MAX_RATE, EventRateThreshold
 
 # ----------------------------------------------------------------------------- the estimator
 
 
-def test_warm_up_assumes_the_maximum_rate_then_follows_the_measured_rate() -> None:
-    budget = EventRateThreshold(seconds=100.0, share=2, block=8)
+def test_warm_up_runs_on_the_event_count_threshold_then_follows_the_measured_rate() -> None:
+    budget = EventRateThreshold(seconds=100.0, share=2, block=8, events=300)
+    assert budget.warming_up and budget.rate is None
     thresholds = budget.thresholds(np.arange(24) / 4.0)  # 4 events/s
-    assert thresholds[:8].tolist() == [2 * 100.0 * MAX_RATE] * 8
+    assert thresholds[:8].tolist() == [2 * 300.0] * 8  # max(floor, share · events)
     # A block of 8 updates spans 7 gaps of 0.25 s: 4 events/s exactly.
     assert thresholds[8:].tolist() == [2 * 100.0 * 4.0] * 16
+    assert budget.rate == 4.0 and not budget.warming_up
+    assert EventRateThreshold(seconds=100.0).threshold == DEFAULT_EVENTS  # share 1
+
+
+def test_updates_without_an_event_time_run_on_the_event_count_threshold() -> None:
+    """A NaN time is an update without one: it gets max(floor, share·events) and is left out
+    of the blocks, so the rate (and every later threshold) is the one of the timed updates
+    alone, wherever the untimed ones fall and however the updates are batched."""
+    ts = np.arange(40) / 4.0  # 4 events/s
+    timed = EventRateThreshold(seconds=100.0, share=2, block=8, events=300).thresholds(ts)
+    rng = np.random.default_rng(3)
+    mixed = np.insert(ts, np.sort(rng.integers(0, ts.size, size=25)), math.nan)
+    untimed = np.isnan(mixed)
+    budget = EventRateThreshold(seconds=100.0, share=2, block=8, events=300, floor=700.0)
+    parts = np.concatenate([budget.thresholds(p) for p in np.array_split(mixed, 7)])
+    assert parts[untimed].tolist() == [700.0] * 25  # max(700, 2 · 300)
+    assert parts[~untimed].tolist() == np.maximum(timed, 700.0).tolist()
     assert budget.rate == 4.0
+    never_timed = EventRateThreshold(seconds=100.0, share=2, block=8, events=300)
+    assert never_timed.thresholds(np.full(1000, math.nan)).tolist() == [600.0] * 1000
+    assert never_timed.warming_up  # an event-count budget for as long as no ts comes
 
 
 def test_thresholds_do_not_depend_on_how_updates_are_batched() -> None:
@@ -49,7 +71,7 @@ def test_the_floor_is_the_lowest_threshold_and_part_of_the_state() -> None:
     ts = np.arange(64) / 4.0  # 4 events/s: the budget alone gives 2 · 100 · 4 = 800
     floored = EventRateThreshold(seconds=100.0, share=2, block=8, floor=5_000.0)
     thresholds = floored.thresholds(ts[:20])
-    assert thresholds[:8].tolist() == [2 * 100.0 * MAX_RATE] * 8  # warm-up: above the floor
+    assert thresholds[:8].tolist() == [2.0 * DEFAULT_EVENTS] * 8  # warm-up: above the floor
     assert thresholds[8:].tolist() == [5_000.0] * 12
     assert floored.rate == 4.0  # the rate is still measured
     restored = EventRateThreshold.from_state(floored.state_dict())
@@ -90,20 +112,39 @@ def test_events_sharing_one_ts_count_at_the_maximum_rate() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"seconds": 0.0}, "seconds"), ({"seconds": 1.0, "share": 0}, "share"),
-     ({"seconds": 1.0, "block": 1}, "block"), ({"seconds": math.inf}, "seconds")],
-    ids=["zero-budget", "zero-share", "block-1", "infinite"],
+     ({"seconds": 1.0, "block": 1}, "block"), ({"seconds": math.inf}, "seconds"),
+     ({"seconds": 1.0, "events": 0}, "events")],
+    ids=["zero-budget", "zero-share", "block-1", "infinite", "zero-events"],
 )
 def test_bad_arguments_name_the_parameter(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EventRateThreshold(**kwargs)  # type: ignore[arg-type]
 
 
-def test_non_finite_event_times_are_refused_without_a_state_change() -> None:
+def test_infinite_event_times_are_refused_without_a_state_change() -> None:
     budget = EventRateThreshold(seconds=10.0, block=4)
     before = budget.state_dict()
-    with pytest.raises(ValueError, match="finite"):
-        budget.thresholds([1.0, math.nan])
+    for bad in (math.inf, -math.inf):
+        with pytest.raises(ValueError, match="finite"):
+            budget.thresholds([1.0, math.nan, bad])
     assert budget.state_dict() == before
+
+
+def test_a_state_of_before_the_event_count_warm_up_adopts_it() -> None:
+    """A checkpoint written before ``events`` existed (no such parameter, the warm-up's
+    threshold stored as the one of 100 000 events/s) loads with the default event-count
+    warm-up; one past its warm-up keeps its measured threshold."""
+    ts = np.arange(20) / 4.0
+    for done, expected in ((3, 2.0 * DEFAULT_EVENTS), (12, 2 * 100.0 * 4.0)):
+        budget = EventRateThreshold(seconds=100.0, share=2, block=8)
+        budget.thresholds(ts[:done])
+        state = budget.state_dict()
+        del state["params"]["events"]
+        if budget.warming_up:
+            state["threshold"] = 2 * 100.0 * MAX_RATE  # what the release before stored
+        restored = EventRateThreshold.from_state(state)
+        assert restored.threshold == expected
+        assert np.array_equal(restored.thresholds(ts[done:]), budget.thresholds(ts[done:]))
 
 
 # ------------------------------------------------------------------------------ Monte Carlo

@@ -5,6 +5,7 @@ stream restored from its checkpointed state continues bit for bit."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from tests.support.pipeline_runs import assert_same, interleaved, run
 BUDGET = {"rule": "shiryaev_roberts", "false_alarm_every": 50, "min_threshold": 2}
 #: The covariate detector's budget (the example's own covariate_alarm would be a threshold).
 COVARIATE_BUDGET = {"rule": "cusum", "false_alarm_every": "50s", "min_threshold": 2}
-WARM_UP = 2 * 50 * 100_000.0
+#: The warm-up's event-count threshold: 2 · events (50 000 by default).
+WARM_UP = 2 * 50_000.0
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +51,14 @@ def test_alarms_and_traces_carry_the_threshold_in_force_and_the_budget(
         evidence = alarm["evidence"]
         assert evidence["budget"] == "50s" and evidence["budget_seconds"] == 50.0
         assert evidence["budget_share"] == 2 and evidence["min_threshold"] == 2.0
-        assert evidence["event_rate"] == pytest.approx(alarm["threshold"] / 100.0)
-        # Warm-up (the first 256 updates) assumes 100 000 events/s; then the rate is 1/s
-        # (labels may arrive several per second, so the conditional rate can be higher).
-        assert alarm["threshold"] == WARM_UP or 100.0 <= alarm["threshold"] < 1_000.0
+        assert evidence["budget_events"] == 50_000
+        # Warm-up (the first 256 updates) runs on 2 · events; then the rate is 1/s (labels
+        # may arrive several per second, so the conditional rate can be higher).
+        if alarm["threshold"] == WARM_UP:
+            assert evidence["at_events_threshold"] is True and "event_rate" not in evidence
+        else:
+            assert 100.0 <= alarm["threshold"] < 1_000.0
+            assert evidence["event_rate"] == pytest.approx(alarm["threshold"] / 100.0)
     assert any(a["threshold"] == 100.0 for a in reference["alarms"])
     logs = {float(t.split("log_threshold=")[1].split(",")[0]) for t in reference["traces"]}
     assert math.log(WARM_UP) in logs and math.log(100.0) in logs
@@ -62,8 +68,9 @@ def test_the_default_floor_holds_a_slow_streams_threshold_at_min_threshold(
     tmp_path: Path,
 ) -> None:
     """Without ``min_threshold`` a time budget gets the default floor, 100 000: at 1 event/s a
-    50 s budget would give 100, so after warm-up every threshold is the floor, and the alarm
-    says so (``at_min_threshold``, no ``event_rate``). Both paths agree."""
+    50 s budget would give 100, so after warm-up (at 2 · 50 000, the floor too) every
+    threshold is the floor, and the alarm says so (``at_min_threshold``, no ``event_rate``).
+    Both paths agree."""
     floored = {"rule": "shiryaev_roberts", "false_alarm_every": 50}
     configs, values = interleaved(tmp_path, alarm=floored, covariate_alarm=floored)
     reference = run(configs, values, 500, per_event=True)
@@ -71,11 +78,8 @@ def test_the_default_floor_holds_a_slow_streams_threshold_at_min_threshold(
     for alarm in reference["alarms"]:
         evidence = alarm["evidence"]
         assert evidence["min_threshold"] == 100_000.0
-        assert alarm["threshold"] in (WARM_UP, 100_000.0)
-        if alarm["threshold"] == 100_000.0:
-            assert evidence["at_min_threshold"] is True and "event_rate" not in evidence
-        else:
-            assert evidence["event_rate"] == pytest.approx(100_000.0)  # the warm-up rate
+        assert alarm["threshold"] == 100_000.0
+        assert evidence["at_min_threshold"] is True and "event_rate" not in evidence
     assert any(a["threshold"] == 100_000.0 for a in reference["alarms"])
     assert_same(run(configs, values, 37, per_event=False), reference)
 
@@ -120,3 +124,35 @@ def test_lifetime_spending_is_the_same_on_both_paths(tmp_path: Path) -> None:
     assert thresholds[1] == pytest.approx(4 * math.pi**2 / 6 / 0.05)  # segment 2
     for batch in (37, 5000):
         assert_same(run([paths["config"]], values, batch, per_event=False), reference)
+
+
+def _without_ts(values: list[bytes], every: int) -> list[bytes]:
+    """``values`` with the ``ts`` of every ``every``-th event removed (poison records kept)."""
+    out = []
+    for i, value in enumerate(values):
+        try:
+            event = json.loads(value)
+        except ValueError:
+            out.append(value)
+            continue
+        if isinstance(event, dict) and i % every == 0:
+            event.pop("ts", None)
+        out.append(json.dumps(event).encode() if isinstance(event, dict) else value)
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 37, 5000])
+def test_events_without_ts_are_the_same_on_both_paths(
+    budgeted: tuple[list[Path], list[bytes]], batch: int
+) -> None:
+    """A third of the events without ts (timed by the broker): their updates run on the
+    event-count threshold on both paths, and every state (the count, the label join's marks)
+    is the same."""
+    configs, values = budgeted
+    mixed = _without_ts(values, 3)
+    reference = run(configs, mixed, 500, per_event=True)
+    assert reference["alarms"]
+    assert {a["threshold"] for a in reference["alarms"]} & {WARM_UP}
+    for state in reference["states"].values():
+        assert dict(state["mapping"])["'events_without_ts'"] > 0
+    assert_same(run(configs, mixed, batch, per_event=False), reference)

@@ -22,6 +22,7 @@ from monitor.ops.report import (
     write_report,
 )
 from monitor.ops.report.html import _render_html
+from monitor.ops.report.meanings import evidence_meaning
 from tests.support.real_alarms import ReportDatabase, performance_windows, shuttle_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -106,20 +107,67 @@ def test_performance_before_and_after_the_changepoint(report_db: ReportDatabase)
     assert _sections(page) == ["diagnosis", "evidence", *directions, "performance"]
     assert page.count("<svg") == 2
     assert alarm.changepoint is not None
-    cut, (start, stop) = alarm.changepoint, context.window
-    shown = [w for w in windows if w["start_index"] >= start and w["end_index"] < stop]
-    for when, keep in (("before", lambda w: w["end_index"] < cut),
-                       ("after", lambda w: w["start_index"] >= cut)):
-        chosen = [w for w in shown if keep(w)]
-        assert chosen
+    cut = alarm.changepoint
+    # the 2 windows nearest the changepoint on each side; the one across it in neither
+    before = [w for w in windows if w["end_index"] < cut][-2:]
+    after = [w for w in windows if w["start_index"] >= cut][:2]
+    assert len(before) == len(after) == 2
+    assert all(not (w["start_index"] < cut <= w["end_index"]) for w in before + after)
+    for when, chosen in (("before", before), ("after", after)):
         n = sum(w["n"] for w in chosen)
         mae = np.average([w["metrics"]["mae"] for w in chosen], weights=[w["n"] for w in chosen])
-        assert f"<th>{when} (n = {n})</th>" in page
+        events = f"{chosen[0]['start_index']}–{chosen[-1]['end_index']}"
+        assert f"<th>{when} (n = {n}; events {events})</th>" in page
         assert f'<td class="n">{mae:.4g}</td>' in page
     # The extreme shift (after the changepoint) breaks the model: errors 10 times larger.
-    before = [w["metrics"]["mae"] for w in shown if w["end_index"] < cut]
-    after = [w["metrics"]["mae"] for w in shown if w["start_index"] >= cut]
-    assert max(after) > 10 * max(before)
+    assert max(w["metrics"]["mae"] for w in after) > 10 * max(
+        w["metrics"]["mae"] for w in before)
+
+
+def test_performance_windows_far_from_the_alarm_are_still_compared(
+    report_db: ReportDatabase,
+) -> None:
+    # Windows of 250 labels: none before the changepoint lies wholly inside the report's span
+    # (which starts 300 events before it), one spans the changepoint; the nearest others are
+    # compared.
+    alarm = next(a for a in report_db.alarms if a.kind == "extreme_covariate_shift"
+                 and a.detector == "covariate")
+    windows = performance_windows(size=250)
+    with report_db.session() as session:
+        context = report_context(session, alarm.id, windows)
+    before, after = context.before_after
+    assert before and after
+    assert before[0]["start_index"] < context.window[0]
+    assert before[-1]["end_index"] < context.cut <= after[0]["start_index"]
+    page = render_html(context)
+    assert "(n = 0" not in page and f"(n = {250 * len(before)}; events 0–" in page
+
+
+def test_too_few_labels_hide_the_comparison_with_a_sentence(report_db: ReportDatabase) -> None:
+    alarm = next(a for a in report_db.alarms if a.kind == "extreme_covariate_shift"
+                 and a.detector == "covariate")
+    assert alarm.changepoint is not None
+    windows = [w for w in performance_windows() if w["end_index"] < alarm.changepoint]
+    with report_db.session() as session:
+        page = render_html(report_context(session, alarm.id, windows))
+    section = page[page.index('<section id="performance">'):]
+    assert "Too few labels around the changepoint estimate" in section
+    assert "2 windows (200 labels) end before it" in section
+    assert "0 windows (0 labels) start after it" in section
+    assert "<table>" not in section and "<svg" not in section
+
+
+def test_every_evidence_field_is_explained(report_db: ReportDatabase) -> None:
+    for alarm in report_db.alarms:
+        with report_db.session() as session:
+            page = render_html(report_context(session, alarm.id))
+        start = page.index('<section id="evidence">')
+        section = page[start:page.index("</section>", start)]
+        rows = re.findall(r"<tr><th>([a-z_]+)</th><td class=\"n\">[^<]*</td>"
+                          r"<td class=\"meaning\">([^<]+)</td></tr>", section)
+        scalars = [k for k, v in alarm.evidence.items() if not isinstance(v, dict | list)]
+        assert sorted(k for k, _ in rows) == sorted(scalars)
+        assert all(meaning != evidence_meaning("no-such-field") for _, meaning in rows), rows
 
 
 def test_page_is_self_contained(report_db: ReportDatabase) -> None:

@@ -114,23 +114,13 @@ def _chromium(executable: str) -> Iterator[str]:
 def open_page(executable: str, path: Path, screenshot: Path) -> PageReport:
     """Load ``path`` (a local HTML file), wait for it, measure its figures, save a full-page
     screenshot as PNG, and report console errors, exceptions and network requests."""
-    url = path.resolve().as_uri()
-    with _chromium(executable) as ws_url, connect(ws_url, max_size=None) as ws:
-        tools = _DevTools(ws)
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            tools.call(f"{domain}.enable")
-        tools.call("Page.navigate", url=url)
-        tools.wait_for("Page.loadEventFired")
-        value = tools.call("Runtime.evaluate", expression=_FIGURES_JS, returnByValue=True)
-        figures = json.loads(value["result"]["value"])
-        title = tools.call("Runtime.evaluate", expression="document.title",
-                           returnByValue=True)["result"]["value"]
-        size = tools.call("Page.getLayoutMetrics")["cssContentSize"]
-        shot = tools.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": size["width"],
-                                "height": size["height"], "scale": 1})
-        screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return _report(tools.events, url, figures, title)
+    with browse(executable) as page:
+        page.goto(path.resolve().as_uri())
+        figures = json.loads(page.evaluate(_FIGURES_JS))
+        page.screenshot(screenshot)
+        seen = page.seen()
+        seen.figures = figures
+        return seen
 
 
 def _report(events: list[dict[str, Any]], url: str, figures: list[dict[str, Any]],
@@ -149,3 +139,63 @@ def _report(events: list[dict[str, Any]], url: str, figures: list[dict[str, Any]
             if request_url != url:
                 report.requests.append(request_url)
     return report
+
+
+class BrowserPage:
+    """One page of a running headless Chromium, driven step by step (:func:`browse`): go to a
+    URL, run a script in the page, wait for the next load, take a screenshot; every console
+    error and request seen meanwhile is kept (:meth:`seen`)."""
+
+    def __init__(self, tools: _DevTools) -> None:
+        self._tools = tools
+
+    def goto(self, url: str) -> None:
+        self._tools.events.clear()
+        self._tools.call("Page.navigate", url=url)
+        self._tools.wait_for("Page.loadEventFired")
+
+    def evaluate(self, expression: str) -> Any:
+        result = self._tools.call("Runtime.evaluate", expression=expression, returnByValue=True,
+                                  awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def submit(self, expression: str) -> None:
+        """Run ``expression`` (which submits a form or follows a link) and wait for the load of
+        the page it leads to."""
+        self._tools.events = [e for e in self._tools.events
+                              if e.get("method") != "Page.loadEventFired"]
+        self.evaluate(expression)
+        self._tools.wait_for("Page.loadEventFired")
+
+    def wait_until(self, expression: str, timeout: float = 30.0) -> None:
+        """Poll ``expression`` in the page until it is true (a page a script builds)."""
+        deadline = time.monotonic() + timeout
+        while not self.evaluate(expression):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{expression} still false after {timeout} s")
+            time.sleep(0.2)
+
+    def screenshot(self, path: Path) -> None:
+        size = self._tools.call("Page.getLayoutMetrics")["cssContentSize"]
+        shot = self._tools.call("Page.captureScreenshot", format="png",
+                                captureBeyondViewport=True,
+                                clip={"x": 0, "y": 0, "width": size["width"],
+                                      "height": size["height"], "scale": 1})
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+    def seen(self) -> PageReport:
+        """Console errors, exceptions and requests since the last :meth:`goto`."""
+        url = self.evaluate("location.href")
+        return _report(self._tools.events, str(url), [], str(self.evaluate("document.title")))
+
+
+@contextmanager
+def browse(executable: str) -> Iterator[BrowserPage]:
+    """A headless Chromium with one page to drive."""
+    with _chromium(executable) as ws_url, connect(ws_url, max_size=None) as ws:
+        tools = _DevTools(ws)
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            tools.call(f"{domain}.enable")
+        yield BrowserPage(tools)

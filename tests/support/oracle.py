@@ -85,14 +85,17 @@ class PerEventStream:
         if ts.tzinfo is None:
             ts = ts.replace(tzinfo=UTC)
         if isinstance(event, PredictionEvent):
-            self._observe_prediction(event, ts)
+            self._observe_prediction(event, ts, untimed=event.ts is None)
         else:
             self._observe_label(event, ts)
         self.monitor.last_ts = ts
+        self.monitor.events_without_ts += event.ts is None
         for joined in self.monitor.join.drain():
             self._observe_joined(joined)
 
-    def _observe_prediction(self, event: PredictionEvent, ts: datetime) -> None:
+    def _observe_prediction(self, event: PredictionEvent, ts: datetime, untimed: bool) -> None:
+        """(``untimed``: the event had no ts: ``ts`` is the fallback time, which the label join
+        and the records read and the time budgets do not)"""
         m = self.monitor
         found = self._prepared.pop(id(event), None)
         x, read = found[1] if found is not None and found[0] is event else _features(m, event)
@@ -109,7 +112,8 @@ class PerEventStream:
             )
         index = m.event_index
         m.event_index += 1
-        m.detectors.update_covariate(xe, index, ts.timestamp())
+        seconds = math.nan if untimed else ts.timestamp()
+        m.detectors.update_covariate(xe, index, None if untimed else seconds)
         m._attributed += [(d, ts) for d in m.attribution.add(x.reshape(1, -1), index)]
         self._collect_alarms(event.id, index, ts)
         if m._retired:
@@ -117,7 +121,8 @@ class PerEventStream:
         quality = m._quality_matrix(x.reshape(1, -1), [] if read is None else [(0, read.quality)])
         keys = [] if read is None or not (read.unknown or read.absent) else [
             (0, read.unknown, read.absent)]
-        m._alarms += [a for _, a in m.quality.update(quality, [index], [event.id], [ts], keys)]
+        m._alarms += [a for _, a in m.quality.update(quality, [index], [event.id], [ts], keys,
+                                                     [seconds])]
         self._trace("covariate", index, ts)
         if m.ood is not None:
             m.ood.add(event.id, inputs)
@@ -125,7 +130,8 @@ class PerEventStream:
                 m._windows.append(m._window_record(decision, ts))
         seconds = ts.timestamp()
         m.join.add_prediction(
-            Pending(event.id, index, seconds, tuple(x.tolist()), prediction, scale)
+            Pending(event.id, index, seconds, tuple(x.tolist()), prediction, scale,
+                    untimed=untimed)
         )
         if event.label is not None:
             m.join.add_label(event.id, event.label, seconds)
@@ -146,7 +152,7 @@ class PerEventStream:
         score = conditional_score(m.config, pending.prediction, joined.label, pending.scale)
         m.detectors.update_conditional(
             _encoded(m, np.asarray(pending.features, np.float64).reshape(1, -1))[0], score,
-            pending.event_index, ts.timestamp()
+            pending.event_index, None if pending.untimed else ts.timestamp()
         )
         m.labeled += 1
         self._collect_alarms(pending.event_id, pending.event_index, ts)

@@ -27,8 +27,9 @@ from monitor.api.schemas import (
 from monitor.api.timeutil import Since, Until, check_range
 from monitor.db import queries
 from monitor.db.models import AlarmRow, CalibrationEventRow, CheckpointRow, StreamRow
+from monitor.db.store import load_state
 from monitor.streams.calibration import Calibration, CalibrationError
-from monitor.streams.config import NAME_PATTERN, StreamConfig
+from monitor.streams.config import NAME_PATTERN, AlarmConfig, StreamConfig
 
 router = APIRouter(
     prefix="/streams", tags=["streams"], dependencies=[Security(bearer)], responses=READ_ERRORS
@@ -107,8 +108,29 @@ def _validated(body: StreamCreate) -> tuple[StreamConfig, list[dict[str, Any]]]:
 
 @router.get("/{name}", summary="Read one stream", responses=responses(404))
 def get_stream(name: StreamPath, session: ReadSessionDep) -> StreamPublic:
-    """The stream's configuration (without calibration rows) and progress."""
-    return _public(_get_row(session, name), _stream_stats(session, name))
+    """The stream's configuration (without calibration rows) and progress, with the count of
+    its events without `ts` and the warnings they call for."""
+    row = _get_row(session, name)
+    public = _public(row, _stream_stats(session, name))
+    checkpoint = load_state(session, name)
+    without_ts = 0 if checkpoint is None else int(checkpoint.state.get("events_without_ts", 0))
+    public.events_without_ts = without_ts
+    public.warnings = _warnings(AlarmConfig.model_validate(row.config.get("alarm") or {}),
+                                without_ts)
+    return public
+
+
+def _warnings(alarm: AlarmConfig, events_without_ts: int) -> list[str]:
+    """One sentence per problem an operator should fix: events without ``ts`` (``alarm``: the
+    stream's conditional alarm rule)."""
+    if not events_without_ts:
+        return []
+    threshold, budget = alarm.event_threshold, ""
+    if threshold is not None:
+        budget = (f", and the alarm budget ran them on its event-count threshold "
+                  f"{threshold:g} instead of following the stream's event rate")
+    return [f"{events_without_ts} events had no ts: they were timed by the broker or at "
+            f"ingest{budget}; give every event its ts (the time the model made the prediction)"]
 
 
 @router.get(

@@ -19,6 +19,9 @@ DETECTORS: tuple[str, str] = ("covariate", "conditional")
 #: Events shown before the changepoint and after the alarm, at least.
 MIN_PAD = 300
 
+#: Performance windows compared on each side of the changepoint: the nearest ones.
+AROUND = 2
+
 _PERFORMANCE_KEYS = ("stream", "window_index", "start_index", "end_index", "ts", "n", "metrics")
 
 
@@ -68,6 +71,33 @@ class ReportContext:
         """A schema-change alarm's evidence (change, key, first event index, events)."""
         evidence = self.alarm.evidence
         return evidence if self.alarm.kind == "schema_change" and "key" in evidence else None
+
+    @property
+    def cut(self) -> int:
+        """Where the performance comparison splits: the changepoint estimate, else the alarm."""
+        a = self.alarm
+        return a.changepoint if a.changepoint is not None else a.event_index
+
+    @property
+    def before_after(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The :data:`AROUND` performance windows nearest the changepoint that end before it,
+        and the :data:`AROUND` nearest that start at or after it, each in event order; a window
+        across the changepoint mixes both and is in neither. Wherever they lie: a window holds
+        a fixed number of labels, so it may span more events than the report's traces."""
+        windows = sorted(self.performance or (), key=lambda w: w["start_index"])
+        before = [w for w in windows if w["end_index"] < self.cut][-AROUND:]
+        after = [w for w in windows if w["start_index"] >= self.cut][:AROUND]
+        return before, after
+
+    @property
+    def performance_span(self) -> tuple[int, int]:
+        """The event indexes ``[start, stop)`` of the performance figure: the report's
+        :attr:`window`, widened to the compared windows."""
+        before, after = self.before_after
+        chosen = before + after
+        start = min([self.window[0], *(w["start_index"] for w in chosen)])
+        stop = max([self.window[1], *(w["end_index"] + 1 for w in chosen)])
+        return start, stop
 
     @property
     def traced(self) -> list[str]:

@@ -143,13 +143,13 @@ def performance_figure(context: ReportContext, names: Sequence[str]) -> Figure:
 
 
 def _draw_performance(ax: Axes, context: ReportContext, metric: str) -> None:
-    start, stop = context.window
+    start, stop = context.performance_span
     windows = [w for w in context.performance or ()
                if metric in w["metrics"] and start <= w["end_index"] < stop]
     ax.plot([w["end_index"] for w in windows], [w["metrics"][metric] for w in windows],
             marker="o", ms=3, lw=1.0, color="tab:green")
     _mark_alarm(ax, context.alarm)
-    ax.set_xlim(*context.window)
+    ax.set_xlim(start, stop)
     ax.set_ylabel(metric)
 
 

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from monitor.alerts.payloads import evidence_summary, percent
 from monitor.ops.report import figures
-from monitor.ops.report.context import ReportContext, adjusted_p, frequencies, ranked
+from monitor.ops.report.context import (
+    AROUND,
+    ReportContext,
+    adjusted_p,
+    frequencies,
+    ranked,
+)
+from monitor.ops.report.meanings import evidence_meaning
 from monitor.streams.records import iso
 
 if TYPE_CHECKING:
@@ -110,7 +117,7 @@ _CSS = (
     "#fff;background:#b3261e}.kind.benign_covariate_shift{background:#4f6b8a}.kind."
     "extreme_covariate_shift,.kind.data_quality,.kind.schema_change{background:#b36b00}"
     "figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;"
-    "font-size:.9em}"
+    "font-size:.9em}td.meaning{color:#444;font-size:.92em}"
 )
 
 _TRACE_CAPTION = (
@@ -176,10 +183,12 @@ def _schema_section(evidence: Mapping[str, Any]) -> str:
 
 def _evidence_section(evidence: Mapping[str, Any]) -> str:
     rows = "".join(
-        f"<tr><th>{_e(k)}</th><td class=\"n\">{_e(figures.value_text(v))}</td></tr>"
+        f"<tr><th>{_e(k)}</th><td class=\"n\">{_e(figures.value_text(v))}</td>"
+        f"<td class=\"meaning\">{_e(evidence_meaning(k))}</td></tr>"
         for k, v in sorted(evidence.items()) if not isinstance(v, dict | list)
     )
-    return f"<section id=\"evidence\"><h2>Evidence</h2><table>{rows}</table></section>"
+    return ("<section id=\"evidence\"><h2>Evidence</h2><table><tr><th>field</th><th>value</th>"
+            f"<th>meaning</th></tr>{rows}</table></section>")
 
 
 def _attribution_section(attribution: Mapping[str, Any]) -> str:
@@ -233,39 +242,45 @@ def _directions_section(directions: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _performance_section(context: ReportContext) -> str:
-    before, after = _before_after(context)
-    names = sorted({m for w in context.performance or () for m in w["metrics"]})
+    before, after = context.before_after
+    head = "<section id=\"performance\"><h2>Performance before and after</h2>"
+    if not before or not after:
+        return (f"{head}<p>Too few labels around the changepoint estimate (event {context.cut}) "
+                f"to compare the model's performance: {_windows(before)} end before it and "
+                f"{_windows(after)} start after it (a performance window is the stream's "
+                "<code>performance.window</code> labels; a smaller one gives more).</p></section>")
+    names = sorted({m for w in before + after for m in w["metrics"]})
     rows = "".join(
         f"<tr><th>{_e(m)}</th><td class=\"n\">{_num(_mean(before, m))}</td>"
         f"<td class=\"n\">{_num(_mean(after, m))}</td></tr>" for m in names
     )
-    n_before, n_after = sum(w["n"] for w in before), sum(w["n"] for w in after)
-    table = (f"<table><tr><th>metric</th><th>before (n = {n_before})</th>"
-             f"<th>after (n = {n_after})</th></tr>{rows}</table>")
+    table = (f"<table><tr><th>metric</th><th>{_span('before', before)}</th>"
+             f"<th>{_span('after', after)}</th></tr>{rows}</table>")
     figure = _figure_section("", figures.performance_figure(context, names),
                              "Each metric per window; red line: the alarm; purple dotted: the "
                              "changepoint estimate.")
-    return (f"<section id=\"performance\"><h2>Performance before and after</h2><p>The "
-            "performance windows of the span shown that end before the changepoint estimate vs "
-            f"those that start at or after it (n-weighted means).</p>{table}{figure}</section>")
+    return (f"{head}<p>The {AROUND} labelled windows nearest the changepoint estimate (event "
+            f"{context.cut}) that end before it vs the {AROUND} nearest that start at or after "
+            "it (n-weighted means of n labelled predictions; a window across the changepoint is "
+            f"in neither).</p>{table}{figure}</section>")
+
+
+def _span(side: str, windows: Sequence[Mapping[str, Any]]) -> str:
+    n = sum(w["n"] for w in windows)
+    return (f"{side} (n = {n}; events {windows[0]['start_index']}–"
+            f"{windows[-1]['end_index']})")
+
+
+def _windows(windows: Sequence[Mapping[str, Any]]) -> str:
+    n = sum(w["n"] for w in windows)
+    count = len(windows)
+    return f"{count} window{'s' if count != 1 else ''} ({n} labels)"
 
 
 def _figure_section(title: str, figure: Figure, caption: str) -> str:
     heading = f"<h2>{_e(title)}</h2>" if title else ""
     return (f"{heading}<figure>{figures.svg(figure)}<figcaption>{_e(caption)}</figcaption>"
             "</figure>")
-
-
-def _before_after(context: ReportContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The performance windows inside the report's span that end before the changepoint
-    estimate (the alarm when there is none), and those that start at or after it."""
-    a = context.alarm
-    cut = a.changepoint if a.changepoint is not None else a.event_index
-    start, stop = context.window
-    shown = [w for w in context.performance or ()
-             if w["start_index"] >= start and w["end_index"] < stop]
-    return ([w for w in shown if w["end_index"] < cut],
-            [w for w in shown if w["start_index"] >= cut])
 
 
 def _mean(windows: Sequence[Mapping[str, Any]], metric: str) -> float:

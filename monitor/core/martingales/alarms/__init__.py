@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from monitor.core.martingales.alarms.base import AlarmRule
-from monitor.core.martingales.alarms.budget import MAX_RATE, EventRateThreshold
+from monitor.core.martingales.alarms.budget import DEFAULT_EVENTS, MAX_RATE, EventRateThreshold
 from monitor.core.martingales.alarms.cusum import CUSUM
 from monitor.core.martingales.alarms.shiryaev_roberts import ShiryaevRoberts
 from monitor.core.martingales.alarms.ville import SPENDING, Ville
@@ -11,6 +11,7 @@ from monitor.core.martingales.alarms.ville import SPENDING, Ville
 __all__ = [
     "ALARM_RULES",
     "CUSUM",
+    "DEFAULT_EVENTS",
     "MAX_RATE",
     "SPENDING",
     "AlarmRule",

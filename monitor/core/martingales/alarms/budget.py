@@ -15,6 +15,12 @@ e-detector in the sense of Shin, Ramdas & Rinaldo 2023):
 CUSUM's statistic is at most SR's on every path, so every statement holds for CUSUM too.
 A ``floor`` (the threshold is max(floor, share·T·r̂)) only raises the threshold, so every
 statement holds with it: the stream is then held to fewer false alarms than the budget allows.
+
+Warm-up and updates without an event time run on the *event-count threshold*
+max(floor, share·N), N the budget's ``events``: by the same bound, the B warm-up updates of a
+detector raise a false alarm with probability at most B / (share·N), so a stream keeps
+P(a false alarm within t) ≤ B/N + t/T (docs/algorithms.md, "Warm-up and updates without an
+event time").
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from monitor.core.martingales.state import check_state, new_state
 
-__all__ = ["MAX_RATE", "EventRateThreshold"]
+__all__ = ["DEFAULT_EVENTS", "MAX_RATE", "EventRateThreshold"]
 
-#: The highest event rate a budget is stated for (events per second): the warm-up threshold
-#: assumes it, and a measured rate is capped at it.
+#: The highest event rate a budget is stated for (events per second): a measured rate is capped
+#: at it.
 MAX_RATE = 100_000.0
+#: A time budget's event-count part N (``alarm.events``) when none is given: warm-up and updates
+#: without an event time run on the threshold max(floor, share·N), 10⁵ for a stream's two
+#: detectors.
+DEFAULT_EVENTS = 50_000
 
 class EventRateThreshold:
     """The threshold share·T·r̂ of one detector, r̂ its update rate measured on event time.
@@ -47,8 +57,11 @@ class EventRateThreshold:
       batch updates, and a replay of the same events, see the same thresholds;
     - rises within one block of a rate increase and falls only when a faster block leaves the
       horizon (at most ``horizon`` × (1 + 1/buckets) later);
-    - during warm-up (before the first complete block) assumes ``max_rate``, so the budget holds
-      from the first update at any rate up to ``max_rate``.
+    - during warm-up (before the first complete block) is the event-count threshold
+      max(floor, share·``events``), which bounds the warm-up's false alarms by
+      ``block`` / (share·``events``) whatever the rate;
+    - gives an update without an event time (a ts of NaN) the event-count threshold too, and
+      leaves it out of the blocks: a stream without event times runs on an event-count budget.
 
     Parameters
     ----------
@@ -59,6 +72,9 @@ class EventRateThreshold:
     floor
         The lowest threshold it sets (default 2: a threshold must exceed 1): the threshold is
         max(floor, share·T·r̂). The stream configuration's ``min_threshold``.
+    events
+        N, the event-count part of the budget: the threshold of warm-up and of updates without
+        an event time is max(floor, share·N).
     max_rate, block, horizon, buckets
         The rate cap (events/s), the block size (updates), the trailing horizon (s) and its
         number of sub-windows.
@@ -67,12 +83,14 @@ class EventRateThreshold:
     --------
     >>> budget = EventRateThreshold(seconds=3600.0, share=2, block=4)
     >>> ts = np.arange(12) / 8.0  # 8 events per second
-    >>> budget.thresholds(ts).tolist()  # warm-up at 100 000/s, then 2 · 3600 s · 8/s
-    [720000000.0, 720000000.0, 720000000.0, 720000000.0, 57600.0, 57600.0, 57600.0, 57600.0, \
-57600.0, 57600.0, 57600.0, 57600.0]
+    >>> budget.thresholds(ts).tolist()  # warm-up at 2 · 50 000 events, then 2 · 3600 s · 8/s
+    [100000.0, 100000.0, 100000.0, 100000.0, 57600.0, 57600.0, 57600.0, 57600.0, 57600.0, \
+57600.0, 57600.0, 57600.0]
     >>> floored = EventRateThreshold(seconds=3600.0, share=2, block=4, floor=100_000.0)
     >>> floored.thresholds(ts).tolist()[3:6]  # max(100 000, 57 600)
-    [720000000.0, 100000.0, 100000.0]
+    [100000.0, 100000.0, 100000.0]
+    >>> budget.thresholds([12.0, math.nan]).tolist()  # no event time: the event-count threshold
+    [57600.0, 100000.0]
     """
 
     def __init__(
@@ -84,11 +102,13 @@ class EventRateThreshold:
         horizon: float = 86_400.0,
         buckets: int = 8,
         floor: float = 2.0,
+        events: int = DEFAULT_EVENTS,
     ) -> None:
         for name, value in (("seconds", seconds), ("max_rate", max_rate), ("horizon", horizon)):
             if not (isinstance(value, int | float) and 0 < value < math.inf):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        for name, value, low in (("share", share, 1), ("block", block, 2), ("buckets", buckets, 1)):
+        for name, value, low in (("share", share, 1), ("block", block, 2), ("buckets", buckets, 1),
+                                 ("events", events, 1)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if not (isinstance(floor, int | float) and 2.0 <= floor < math.inf):
@@ -100,35 +120,48 @@ class EventRateThreshold:
         self.block = block
         self.horizon = horizon
         self.buckets = buckets
+        self.events = events
         self._count = 0  # updates in the current block
         self._lo, self._hi = math.inf, -math.inf  # ts range of the current block
         self._last_rate: float | None = None  # rate of the last complete block
         self._bucket_max: dict[int, float] = {}  # bucket number -> highest block rate in it
-        self._latest = -math.inf  # the latest event time seen
-        self._threshold = self._from_rate(max_rate)
+        self._threshold = self.event_threshold
 
     @property
     def threshold(self) -> float:
-        """The threshold of the next update."""
+        """The threshold of the next update with an event time."""
         return self._threshold
 
     @property
-    def latest(self) -> float:
-        """The latest event time seen (0.0 before any): the time of an update without one, so
-        that updates without event times count at ``max_rate``."""
-        return 0.0 if self._latest == -math.inf else self._latest
+    def event_threshold(self) -> float:
+        """The event-count threshold max(floor, share·events): warm-up's, and that of every
+        update without an event time."""
+        return max(self.floor, float(self.share * self.events))
 
     @property
-    def rate(self) -> float:
-        """r̂: the rate the threshold follows (``max_rate`` during warm-up)."""
-        return self._threshold_rate()
+    def warming_up(self) -> bool:
+        """True until the first block of updates with event times is complete."""
+        return self._last_rate is None
+
+    @property
+    def rate(self) -> float | None:
+        """r̂: the rate the threshold follows (None during warm-up)."""
+        return None if self._last_rate is None else self._threshold_rate()
 
     def thresholds(self, ts: ArrayLike) -> NDArray[np.float64]:
-        """The threshold of each of the next updates, with event times ``ts`` (seconds), in
-        order; then counts them."""
+        """The threshold of each of the next updates, with event times ``ts`` (seconds; NaN:
+        an update without an event time), in order; then counts them."""
         arr = np.asarray(ts, dtype=np.float64).reshape(-1)
-        if not np.isfinite(arr).all():
-            raise ValueError("event times must be finite numbers of seconds")
+        untimed = np.isnan(arr)
+        if np.isinf(arr).any():
+            raise ValueError("event times must be finite numbers of seconds (NaN: none)")
+        if not untimed.any():
+            return self._timed_thresholds(arr)
+        out = np.full(arr.size, self.event_threshold)
+        out[~untimed] = self._timed_thresholds(arr[~untimed])
+        return out
+
+    def _timed_thresholds(self, arr: NDArray[np.float64]) -> NDArray[np.float64]:
         out = np.empty(arr.size)
         i = 0
         while i < arr.size:
@@ -136,7 +169,6 @@ class EventRateThreshold:
             out[i : i + take] = self._threshold
             part = arr[i : i + take]
             self._lo, self._hi = min(self._lo, float(part.min())), max(self._hi, float(part.max()))
-            self._latest = max(self._latest, self._hi)
             self._count += take
             i += take
             if self._count == self.block:
@@ -156,8 +188,7 @@ class EventRateThreshold:
         self._threshold = self._from_rate(self._threshold_rate())
 
     def _threshold_rate(self) -> float:
-        if self._last_rate is None:
-            return self.max_rate
+        assert self._last_rate is not None
         return max(self._last_rate, *self._bucket_max.values())
 
     def _from_rate(self, rate: float) -> float:
@@ -172,14 +203,13 @@ class EventRateThreshold:
             params={
                 "seconds": self.seconds, "share": self.share, "max_rate": self.max_rate,
                 "block": self.block, "horizon": self.horizon, "buckets": self.buckets,
-                "floor": self.floor,
+                "floor": self.floor, "events": self.events,
             },
             count=self._count,
             lo=None if self._count == 0 else self._lo,
             hi=None if self._count == 0 else self._hi,
             last_rate=self._last_rate,
             buckets_max=[[b, r] for b, r in sorted(self._bucket_max.items())],
-            latest=None if self._latest == -math.inf else self._latest,
             threshold=self._threshold,
         )
 
@@ -192,6 +222,7 @@ class EventRateThreshold:
         obj._hi = -math.inf if state["hi"] is None else float(state["hi"])
         obj._last_rate = None if state["last_rate"] is None else float(state["last_rate"])
         obj._bucket_max = {int(b): float(r) for b, r in state["buckets_max"]}
-        obj._latest = -math.inf if state["latest"] is None else float(state["latest"])
-        obj._threshold = float(state["threshold"])
+        # A state written before the event-count warm-up (its params have no ``events``) adopts
+        # it: while warming up, its stored threshold was the one of max_rate.
+        obj._threshold = obj.event_threshold if obj.warming_up else float(state["threshold"])
         return obj
