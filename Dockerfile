@@ -10,12 +10,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies first, so that a code change does not reinstall them: install the project's
-# declared dependencies from pyproject.toml with an empty package, then the real sources.
-COPY pyproject.toml README.md ./
-RUN mkdir -p monitor connectors \
+# declared dependencies (the core and the server, postgres and kafka extras) from pyproject.toml
+# with an empty package (and the version file pyproject.toml reads), then the real sources.
+COPY pyproject.toml README.md LICENSE ./
+COPY monitor/_version.py ./monitor/_version.py
+RUN mkdir -p connectors \
     && touch monitor/__init__.py connectors/__init__.py \
-    && pip install . \
-    && pip uninstall --yes monitor \
+    && pip install '.[server,postgres,kafka]' \
+    && pip uninstall --yes conformal-monitor \
     && rm -rf monitor connectors build *.egg-info
 
 COPY alembic.ini ./
@@ -25,7 +27,7 @@ COPY monitor ./monitor
 COPY dashboards ./dashboards
 # Editable install: `monitor db upgrade` finds alembic.ini and the migrations beside the package
 # (monitor/db/migrate.py), and `monitor dashboards push` finds dashboards/, both under /app.
-RUN pip install --no-deps -e .
+RUN pip install --no-deps -e '.[server,postgres,kafka]'
 
 # Unprivileged user; /data holds the demo files (a named volume takes this owner on first use).
 RUN useradd --create-home --uid 10001 monitor \

@@ -10,6 +10,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@# The distribution was called `monitor` before it was conformal-monitor: drop that copy.
+	$(BIN)/pip uninstall --quiet --yes monitor >/dev/null 2>&1 || true
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

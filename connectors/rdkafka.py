@@ -327,9 +327,9 @@ def _confluent_kafka() -> Any:
         import confluent_kafka
     except ImportError as exc:
         raise SourceConfigError(
-            "the confluent Kafka client needs confluent-kafka where the worker runs: pip install "
-            "confluent-kafka, or read with kafka-python (?client=kafka-python, "
-            "MONITOR_KAFKA_CLIENT=kafka-python)"
+            "the confluent Kafka client needs confluent-kafka where the worker runs (the kafka "
+            "extra): pip install 'conformal-monitor[kafka]', or read with kafka-python "
+            "(?client=kafka-python, MONITOR_KAFKA_CLIENT=kafka-python)"
         ) from exc
     return confluent_kafka
 

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 
 from connectors.base import Source
 from connectors.errors import SourceConfigError
 from connectors.file import FileSource
-from connectors.kafka import KafkaSource
 from connectors.rdkafka import RdKafkaSource
+from monitor.errors import missing_extra
 
-__all__ = ["KAFKA_CLIENTS", "kafka_url_parts", "open_source"]
+if TYPE_CHECKING:
+    from connectors.kafka import KafkaSource
+
+__all__ = ["KAFKA_CLIENTS", "kafka_module", "kafka_url_parts", "open_source"]
 
 #: The Kafka client libraries a ``kafka://`` source can read with, by the name that
 #: ``?client=`` and ``MONITOR_KAFKA_CLIENT`` take.
-KAFKA_CLIENTS: dict[str, type[KafkaSource] | type[RdKafkaSource]] = {
-    "kafka-python": KafkaSource,
-    "confluent": RdKafkaSource,
-}
+KAFKA_CLIENTS = ("kafka-python", "confluent")
 
 _FORMS = (
     "file:PATH (or file:///ABS/PATH) or kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?OPTION=VALUE&...]"
@@ -77,24 +79,38 @@ def open_source(
         if not group:
             raise SourceConfigError(f"{url} needs a consumer group (--group)")
         client = kafka_source_class(str(url_options.pop("client", kafka_client)))
-        return client(servers, topics, group_id=group, **{**url_options, **options})
+        source: Source = client(servers, topics, group_id=group, **{**url_options, **options})
+        return source
     raise SourceConfigError(f"unknown source scheme {scheme!r} in {url!r}: expected {_FORMS}")
 
 
 def kafka_source_class(client: str) -> type[KafkaSource] | type[RdKafkaSource]:
-    """The source class of a Kafka client name (``kafka-python`` or ``confluent``).
+    """The source class of a Kafka client name (``kafka-python`` or ``confluent``); the
+    kafka-python one is imported now (it needs the ``kafka`` extra).
 
     Examples
     --------
     >>> kafka_source_class("confluent").__name__
     'RdKafkaSource'
     """
+    if client == "confluent":
+        return RdKafkaSource
+    if client == "kafka-python":
+        kafka_source: type[KafkaSource] = kafka_module("a kafka-python source").KafkaSource
+        return kafka_source
+    raise SourceConfigError(
+        f"unknown Kafka client {client!r}: expected one of {', '.join(KAFKA_CLIENTS)}"
+    )
+
+
+def kafka_module(what: str) -> ModuleType:
+    """:mod:`connectors.kafka`, imported now: kafka-python is the ``kafka`` extra, so the file and
+    memory sources work without it. Without it, a :class:`~monitor.errors.MissingExtraError`
+    says that ``what`` needs the extra."""
     try:
-        return KAFKA_CLIENTS[client]
-    except KeyError:
-        raise SourceConfigError(
-            f"unknown Kafka client {client!r}: expected one of {', '.join(KAFKA_CLIENTS)}"
-        ) from None
+        return importlib.import_module("connectors.kafka")
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, what) or exc from None
 
 
 def _file_path(rest: str) -> str:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from monitor._version import __version__
+
 if TYPE_CHECKING:
     from monitor.notebook import NotebookMonitor, Trace, watch
 
-__version__ = "0.1.0"
 __all__ = ["NotebookMonitor", "StreamFiles", "Trace", "__version__", "stream_from", "to_events",
            "watch"]
 

@@ -13,6 +13,9 @@ Hierarchy::
 
     MonitorError                                    errors
     │   the root: ``except MonitorError`` catches every error the project raises on purpose
+    ├── MissingExtraError (ModuleNotFoundError)     errors
+    │       a command or class needs an optional dependency that is not installed; the message
+    │       names the extra to install (``pip install 'conformal-monitor[server]'``)
     ├── StateError (ValueError)                     core.martingales.state
     │       a detector state dict of another class, or of an unknown layout version
     ├── NotFittedError (RuntimeError)               core.ood.base
@@ -21,6 +24,8 @@ Hierarchy::
     │       a stream configuration that cannot be used; the message names the field
     ├── CalibrationError (ValueError)               streams.calibration
     │       calibration data that cannot be used; the message names the line
+    ├── FrontDoorError (ValueError)                 frontdoor_tables
+    │       data the front door cannot turn into a stream's files; the message says what to give
     ├── SchemaError (ValueError)                    streams.schema
     │       calibration values that do not fit a feature schema; the message names row and feature
     ├── InvalidEvent (ValueError)                   streams.event_reference
@@ -124,8 +129,57 @@ This module imports nothing of the project, so every layer may import it (the im
 
 from __future__ import annotations
 
-__all__ = ["MonitorError"]
+__all__ = ["EXTRA_OF_MODULE", "MissingExtraError", "MonitorError", "missing_extra"]
+
+#: The distribution's name on the package index (the import name is ``monitor``).
+DISTRIBUTION = "conformal-monitor"
+
+#: Top-level module of each optional dependency → the extra of pyproject.toml that installs it.
+EXTRA_OF_MODULE = {
+    "sqlalchemy": "server",
+    "alembic": "server",
+    "fastapi": "server",
+    "starlette": "server",
+    "swagger_ui_bundle": "server",
+    "uvicorn": "server",
+    "prometheus_client": "server",
+    "grafana_client": "server",
+    "niquests": "server",
+    "httpx": "server",
+    "rich": "server",
+    "matplotlib": "server",
+    "psycopg": "postgres",
+    "kafka": "kafka",
+    "confluent_kafka": "kafka",
+    "pandas": "pandas",
+}
 
 
 class MonitorError(Exception):
     """Base class of every exception the project defines (the tree: this module's docstring)."""
+
+
+class MissingExtraError(MonitorError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+def missing_extra(exc: ModuleNotFoundError, what: str) -> MissingExtraError | None:
+    """The error to raise when ``what`` failed on ``exc``, a missing optional dependency;
+    ``None`` when the missing module is none of the extras' (a bug, or a broken install).
+
+    Examples
+    --------
+    >>> print(missing_extra(ModuleNotFoundError(name="kafka.errors"), "monitor run"))
+    monitor run needs the kafka extra: pip install 'conformal-monitor[kafka]' (no module kafka)
+    >>> missing_extra(ModuleNotFoundError(name="monitor.nope"), "monitor run") is None
+    True
+    """
+    module = (exc.name or "").partition(".")[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    if extra is None:
+        return None
+    return MissingExtraError(
+        f"{what} needs the {extra} extra: pip install '{DISTRIBUTION}[{extra}]' "
+        f"(no module {module})",
+        name=exc.name,
+    )

@@ -333,8 +333,9 @@ def to_events(
     The stream's name, task, classes (``classes:``) and feature columns come from its
     configuration and calibration. Each row is a prediction event (``id`` from ``ids``, else
     ``e-000000``, ``e-000001``…; ``ts`` from the ``ts`` column or values, else none: the
-    alarm budget then counts events, and the label join uses the arrival time). ``target`` gives the labels: inline in the prediction
-    (``label_delay=None``), or as label events each written after the prediction
+    alarm budget then counts events, and the label join uses the arrival time). ``target``
+    gives the labels: inline in the prediction (``label_delay=None``), or as label events each
+    written after the prediction
     ``label_delay`` rows later (the rest at the end), with that row's time. Returns ``out``
     (default ``<name>_events.jsonl`` beside ``config``).
     """

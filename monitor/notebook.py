@@ -5,7 +5,7 @@ database, no Kafka): :func:`watch` takes the calibration set as arrays, dict row
 DataFrame, :meth:`NotebookMonitor.update` takes each batch the same ways and returns the alarms
 it raised or revised, each with its diagnosis (``kind``, ``changepoint``) and evidence;
 :attr:`NotebookMonitor.trace` holds both martingale traces as numpy record arrays. pandas is
-optional (``pip install 'monitor[pandas]'``): DataFrames are accepted and
+optional (``pip install 'conformal-monitor[pandas]'``): DataFrames are accepted and
 :meth:`Trace.to_pandas` works when it is installed; everything else works without it.
 Feature cells may be numbers, strings, booleans or missing (:mod:`monitor.notebook_tables`
 reads the input tables; docs/tabular.md). Walkthrough: docs/python.md.
@@ -356,13 +356,13 @@ class Trace:
 
     def to_pandas(self) -> Any:
         """One DataFrame with a ``detector`` column (needs pandas: ``pip install
-        'monitor[pandas]'``)."""
+        'conformal-monitor[pandas]'``)."""
         try:
             import pandas as pd
         except ImportError:
             raise ImportError(
-                "Trace.to_pandas needs pandas: pip install 'monitor[pandas]' (or read the record "
-                "arrays Trace.covariate and Trace.conditional)"
+                "Trace.to_pandas needs pandas: pip install 'conformal-monitor[pandas]' (or read "
+                "the record arrays Trace.covariate and Trace.conditional)"
             ) from None
         frames = [pd.DataFrame(a).assign(detector=d) for d, a in self._arrays.items()]
         return pd.concat(frames, ignore_index=True)[["detector", *TRACE_FIELDS]]

@@ -36,6 +36,7 @@ from monitor.cli.run_commands import add_run
 from monitor.cli.serve_commands import add_dashboards, add_serve
 from monitor.cli.streams_commands import add_streams
 from monitor.cli.tools_commands import add_bench, add_demo
+from monitor.errors import missing_extra
 from monitor.settings import Settings
 
 
@@ -43,6 +44,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monitor`` console script; returns the process exit code."""
     try:
         args = _parser().parse_args(argv)
+    except UserError as exc:
+        print(f"monitor: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    except ModuleNotFoundError as exc:
+        # The commands need the server extra (and PostgreSQL, Kafka theirs): a core install
+        # says which one to install instead of a traceback.
+        missing = missing_extra(exc, f"monitor {args.command}")
+        if missing is None:
+            raise
+        print(f"monitor: error: {missing}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
         settings = _settings(args.db)
     except UserError as exc:
         print(f"monitor: error: {exc}", file=sys.stderr)

@@ -13,6 +13,13 @@ Grafana with grafana-client (the maintained fork of grafana-api) and, in this or
 4. saves every dashboard of the dashboards folder with ``overwrite=True``, so pushing again
    updates them in place (same uids, new versions).
 
+The files are in Grafana's export-for-sharing form, so that they also import through Grafana's
+UI (Dashboards → New → Import): ``__inputs`` names the datasources a dashboard needs
+(:data:`DATASOURCE_INPUTS`) and every datasource reference is ``${DS_...}``. The push resolves
+them as Grafana's import does, each to its datasource here (:func:`resolve_inputs`), before it
+saves. A datasource template variable of the same name keeps the files working when Grafana
+loads them unresolved from disk (the provisioning of the compose stack).
+
 The URL handed to Grafana is the database as *Grafana* reaches it: when Grafana runs in a
 container, ``localhost`` is the container itself, so pass the host name Grafana resolves.
 
@@ -31,6 +38,7 @@ from typing import Any
 from monitor.errors import MonitorError
 
 __all__ = [
+    "DATASOURCE_INPUTS",
     "FOLDER_UID",
     "POSTGRES_TYPE",
     "POSTGRES_UID",
@@ -41,6 +49,7 @@ __all__ = [
     "postgres_datasource",
     "prometheus_datasource",
     "push_dashboards",
+    "resolve_inputs",
 ]
 
 #: uid of the PostgreSQL datasource every SQL panel refers to.
@@ -49,6 +58,13 @@ POSTGRES_UID = "monitor-postgres"
 PROMETHEUS_UID = "monitor-prometheus"
 #: Plugin id of Grafana's built-in PostgreSQL datasource (Grafana ≥ 10.3; ``postgres`` before).
 POSTGRES_TYPE = "grafana-postgresql-datasource"
+#: The ``__inputs`` of the dashboards files → (plugin id, uid) of the datasource each resolves to.
+DATASOURCE_INPUTS = {
+    "DS_MONITOR_POSTGRESQL": (POSTGRES_TYPE, POSTGRES_UID),
+    "DS_PROMETHEUS": ("prometheus", PROMETHEUS_UID),
+}
+#: Keys of the export-for-sharing form that only an import reads.
+_EXPORT_KEYS = ("__inputs", "__elements", "__requires")
 #: Folder the dashboards are saved in (the provisioning YAML uses the same uid).
 FOLDER_UID = "monitor"
 FOLDER_TITLE = "Monitor"
@@ -111,7 +127,8 @@ def push_dashboards(
     >>> postgres_datasource("postgresql+psycopg://grafana:s3cret@db:5433/monitor")["url"]
     'db:5433'
     """
-    dashboards = load_dashboards(dashboards_dir or default_dashboards_dir())
+    files = load_dashboards(dashboards_dir or default_dashboards_dir())
+    dashboards = [resolve_inputs(dashboard) for dashboard in files]
     datasources = []
     if database_url is not None:
         datasources.append(postgres_datasource(database_url))
@@ -162,6 +179,51 @@ def _read_dashboard(path: Path) -> dict[str, Any]:
     if not isinstance(dashboard, dict) or not dashboard.get("uid") or not dashboard.get("title"):
         raise DashboardPushError(f"dashboard {path} needs a JSON object with a uid and a title")
     return dashboard
+
+
+def resolve_inputs(dashboard: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard with each ``${DS_...}`` of its ``__inputs`` replaced by the uid of its
+    datasource (:data:`DATASOURCE_INPUTS`), as Grafana's import would, without the keys only an
+    import reads.
+
+    Raises
+    ------
+    DashboardPushError
+        An input that is not one of :data:`DATASOURCE_INPUTS`, or of another plugin.
+
+    Examples
+    --------
+    >>> panel = {"datasource": {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}}
+    >>> resolve_inputs({"uid": "d", "__inputs": [
+    ...     {"name": "DS_PROMETHEUS", "type": "datasource", "pluginId": "prometheus"}],
+    ...     "panels": [panel]})
+    {'uid': 'd', 'panels': [{'datasource': {'type': 'prometheus', 'uid': 'monitor-prometheus'}}]}
+    """
+    values = {}
+    for entry in dashboard.get("__inputs", []):
+        name = entry.get("name")
+        known = DATASOURCE_INPUTS.get(name)
+        if entry.get("type") != "datasource" or known is None or entry.get("pluginId") != known[0]:
+            raise DashboardPushError(
+                f"dashboard {dashboard.get('uid')!r} asks for input {name!r} "
+                f"({entry.get('type')} {entry.get('pluginId')}): the push resolves only "
+                + ", ".join(f"{n} ({plugin})" for n, (plugin, _) in DATASOURCE_INPUTS.items())
+            )
+        values["${" + name + "}"] = known[1]
+    body = {k: v for k, v in dashboard.items() if k not in _EXPORT_KEYS}
+    return _substitute(body, values) if values else body
+
+
+def _substitute(node: Any, values: dict[str, str]) -> Any:
+    if isinstance(node, str):
+        for template, value in values.items():
+            node = node.replace(template, value)
+        return node
+    if isinstance(node, dict):
+        return {key: _substitute(item, values) for key, item in node.items()}
+    if isinstance(node, list):
+        return [_substitute(item, values) for item in node]
+    return node
 
 
 def postgres_datasource(database_url: str, name: str = "Monitor PostgreSQL") -> dict[str, Any]:

@@ -261,14 +261,32 @@ def test_grafana_environment_fills_the_datasource_provisioning() -> None:
     assert env["MONITOR_GRAFANA_PROMETHEUS_URL"] == "http://prometheus:9090"
 
 
-def test_prometheus_scrapes_the_api() -> None:
+def _scrape_jobs() -> dict[str, dict[str, Any]]:
     config = yaml.safe_load(
         (ROOT / "dashboards/provisioning/prometheus/prometheus.yml").read_text()
     )
-    (job,) = config["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == ["api:8000"] and job["metrics_path"] == "/metrics"
-    token_file = job["authorization"]["credentials_file"]
+    return {job["job_name"]: job for job in config["scrape_configs"]}
+
+
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_prometheus_scrapes_the_api_and_the_worker() -> None:
+    jobs = _scrape_jobs()
+    assert set(jobs) == {"monitor-api", "monitor-worker"}
+    api, worker = jobs["monitor-api"], jobs["monitor-worker"]
+    # The API where `monitor serve` listens, with the read token the prometheus service writes.
+    api_port = _option(SERVICES["api"]["command"], "--port")
+    assert api["static_configs"][0]["targets"] == [f"api:{api_port}"]
+    assert api["metrics_path"] == "/metrics"
+    token_file = api["authorization"]["credentials_file"]
     assert token_file in SERVICES["prometheus"]["command"][0]
+    # The worker's own metrics port (no token: only the compose network reaches it).
+    worker_port = SERVICES["worker"]["environment"]["MONITOR_WORKER_METRICS_PORT"]
+    assert worker["static_configs"][0]["targets"] == [f"worker:{worker_port}"]
+    assert worker["metrics_path"] == "/metrics" and "authorization" not in worker
+    assert f"localhost:{worker_port}/healthz" in " ".join(SERVICES["worker"]["healthcheck"]["test"])
 
 
 def test_database_urls_agree() -> None:
@@ -338,7 +356,10 @@ def test_dockerfile_base_and_install() -> None:
     steps = _instructions()
     assert steps[0] == ("FROM", "python:3.11-slim")
     runs = " ".join(arg for op, arg in steps if op == "RUN")
-    assert "pip install ." in runs and "pip install --no-deps -e ." in runs
+    # The image runs the service: the core and the server, PostgreSQL and Kafka extras.
+    assert "pip install '.[server,postgres,kafka]'" in runs
+    assert "pip install --no-deps -e '.[server,postgres,kafka]'" in runs
+    assert "pip uninstall --yes conformal-monitor" in runs  # the empty package of the deps layer
     assert ("USER", "monitor") in steps
 
 

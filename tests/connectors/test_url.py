@@ -118,7 +118,7 @@ def test_the_confluent_client_without_confluent_kafka_says_what_to_install(
     url: str, client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # import fails, as if absent
-    with pytest.raises(SourceConfigError, match="pip install confluent-kafka"):
+    with pytest.raises(SourceConfigError, match=r"pip install 'conformal-monitor\[kafka\]'"):
         open_source(url, group="g", kafka_client=client)
 
 

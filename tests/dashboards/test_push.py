@@ -27,7 +27,7 @@ from monitor.ops.dashboards import (
     postgres_datasource,
     push_dashboards,
 )
-from tests.support.dashboards import DASHBOARDS_DIR, load_dashboards
+from tests.support.dashboards import DASHBOARDS_DIR, imported, load_dashboards
 from tests.support.fake_grafana import FakeGrafana
 
 DB_URL = "postgresql+psycopg://grafana_reader:read%40only@postgres:5432/monitor"
@@ -59,7 +59,9 @@ def test_push_with_token_creates_folder_datasources_and_dashboards(grafana: Fake
     for dashboard in load_dashboards():
         saved = grafana.dashboards[dashboard["uid"]]
         assert saved["folderUid"] == FOLDER_UID and saved["version"] == 1
-        assert saved["dashboard"] == dashboard | {"id": None}
+        # The inputs resolved as Grafana's import does, to the datasources just provisioned.
+        assert saved["dashboard"] == imported(dashboard) | {"id": None}
+        assert "${DS_" not in json.dumps(saved) and "__inputs" not in saved["dashboard"]
     assert all(r.authorization == f"Bearer {grafana.token}" for r in grafana.requests)
 
 
@@ -150,6 +152,24 @@ def test_bad_dashboards_folder(tmp_path: Path, grafana: FakeGrafana) -> None:
     (tmp_path / "x.json").write_text(json.dumps({"title": "no uid"}))
     with pytest.raises(DashboardPushError, match="needs a JSON object with a uid"):
         push_dashboards(grafana.url, token=grafana.token, dashboards_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "DS_LOKI", "type": "datasource", "pluginId": "loki"},
+        {"name": "DS_PROMETHEUS", "type": "datasource", "pluginId": "postgres"},
+        {"name": "VAR_SITE", "type": "constant", "value": "eu"},
+    ],
+    ids=["unknown-datasource", "other-plugin", "constant"],
+)
+def test_unresolvable_input(tmp_path: Path, grafana: FakeGrafana, entry: dict[str, str]) -> None:
+    dashboard = {"uid": "x", "title": "X", "__inputs": [entry], "panels": []}
+    (tmp_path / "x.json").write_text(json.dumps(dashboard))
+    message = f"asks for input '{entry['name']}'.*resolves only DS_MONITOR_POSTGRESQL"
+    with pytest.raises(DashboardPushError, match=message):
+        push_dashboards(grafana.url, token=grafana.token, dashboards_dir=tmp_path)
+    assert grafana.requests == []  # refused before any request
 
 
 def test_postgres_datasource_ipv6_and_defaults() -> None:

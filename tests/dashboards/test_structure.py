@@ -16,6 +16,7 @@ from tests.support.dashboards import (
     METRICS,
     PROVISIONING,
     all_panels,
+    imported,
     load_dashboards,
     provisioned_datasources,
     queries,
@@ -94,16 +95,61 @@ def _datasource_refs(dashboard: dict[str, Any]) -> list[tuple[str, dict[str, Any
 
 
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
-def test_datasources_exist_in_provisioning(dashboard: dict[str, Any]) -> None:
+def test_datasources_are_inputs(dashboard: dict[str, Any]) -> None:
+    """Export-for-sharing form: every reference is ``${DS_...}`` of an input of the same plugin,
+    so Grafana's UI import asks for each datasource; every input is used."""
+    inputs = {i["name"]: i for i in dashboard["__inputs"]}
+    used = set()
     for where, ref in _datasource_refs(dashboard):
+        name = re.fullmatch(r"\$\{(DS_[A-Z_]+)\}", ref["uid"])
+        assert name and name[1] in inputs, where  # never a hard-coded uid
+        assert ref["type"] == inputs[name[1]]["pluginId"], where
+        used.add(name[1])
+    assert used == set(inputs)
+    for name, entry in inputs.items():
+        assert entry["type"] == "datasource" and entry["label"] and entry["description"]
+        assert push.DATASOURCE_INPUTS[name][0] == entry["pluginId"]
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_imported_datasources_exist_in_provisioning(dashboard: dict[str, Any]) -> None:
+    """Imported with the provisioned datasources chosen, every reference is one of theirs."""
+    for where, ref in _datasource_refs(imported(dashboard)):
         assert ref["uid"] in DATASOURCES, where
         assert ref["type"] == DATASOURCES[ref["uid"]]["type"], where
 
 
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_each_input_is_a_datasource_variable(dashboard: dict[str, Any]) -> None:
+    """Loaded unresolved from disk (file provisioning), ``${DS_...}`` is a datasource variable
+    of the same name: it selects the provisioned datasource, hidden, before the variables whose
+    queries use it."""
+    variables = dashboard["templating"]["list"]
+    kinds = [v["type"] for v in variables]
+    assert kinds == sorted(kinds, key=lambda kind: kind != "datasource")
+    by_name = {v["name"]: v for v in variables if v["type"] == "datasource"}
+    assert set(by_name) == {i["name"] for i in dashboard["__inputs"]}
+    for entry in dashboard["__inputs"]:
+        var = by_name[entry["name"]]
+        assert var["query"] == entry["pluginId"] and var["hide"] == 2
+        provisioned = DATASOURCES[var["current"]["value"]]
+        assert provisioned["type"] == entry["pluginId"]
+        assert var["current"]["text"] == provisioned["name"]
+        assert not var["multi"] and not var["includeAll"]
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
+def test_requires_lists_grafana_and_the_plugins(dashboard: dict[str, Any]) -> None:
+    requires = {(r["type"], r["id"]) for r in dashboard["__requires"]}
+    panels = {("panel", p["type"]) for p in all_panels(dashboard) if p["type"] != "row"}
+    plugins = {("datasource", i["pluginId"]) for i in dashboard["__inputs"]}
+    assert requires == {("grafana", "grafana")} | panels | plugins
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=IDS)
 def test_every_target_has_a_query(dashboard: dict[str, Any]) -> None:
     for where, q in queries(dashboard):
-        if q["datasource"]["uid"] == push.POSTGRES_UID:
+        if q["datasource"]["type"] == push.POSTGRES_TYPE:
             assert q["rawSql"].strip() and q["rawQuery"] is True, where
             assert q["format"] in {"table", "time_series"}, where
         else:
@@ -204,7 +250,7 @@ def test_stream_dashboard_has_alarm_annotations_and_a_stream_variable() -> None:
     detail = next(d for d in DASHBOARDS if d["uid"] == "monitor-stream")
     names = [a["name"] for a in detail["annotations"]["list"]]
     assert names == ["Alarms", "Changepoints"]
-    var, api_url = detail["templating"]["list"]
+    var, api_url = [v for v in detail["templating"]["list"] if v["type"] != "datasource"]
     assert var["name"] == "stream" and var["type"] == "query" and "FROM streams" in var["query"]
     assert (api_url["name"], api_url["type"]) == ("api_url", "textbox")
     assert api_url["query"] == api_url["current"]["value"] == "http://localhost:8000"

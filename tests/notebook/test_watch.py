@@ -239,7 +239,7 @@ def test_works_without_pandas(monkeypatch: pytest.MonkeyPatch) -> None:
     m.update(_rows(data.X[:50], data.pred[:50], data.y[:50]))
     m.update(data.X[50:60], data.pred[50:60])
     assert m.n_events == 60 and len(m.trace.covariate) == 60
-    with pytest.raises(ImportError, match=r"pip install 'monitor\[pandas\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'conformal-monitor\[pandas\]'"):
         m.trace.to_pandas()
 
 

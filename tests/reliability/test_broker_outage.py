@@ -106,7 +106,7 @@ def test_monitor_kafka_client_chooses_the_client_of_monitor_run(
     code = main(["--db", f"sqlite:///{tmp_path}/m.db", "run", "--source", source,
                  *example.config_args])
     assert code != 0
-    assert "pip install confluent-kafka" in capsys.readouterr().err
+    assert "pip install 'conformal-monitor[kafka]'" in capsys.readouterr().err
 
 
 def test_no_broker_at_start_exits_after_the_deadline_with_api_version_set(

@@ -20,6 +20,24 @@ def load_dashboards() -> list[dict[str, Any]]:
     ]
 
 
+#: What Grafana's import puts for each ``${DS_...}`` input of the files when the provisioned
+#: datasources are chosen (and what ``monitor dashboards push`` must put), written out by hand.
+IMPORTED_UIDS = {
+    "${DS_MONITOR_POSTGRESQL}": "monitor-postgres",
+    "${DS_PROMETHEUS}": "monitor-prometheus",
+}
+
+
+def imported(dashboard: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard as Grafana's import stores it: its inputs replaced in the JSON text, the
+    keys only an import reads dropped."""
+    text = json.dumps({k: v for k, v in dashboard.items() if not k.startswith("__")})
+    for template, uid in IMPORTED_UIDS.items():
+        text = text.replace(template, uid)
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
 def provisioned_datasources() -> dict[str, dict[str, Any]]:
     """Datasources of dashboards/provisioning/datasources/*.yaml by uid."""
     out: dict[str, dict[str, Any]] = {}

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from fastapi import APIRouter
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor._version import __version__
 from monitor.api.deps import ContextDep
 from monitor.api.schemas import Health
 
 router = APIRouter(tags=["health"])
-
-
-def _version() -> str:
-    try:
-        return version("monitor")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @router.get("/health", summary="Liveness and database reachability (no token)")
@@ -32,4 +24,4 @@ def health(context: ContextDep) -> Health:
     except SQLAlchemyError:
         database = "unreachable"
     status = "ok" if database == "ok" else "degraded"
-    return Health(status=status, database=database, version=_version())
+    return Health(status=status, database=database, version=__version__)
