@@ -343,6 +343,7 @@ class CovariateMonitor(MartingaleMonitor):
             after_span=lambda start, stop: self._support.extend(flags[start:stop]),
         )
         self._last_alarms = tuple(alarms)
+        trace.outside = np.array(flags, dtype=bool)
         return trace
 
     def _score_batch(self, arr: FloatArray) -> tuple[FloatArray, list[bool]]:
