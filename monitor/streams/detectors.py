@@ -179,6 +179,7 @@ class StreamDetectors(BatchUpdates):
             # its own bound, weighted or not (the conditional monitor reads only its alarms)
             reference_limit=None if config.max_reference is not None
             else config.covariate_reference_limit,
+            reference_bank=config.reference_bank,
             seed=config.seed,
             outside_columns=outside_columns,
             **betting,

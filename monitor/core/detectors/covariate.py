@@ -28,7 +28,7 @@ from monitor.core.detectors.base import (
 )
 from monitor.core.martingales import ConformalPValue, batch
 from monitor.core.martingales.state import check_state, new_state
-from monitor.core.ood import Scorer, make_scorer, scorer_from_state
+from monitor.core.ood import Scorer, make_scorer, reference_bank, scorer_from_state
 
 __all__ = ["LIMIT_BINS", "LIMIT_EDGES", "PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
 
@@ -103,6 +103,11 @@ class CovariateMonitor(MartingaleMonitor):
         (:meth:`~monitor.core.martingales.ConformalPValue.quantize`): memory O(bins), exactly
         valid (docs/algorithms.md, "Bounded reference after a limit"). Again after each
         re-baseline. Not with ``max_reference`` (quantized from the start).
+    reference_bank
+        None fits the scorer on all ``fit_fraction`` rows. An integer B fits it on a seeded
+        random subsample of at most B of them (:func:`monitor.core.ood.reference_bank`): a kNN
+        score then costs at most B distances per input whatever the calibration size; the
+        subsample is exchangeable with the other rows, so validity is unchanged.
     seed
         Seeds the calibration split and the p-values' tie-breaking uniforms.
     fit_fraction
@@ -162,10 +167,12 @@ class CovariateMonitor(MartingaleMonitor):
         support_history: int = 10_000,
         outside_columns: tuple[int, ...] = (),
         reference_limit: int | None = None,
+        reference_bank: int | None = None,
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
         check_lifecycle(rebaseline, max_reference, seed)
         check_int("reference_limit", reference_limit, 2, allow_none=True)
+        check_int("reference_bank", reference_bank, 1, allow_none=True)
         if reference_limit is not None and max_reference is not None:
             raise ValueError(
                 "reference_limit and max_reference exclude each other: max_reference quantizes "
@@ -189,6 +196,7 @@ class CovariateMonitor(MartingaleMonitor):
         self.support_history = support_history
         self.outside_columns = tuple(int(j) for j in outside_columns)
         self.reference_limit = reference_limit
+        self.reference_bank = reference_bank
         self._threshold_arg = threshold
         self._init_test(betting, rule, threshold, alpha)
         self._fit(as_matrix(calibration_X, "calibration_X", min_rows=4))
@@ -201,7 +209,9 @@ class CovariateMonitor(MartingaleMonitor):
                 f"{X.shape[0]} calibration rows (need >= 1 to fit and >= 2 for the reference)"
             )
         order = np.random.default_rng(derive_seed(self.seed, 0)).permutation(X.shape[0])
-        self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
+        bank = order[:n_fit]
+        keep = reference_bank(n_fit, self.reference_bank, derive_seed(self.seed, 2))
+        self._scorer = _make_scorer(self.scorer).fit(X[bank if keep is None else bank[keep]])
         # One BLAS thread, as the worker scores (monitor/engine/worker.py): a multi-threaded
         # product rounds differently, so the API, the CLI and a worker process building the same
         # stream would start from references that differ in their last bits (a kNN distance
@@ -476,6 +486,7 @@ class CovariateMonitor(MartingaleMonitor):
             **({"outside_columns": list(self.outside_columns)} if self.outside_columns else {}),
             # absent from a state of before the limit existed (as None)
             **({"reference_limit": self.reference_limit} if self.reference_limit else {}),
+            **({"reference_bank": self.reference_bank} if self.reference_bank else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -512,6 +523,7 @@ class CovariateMonitor(MartingaleMonitor):
         obj._threshold_arg = params.pop("threshold")
         obj.outside_columns = tuple(params.pop("outside_columns", ()))
         obj.reference_limit = params.pop("reference_limit", None)
+        obj.reference_bank = params.pop("reference_bank", None)
         for name, value in params.items():
             setattr(obj, name, value)
         obj.calibration_X = None
