@@ -1,5 +1,7 @@
-"""A labelled event's support flag is its prediction's, kept in the label join: each input is
-scored by the covariate monitor once, with the same results as scoring it again at its label."""
+"""What a stream keeps of its covariate monitor across batches and checkpoints: a labelled
+event's support flag is its prediction's, kept in the label join (each input is scored once,
+with the same results as scoring it again at its label), and a checkpoint written before the
+bounded reference existed takes the configured limit at its load."""
 
 from __future__ import annotations
 
@@ -101,3 +103,15 @@ def test_each_input_is_scored_once(scored: list[int]) -> None:
     assert later > 0.9 * n and again_rows == n + later  # and once more at its label, if old
     assert sum(w.n_flagged for w in kept if hasattr(w, "n_flagged")) > 0
     assert any(getattr(r, "detector", None) == "covariate" for r in kept)
+
+
+def test_a_checkpoint_of_before_the_limit_takes_the_configured_one() -> None:
+    monitor = _monitor()
+    assert monitor.step(_events()[:300], lambda k: T0) == []
+    state = monitor.state_dict()
+    assert state["detectors"]["covariate"]["params"].pop("reference_limit") == 20_000
+    old = CovariateMonitor.from_state(state["detectors"]["covariate"])
+    assert old.reference_limit is None  # what the checkpoint alone holds
+    resumed = _monitor()
+    resumed.load_state(state)
+    assert resumed.detectors.covariate.reference_limit == 20_000
