@@ -53,6 +53,17 @@ DEFAULT_BUDGET = 7 * 86_400.0
 #: no more harmful alarms on a benign covariate shift, and no more false alarms, than the Simple
 #: Mixture at the previous default of 10 000, and still detects harmful shifts sooner.
 DEFAULT_THRESHOLD = 100_000.0
+
+#: ``covariate_reference_limit`` by default: at most 20 000 exact scores (160 KB of a checkpoint)
+#: per segment between alarms, then 1 000 bin counts; a stream's first 20 000 scores (the
+#: calibration's reference half included) are monitored exactly as with no limit.
+COVARIATE_REFERENCE_LIMIT = 20_000
+
+#: ``reference_bank`` by default: the kNN covariate score and the full-conformal OOD p-values
+#: read at most this many calibration rows, a seeded random subsample of them (chosen by
+#: measurement, docs/ood.md "Reference bank"); a calibration of at most as many rows (OOD) or
+#: twice as many (the covariate score's half) is read whole, as before.
+REFERENCE_BANK = 2000
 #: The detectors of a stream that share its alarm budget (covariate and conditional): each gets
 #: BUDGET_SHARE times the budget, so the stream as a whole keeps it (docs/algorithms.md).
 BUDGET_SHARE = 2
@@ -279,6 +290,13 @@ class StreamConfig(_Strict):
     weight_batch: Annotated[int, Field(ge=1, le=64)] = 32
     rebaseline: Annotated[int, Field(ge=0)] = 300
     max_reference: Annotated[int | None, Field(ge=100)] = None
+    #: The covariate monitor's reference is exact up to this many scores, then bin counts
+    #: (docs/algorithms.md, "Bounded reference after a limit"); weighted or not. None: every
+    #: score until the next alarm. Unused with ``max_reference`` (quantized from the start).
+    covariate_reference_limit: Annotated[int | None, Field(ge=1000)] = COVARIATE_REFERENCE_LIMIT
+    #: At most this many calibration rows in the kNN covariate score's bank and the OOD
+    #: p-values' (a seeded random subsample; docs/ood.md, "Reference bank"). None: all.
+    reference_bank: Annotated[int | None, Field(ge=100)] = REFERENCE_BANK
     reference_window: Annotated[int | None, Field(ge=1)] = 5000
     trace_every: Annotated[int, Field(ge=1)] = 10
     performance: PerformanceConfig = PerformanceConfig()

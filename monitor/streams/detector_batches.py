@@ -72,6 +72,8 @@ class BatchUpdates(AlarmDiagnosis):
         cov_before: NDArray[np.int64],
         cov_ts: ArrayLike | None = None,
         cond_ts: ArrayLike | None = None,
+        cond_outside: Sequence[bool | None] | None = None,
+        cond_from: Sequence[int] | None = None,
     ) -> BatchResult:
         """Both monitors over one poll batch of a stream: the same results as the per-event calls
         (:meth:`update_covariate` for each prediction, :meth:`update_conditional` for each
@@ -91,6 +93,13 @@ class BatchUpdates(AlarmDiagnosis):
         budget's event-count threshold; :class:`EventRateThreshold`): its monitor then runs in
         spans of one threshold each (``BatchResult.cov_thresholds`` / ``cond_thresholds``).
 
+        A labelled event's support flag (for the diagnosis) is the one the covariate monitor
+        gave its prediction, not scored again: ``cond_outside[j]`` the flag kept with a
+        prediction of an earlier batch (None: not kept), ``cond_from[j]`` the position of its
+        prediction among this batch's (-1: an earlier batch's), whose flag the covariate pass
+        gives (``BatchTrace.outside``). Only a labelled event with neither is scored again
+        (both None: every one), with the same flag.
+
         A batch longer than :meth:`_batch_limit` updates runs as two halves in arrival order
         (the same results): a revision is decided at the batch's end from the recent support
         flags, which must still be kept then.
@@ -98,7 +107,7 @@ class BatchUpdates(AlarmDiagnosis):
         n, m = X_cov.shape[0], X_cond.shape[0]
         if n + m > self._batch_limit():
             return self._split_batch(X_cov, cov_index, X_cond, cond_scores, cond_index, cov_before,
-                                     cov_ts, cond_ts)
+                                     cov_ts, cond_ts, cond_outside, cond_from)
         cov_thr = self._budget_thresholds("covariate", cov_ts, len(cov_index))
         cond_thr = self._budget_thresholds("conditional", cond_ts, len(cond_index))
         cov_seg = _segment_thresholds(self.covariate, len(cov_index))
@@ -117,9 +126,7 @@ class BatchUpdates(AlarmDiagnosis):
         result = BatchResult(cov_trace, BatchTrace.empty(0, conditional=True),
                              cov_thresholds=cov_thr if cov_seg is None else cov_seg,
                              cond_thresholds=cond_thr if cond_seg is None else cond_seg)
-        outside = (
-            self.covariate.is_outside(X_cond) if X_cond.shape[0] else np.zeros(0, bool)
-        ).tolist()
+        outside = self._labelled_support(X_cond, cov_trace.outside, cond_outside, cond_from)
         cov_stats = cov_trace.log_statistic
         added = j0 = 0
         segments: list[BatchTrace] = []
@@ -150,6 +157,29 @@ class BatchUpdates(AlarmDiagnosis):
         self._new = result.last_alarms(len(cov_index), cov_before)
         return result
 
+    def _labelled_support(
+        self,
+        X_cond: FloatArray,
+        batch_flags: NDArray[np.bool_] | None,
+        kept: Sequence[bool | None] | None,
+        positions: Sequence[int] | None,
+    ) -> list[bool]:
+        """The support flag of each labelled event: kept with its prediction, else its
+        prediction's in this batch (``batch_flags``), else scored now (:meth:`update_batch`)."""
+        m = X_cond.shape[0]
+        flags: list[bool | None] = [None] * m if kept is None else list(kept)
+        if positions is not None and batch_flags is not None:
+            known = batch_flags.tolist()
+            for j, position in enumerate(positions):
+                if flags[j] is None and position >= 0:
+                    flags[j] = known[position]
+        missing = [j for j, flag in enumerate(flags) if flag is None]
+        if missing:
+            scored = self.covariate.is_outside(X_cond[missing]).tolist()
+            for j, flag in zip(missing, scored, strict=True):
+                flags[j] = flag
+        return flags  # type: ignore[return-value]
+
     def _batch_limit(self) -> int:
         """Most updates of one :meth:`update_batch` call: after the last update of an alarm's
         evidence window (at most max(``min_events``, RECENT) updates long) the rest of the batch
@@ -167,6 +197,8 @@ class BatchUpdates(AlarmDiagnosis):
         cov_before: NDArray[np.int64],
         cov_ts: ArrayLike | None = None,
         cond_ts: ArrayLike | None = None,
+        cond_outside: Sequence[bool | None] | None = None,
+        cond_from: Sequence[int] | None = None,
     ) -> BatchResult:
         """:meth:`update_batch` as two calls on the first and second half in arrival order
         (labelled event j arrives after ``cov_before[j]`` predictions, before the next one)."""
@@ -179,10 +211,20 @@ class BatchUpdates(AlarmDiagnosis):
         first = self.update_batch(
             X_cov[:p], cov_index[:p], X_cond[:q], cond_scores[:q], cond_index[:q], cov_before[:q],
             None if cts is None else cts[:p], None if dts is None else dts[:q],
+            None if cond_outside is None else cond_outside[:q],
+            None if cond_from is None else cond_from[:q],
         )
+        kept, positions = cond_outside, cond_from
+        if positions is not None and first.cov_trace.outside is not None:
+            # a second-half label of a first-half prediction: that prediction's flag is known
+            flags = first.cov_trace.outside.tolist()
+            kept = [flags[f] if 0 <= f < p else None if kept is None else kept[j]
+                    for j, f in enumerate(positions)]
+            positions = [f - p if f >= p else -1 for f in positions]
         second = self.update_batch(
             X_cov[p:], cov_index[p:], X_cond[q:], cond_scores[q:], cond_index[q:],
             cov_before[q:] - p, None if cts is None else cts[p:], None if dts is None else dts[q:],
+            None if kept is None else kept[q:], None if positions is None else positions[q:],
         )
         shift = {"covariate": p, "conditional": q}
         return BatchResult(
@@ -337,7 +379,7 @@ def _concat_traces(traces: list[BatchTrace]) -> BatchTrace:
         return None if any(p is None for p in parts) else np.concatenate(parts)
 
     return BatchTrace(*(cat(name) for name in (  # type: ignore[arg-type]
-        "p_value", "log_martingale", "log_statistic", "weights_ess", "penalised"
+        "p_value", "log_martingale", "log_statistic", "weights_ess", "penalised", "outside"
     )))
 
 

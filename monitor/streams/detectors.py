@@ -178,6 +178,10 @@ class StreamDetectors(BatchUpdates):
             alpha=cov_alarm.alpha,
             rebaseline=config.rebaseline,
             max_reference=config.max_reference,
+            # its own bound, weighted or not (the conditional monitor reads only its alarms)
+            reference_limit=None if config.max_reference is not None
+            else config.covariate_reference_limit,
+            reference_bank=config.reference_bank,
             seed=config.seed,
             outside_columns=outside_columns,
             **betting,

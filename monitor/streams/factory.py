@@ -57,6 +57,7 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
         scorers=[make_scorer(name) for name in config.ood.scorers],
         splits=config.ood.splits,
         conformal=config.ood.conformal,
+        bank=config.reference_bank,
         seed=config.seed,
     )
     labels = calibration.labels.astype(int) if config.task == "classification" else None

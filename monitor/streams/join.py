@@ -51,6 +51,11 @@ class Pending(NamedTuple):
     #: True when the prediction had no ``ts`` (``ts`` is then the broker's or the ingest time):
     #: its conditional update has no event time for the alarm budget.
     untimed: bool = False
+    #: Whether the covariate monitor found the inputs outside its calibration support when it
+    #: scored the prediction (:meth:`LabelJoin.keep_outside`), read again when the label joins
+    #: instead of scoring the inputs a second time; None: not known (not scored yet, a state
+    #: written before the flags were kept, or made under an earlier configuration version).
+    outside: bool | None = None
 
 
 class Joined(NamedTuple):
@@ -169,11 +174,28 @@ class LabelJoin:
         marked = 0
         for key, pending in predictions.items():
             if pending.version is None:
-                predictions[key] = pending._replace(version=version)
+                # the support flag is the old detectors': the new ones score the inputs again
+                predictions[key] = pending._replace(version=version, outside=None)
                 marked += 1
         if marked:
             self._made_under[version] = feature_names
         return marked
+
+    def keep_outside(self, event_ids: Sequence[str], flags: Sequence[bool]) -> None:
+        """Keep each prediction's support flag with it while it waits for its label (the ids
+        not waiting any more, joined or expired, are skipped).
+
+        >>> join = LabelJoin()
+        >>> join.add_prediction(Pending("a", 0, 0.0, (9.0,), 2.0))
+        >>> join.keep_outside(["a", "b"], [True, False])
+        >>> join.waiting("a").outside, join.waiting("b")
+        (True, None)
+        """
+        predictions = self._predictions
+        for event_id, flag in zip(event_ids, flags, strict=True):
+            pending = predictions.get(event_id)
+            if pending is not None:
+                predictions[event_id] = pending._replace(outside=flag)
 
     @property
     def marked(self) -> bool:
@@ -259,6 +281,11 @@ class LabelJoin:
             "recent": list(self._recent),
             "clock": self._clock if self._clock != float("-inf") else None,
         }
+        if any(p.outside is not None for p in predictions):  # no key without: as before
+            # one byte per waiting prediction, in their order: 1 outside, 0 inside, 2 not known
+            state["outside"] = np.fromiter(
+                (2 if p.outside is None else int(p.outside) for p in predictions),
+                np.uint8, len(predictions))
         if self._joined_ids:  # no key without: the state of a stream without labels is as before
             # ids as one list and times as one array (binary in the blob): up to max_pending
             # entries, written at every checkpoint
@@ -282,6 +309,12 @@ class LabelJoin:
                              len(row) > 7 and bool(row[7])))
             for row in state["predictions"]
         )
+        if "outside" in state:  # a state written before the flags were kept: none known
+            predictions = self._predictions
+            for key, flag in zip(list(predictions), np.asarray(state["outside"]).tolist(),
+                                 strict=True):
+                if flag != 2:
+                    predictions[key] = predictions[key]._replace(outside=bool(flag))
         self._made_under = {
             int(version): None if names is None else tuple(names)
             for version, names in state.get("made_under", ())

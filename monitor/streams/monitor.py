@@ -226,7 +226,10 @@ class StreamMonitor(InputChecks, VersionedState):
             cov_ts=cov_seconds if "covariate" in budgets else None,
             cond_ts=_seconds(batch.cond_ts, batch.cond_untimed)
             if "conditional" in budgets else None,
+            cond_outside=batch.cond_outside, cond_from=batch.cond_from,
         )
+        if result.cov_trace.outside is not None:  # scored once: the label reads it from the join
+            self.join.keep_outside(batch.cov_ids, result.cov_trace.outside.tolist())
         traces: list[tuple[int, int, TracePoint]] = []
         alarms: list[tuple[int, Alarm]] = []
         every = self.config.trace_every
@@ -394,6 +397,10 @@ class _Batch:
     cond_before: list[int] = field(default_factory=list)
     cond_predictions: list[Any] = field(default_factory=list)
     cond_labels: list[Any] = field(default_factory=list)
+    #: the support flag kept with the labelled event's prediction (None: not known), and the
+    #: position of that prediction among the batch's (-1: an earlier batch's)
+    cond_outside: list[bool | None] = field(default_factory=list)
+    cond_from: list[int] = field(default_factory=list)
     #: ``(position, indicators)`` of the predictions the schema read (docs/tabular.md)
     quality: list[tuple[int, tuple[bool, ...]]] = field(default_factory=list)
     #: ``(position, unknown keys, absent features)`` of the predictions that had any
@@ -437,6 +444,9 @@ class _Batch:
         self.cond_before.append(len(self.cov_index))
         self.cond_predictions.append(pending.prediction)
         self.cond_labels.append(joined.label)
+        self.cond_outside.append(pending.outside)
+        first = self.cov_index[0] if self.cov_index else pending.event_index + 1
+        self.cond_from.append(pending.event_index - first if pending.event_index >= first else -1)
         self.seq += 1
 
 

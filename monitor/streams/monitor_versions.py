@@ -128,6 +128,10 @@ class VersionedState(AlarmRecords):
             return
         self.version_since = int(state.get("version_since", 0))
         self.detectors = type(self.detectors).from_state(state["detectors"])
+        # A checkpoint of before the limit existed holds none: the configuration's applies from
+        # here on (a switch at a load is at a position no score decided: still exactly valid).
+        if self.config.max_reference is None:
+            self.detectors.covariate.reference_limit = self.config.covariate_reference_limit
         self._unrevised = {a["id"]: Alarm.from_json(a) for a in state.get("unrevised", [])}
         self._retired = [RetiredDetectors.load(r) for r in state.get("retired", [])]
         if self.ood is not None and state["ood"] is not None:

@@ -123,3 +123,23 @@ def test_a_state_without_joined_ids_loads() -> None:
     assert "joined" not in state  # a stream without labels: its state is as before
     join.load_state(state)
     assert not join.processed("label", "e0")
+
+
+def test_support_flags_wait_with_their_predictions() -> None:
+    """The covariate monitor's support flags are kept in the state; an older state without
+    them, and a configuration update (other detectors), leave them unknown."""
+    join = LabelJoin()
+    for i in range(3):
+        join.add_prediction(pending(i, float(i)))
+    join.keep_outside(["e0", "e2", "gone"], [True, False, True])
+    state = decode_state(*encode_state(join.state_dict()))
+    restored = LabelJoin()
+    restored.load_state(state)
+    assert [p.outside for p in restored.predictions.values()] == [True, None, False]
+    del state["outside"]
+    old = LabelJoin()
+    old.load_state(state)
+    assert [p.outside for p in old.predictions.values()] == [None, None, None]
+    restored.mark_made_under(1, ("x",))
+    assert [p.outside for p in restored.predictions.values()] == [None, None, None]
+    assert "outside" not in restored.state_dict()

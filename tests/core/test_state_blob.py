@@ -189,6 +189,9 @@ _ADDED_SINCE = {
     "n_fixed": "sum_w2",  # the weighted p-values' state
     "n_evicted": "sum_w2",
     "joined": "labels",  # the label join's ids of pairs joined (replays refuse them again)
+    "outside": "labels",  # the label join's support flags of the waiting predictions
+    "reference_limit": "support_level",  # the covariate monitor's bounded reference
+    "reference_bank": "support_level",  # and its reference bank
 }
 
 

@@ -129,9 +129,10 @@ class PerEventStream:
             for decision in m.ood.windows():
                 m._windows.append(m._window_record(decision, ts))
         seconds = ts.timestamp()
+        # its support flag waits with it, as in the batch path (its label scores it again here)
         m.join.add_prediction(
             Pending(event.id, index, seconds, tuple(x.tolist()), prediction, scale,
-                    untimed=untimed)
+                    untimed=untimed, outside=m.detectors.covariate.outside_support)
         )
         if event.label is not None:
             m.join.add_label(event.id, event.label, seconds)

@@ -38,11 +38,14 @@ from monitor.core.decisions.conformal import p_values_from_sorted
 from monitor.core.decisions.full_conformal import FullConformalKNN
 from monitor.core.decisions.lond import LOND
 from monitor.core.decisions.registry import RULES, make_rule
-from monitor.core.ood import KNN, Energy, Scorer, scorer_from_state
+from monitor.core.ood import KNN, Energy, Scorer, reference_bank, scorer_from_state
 from monitor.core.ood.base import INPUT_KINDS, as_matrix, check_width
 
 #: How learning KNN scorers are calibrated: on all rows (full conformal) or on a split.
 CONFORMAL_MODES: tuple[str, ...] = ("full", "split")
+
+#: Child key of the seed that draws a full-conformal run's reference bank.
+_BANK_KEY = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,11 @@ class OODDecider:
         Seed of the splits.
     fit_fraction
         Share of calibration rows used to fit learning scorers (the rest calibrates).
+    bank
+        None: a full-conformal KNN ranks each event against every calibration row. An integer
+        B: against a seeded random subsample of at most B rows
+        (:func:`monitor.core.ood.reference_bank`), so an event costs at most B distances
+        whatever the calibration size; each p-value stays exactly valid (docs/ood.md).
     conformal
         ``"full"`` (default): an unfitted KNN scorer gets full-conformal p-values against every
         calibration row (:class:`monitor.core.decisions.full_conformal.FullConformalKNN`, one
@@ -180,6 +188,7 @@ class OODDecider:
         seed: int = 0,
         fit_fraction: float = 0.5,
         conformal: str = "full",
+        bank: int | None = None,
     ) -> None:
         if rule not in RULES:
             raise ValueError(f"rule must be one of {sorted(RULES)}, got {rule!r}")
@@ -189,6 +198,8 @@ class OODDecider:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not 0.0 < fit_fraction < 1.0:
             raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction!r}")
+        if bank is not None and (isinstance(bank, bool) or not isinstance(bank, int) or bank < 2):
+            raise ValueError(f"bank must be None or an integer >= 2, got {bank!r}")
         if conformal not in CONFORMAL_MODES:
             raise ValueError(f"conformal must be one of {list(CONFORMAL_MODES)}, got {conformal!r}")
         self.rule = rule
@@ -199,6 +210,7 @@ class OODDecider:
         self.seed = seed
         self.fit_fraction = fit_fraction
         self.conformal = conformal
+        self.bank = bank
         self._templates: list[Scorer] = []
         self._widths: dict[str, int] = {}
         self._runs: list[_Run | _FullRun] = []
@@ -243,7 +255,9 @@ class OODDecider:
         X = data[template.input]
         if self._full_conformal(template):
             assert isinstance(template, KNN)
-            return _FullRun(FullConformalKNN(template).fit(X))
+            # its own generator: the split runs' are the same with a bank or without
+            keep = reference_bank(m, self.bank, np.random.SeedSequence([self.seed, _BANK_KEY]))
+            return _FullRun(FullConformalKNN(template).fit(X if keep is None else X[keep]))
         if template.needs_fit and template.is_fitted:
             # Fitted elsewhere (e.g. on the model's training data): every row calibrates.
             return _Run(template, np.sort(template.score(X)))
@@ -435,6 +449,7 @@ class OODDecider:
                 "seed": self.seed,
                 "fit_fraction": self.fit_fraction,
                 "conformal": self.conformal,
+                **({} if self.bank is None else {"bank": self.bank}),
             },
             "widths": dict(self._widths),
             "templates": [s.state_dict() for s in self._templates],

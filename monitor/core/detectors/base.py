@@ -80,6 +80,9 @@ class BatchTrace:
     log_statistic: np.ndarray  # float64 (n,)  == monitor.log_statistic after update i
     weights_ess: np.ndarray | None = None  # conditional only: monitor.weights_ess after update i
     penalised: np.ndarray | None = None  # conditional only (bool): monitor.penalised after update i
+    #: covariate only (bool): whether input i is outside the calibration support (its flag as
+    #: :meth:`CovariateMonitor.is_outside` gives it), so that a caller need not score it again
+    outside: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n: int, conditional: bool = False) -> BatchTrace:

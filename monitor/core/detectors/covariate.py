@@ -28,13 +28,19 @@ from monitor.core.detectors.base import (
 )
 from monitor.core.martingales import ConformalPValue, batch
 from monitor.core.martingales.state import check_state, new_state
-from monitor.core.ood import Scorer, make_scorer, scorer_from_state
+from monitor.core.ood import Scorer, make_scorer, reference_bank, scorer_from_state
 
-__all__ = ["PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
+__all__ = ["LIMIT_BINS", "LIMIT_EDGES", "PREPARED_ROWS", "TABULAR_SCORERS", "CovariateMonitor"]
 
 #: Most rows whose score :meth:`CovariateMonitor.prepare` keeps (oldest dropped first): a few
 #: poll batches, so that a delayed label's support check still finds its prediction's score.
 PREPARED_ROWS = 8192
+
+#: With ``reference_limit``: the bins of the bounded reference, and how many scores after the
+#: limit fix their edges (quantiles at k/1000 of 2 000 scores: two per bin). Checkpoint: the
+#: 1 000 bin counts instead of 8 bytes per score.
+LIMIT_BINS = 1000
+LIMIT_EDGES = 2000
 
 #: Defaults for scorers given by name: the tabular x-only scores of docs/detectors.md (1-NN
 #: distance in standardised feature space; Mahalanobis distance to the calibration mean).
@@ -89,6 +95,19 @@ class CovariateMonitor(MartingaleMonitor):
     max_reference
         None keeps every score; an integer bounds the reference memory (quantized reference of
         :class:`monitor.core.martingales.ConformalPValue`).
+    reference_limit
+        None keeps every score until the next alarm. An integer L keeps every score, exactly as
+        None does, until the reference holds L scores; the next :data:`LIMIT_EDGES` updates
+        then compute no p-value (the martingale waits, it does not restart) and their scores
+        fix the edges of :data:`LIMIT_BINS` bins; from then on the reference is bin counts
+        (:meth:`~monitor.core.martingales.ConformalPValue.quantize`): memory O(bins), exactly
+        valid (docs/algorithms.md, "Bounded reference after a limit"). Again after each
+        re-baseline. Not with ``max_reference`` (quantized from the start).
+    reference_bank
+        None fits the scorer on all ``fit_fraction`` rows. An integer B fits it on a seeded
+        random subsample of at most B of them (:func:`monitor.core.ood.reference_bank`): a kNN
+        score then costs at most B distances per input whatever the calibration size; the
+        subsample is exchangeable with the other rows, so validity is unchanged.
     seed
         Seeds the calibration split and the p-values' tie-breaking uniforms.
     fit_fraction
@@ -147,9 +166,18 @@ class CovariateMonitor(MartingaleMonitor):
         support_level: float = 0.01,
         support_history: int = 10_000,
         outside_columns: tuple[int, ...] = (),
+        reference_limit: int | None = None,
+        reference_bank: int | None = None,
     ) -> None:
         check_test_params(betting, rule, threshold, alpha)
         check_lifecycle(rebaseline, max_reference, seed)
+        check_int("reference_limit", reference_limit, 2, allow_none=True)
+        check_int("reference_bank", reference_bank, 1, allow_none=True)
+        if reference_limit is not None and max_reference is not None:
+            raise ValueError(
+                "reference_limit and max_reference exclude each other: max_reference quantizes "
+                "the reference from the start; set one of them"
+            )
         check_int("support_history", support_history, 1)
         if not (isinstance(fit_fraction, int | float) and 0.0 < fit_fraction < 1.0):
             raise ValueError(f"fit_fraction must lie in (0, 1), got {fit_fraction!r}")
@@ -167,6 +195,8 @@ class CovariateMonitor(MartingaleMonitor):
         self.support_level = support_level
         self.support_history = support_history
         self.outside_columns = tuple(int(j) for j in outside_columns)
+        self.reference_limit = reference_limit
+        self.reference_bank = reference_bank
         self._threshold_arg = threshold
         self._init_test(betting, rule, threshold, alpha)
         self._fit(as_matrix(calibration_X, "calibration_X", min_rows=4))
@@ -179,7 +209,9 @@ class CovariateMonitor(MartingaleMonitor):
                 f"{X.shape[0]} calibration rows (need >= 1 to fit and >= 2 for the reference)"
             )
         order = np.random.default_rng(derive_seed(self.seed, 0)).permutation(X.shape[0])
-        self._scorer = _make_scorer(self.scorer).fit(X[order[:n_fit]])
+        bank = order[:n_fit]
+        keep = reference_bank(n_fit, self.reference_bank, derive_seed(self.seed, 2))
+        self._scorer = _make_scorer(self.scorer).fit(X[bank if keep is None else bank[keep]])
         # One BLAS thread, as the worker scores (monitor/engine/worker.py): a multi-threaded
         # product rounds differently, so the API, the CLI and a worker process building the same
         # stream would start from references that differ in their last bits (a kNN distance
@@ -196,6 +228,8 @@ class CovariateMonitor(MartingaleMonitor):
         self._support: collections.deque[bool] = collections.deque(maxlen=self.support_history)
         self._prepared: dict[bytes, tuple[float, bool]] = {}
         self._warmup: list[float] = []
+        #: The scores that will fix the bins after ``reference_limit`` (None: not collecting).
+        self._edges: list[float] | None = None
         self._pv: ConformalPValue | None = self._new_p_values(reference)
 
     def _new_p_values(self, reference: FloatArray) -> ConformalPValue:
@@ -300,7 +334,9 @@ class CovariateMonitor(MartingaleMonitor):
         index = self._n_seen
         self._n_seen += 1
         self._p_value = math.nan
-        if self._phase == MONITORING:
+        if self._phase == MONITORING and self._limit_room() == 0:
+            self._collect_edges([score])
+        elif self._phase == MONITORING:
             assert self._pv is not None
             self._pv.update(score)
             self._p_value = self._pv.p_value
@@ -343,6 +379,7 @@ class CovariateMonitor(MartingaleMonitor):
             after_span=lambda start, stop: self._support.extend(flags[start:stop]),
         )
         self._last_alarms = tuple(alarms)
+        trace.outside = np.array(flags, dtype=bool)
         return trace
 
     def _score_batch(self, arr: FloatArray) -> tuple[FloatArray, list[bool]]:
@@ -373,6 +410,16 @@ class CovariateMonitor(MartingaleMonitor):
         """Monitor events i.. until an alarm or the end of a compiled span; (used, alarm)."""
         pv, test = self._pv, self._test
         assert pv is not None
+        room = self._limit_room()
+        if room == 0:  # scores that fix the bins: no p-value, the martingale waits
+            used = min(LIMIT_EDGES - len(self._edges or ()), n - i)
+            self._trace_idle(trace, i, i + used)
+            self._p_value = math.nan
+            self._n_seen += used
+            self._collect_edges(scores[i : i + used].tolist())
+            return used, None
+        if room is not None:
+            n = min(n, i + room)
         if not batch.supports_betting(test.betting):
             # the exact per-event steps (a betting function without a compiled step)
             pv.update(float(scores[i]))
@@ -387,6 +434,23 @@ class CovariateMonitor(MartingaleMonitor):
         used, alarm = batch.plain_span(pv, scores, i, n, test.betting, test.rule, trace)
         self._p_value = pv.p_value
         return self._end_span(used, alarm, alarms)
+
+    def _limit_room(self) -> int | None:
+        """How many exact p-values are left before the ``reference_limit`` (None: no limit
+        ahead); 0 while the scores that fix the bins are collected."""
+        pv = self._pv
+        if self.reference_limit is None or pv is None or pv.quantized:
+            return None
+        if self._edges is None and pv.n_reference >= self.reference_limit:
+            self._edges = []
+        return 0 if self._edges is not None else self.reference_limit - pv.n_reference
+
+    def _collect_edges(self, scores: list[float]) -> None:
+        assert self._edges is not None and self._pv is not None
+        self._edges.extend(scores)
+        if len(self._edges) >= LIMIT_EDGES:
+            self._pv.quantize(np.asarray(self._edges), LIMIT_BINS)
+            self._edges = None
 
     def _collect(self, scores: list[float]) -> None:
         self._warmup.extend(scores)
@@ -420,6 +484,9 @@ class CovariateMonitor(MartingaleMonitor):
             "support_history": self.support_history,
             # a tabular embedding's unseen-category columns (absent from a numeric stream's)
             **({"outside_columns": list(self.outside_columns)} if self.outside_columns else {}),
+            # absent from a state of before the limit existed (as None)
+            **({"reference_limit": self.reference_limit} if self.reference_limit else {}),
+            **({"reference_bank": self.reference_bank} if self.reference_bank else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -440,6 +507,7 @@ class CovariateMonitor(MartingaleMonitor):
             limits=self._limits.copy(),
             support=np.asarray(self._support, dtype=np.uint8),
             warmup=np.asarray(self._warmup, dtype=np.float64),
+            **({} if self._edges is None else {"edges": np.asarray(self._edges, np.float64)}),
             p_values=None if self._pv is None else self._pv.state_dict(),
             monitor=self._monitor_state(),
         )
@@ -454,6 +522,8 @@ class CovariateMonitor(MartingaleMonitor):
         obj.scorer = spec if isinstance(spec, str) else make_scorer(spec["name"], **spec["params"])
         obj._threshold_arg = params.pop("threshold")
         obj.outside_columns = tuple(params.pop("outside_columns", ()))
+        obj.reference_limit = params.pop("reference_limit", None)
+        obj.reference_bank = params.pop("reference_bank", None)
         for name, value in params.items():
             setattr(obj, name, value)
         obj.calibration_X = None
@@ -466,6 +536,8 @@ class CovariateMonitor(MartingaleMonitor):
         obj._support = collections.deque(flags, maxlen=obj.support_history)
         obj._prepared = {}
         obj._warmup = np.asarray(state["warmup"], dtype=np.float64).tolist()
+        edges = state.get("edges")
+        obj._edges = None if edges is None else np.asarray(edges, np.float64).tolist()
         pv = state["p_values"]
         obj._pv = None if pv is None else ConformalPValue.from_state(pv)
         obj._load_monitor_state(state["monitor"])

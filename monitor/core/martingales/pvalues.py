@@ -83,11 +83,22 @@ class _QuantizedReference:
             raise ValueError(
                 "max_reference needs a reference of at least 2 calibration scores to fix the bins"
             )
-        probs = np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
-        self.edges: list[float] = np.unique(np.quantile(reference[0::2], probs)).tolist()
-        self.fenwick = _Fenwick(len(self.edges) + 1)
+        self._count(_bin_edges(reference[0::2], max_bins), reference[1::2])
+
+    @classmethod
+    def from_edges(
+        cls, edge_scores: NDArray[np.float64], counted: NDArray[np.float64], max_bins: int
+    ) -> _QuantizedReference:
+        """Bins whose edges are quantiles of ``edge_scores``, counting ``counted``."""
+        quant = cls.__new__(cls)
+        quant._count(_bin_edges(edge_scores, max_bins), counted)
+        return quant
+
+    def _count(self, edges: list[float], counted: NDArray[np.float64]) -> None:
+        self.edges = edges
+        self.fenwick = _Fenwick(len(edges) + 1)
         self.size = 0
-        for s in reference[1::2].tolist():
+        for s in counted.tolist():
             self.insert(s)
 
     def insert(self, score: float) -> None:
@@ -105,6 +116,12 @@ class _QuantizedReference:
 
     def grow(self) -> None:
         """Never needed: the bins are fixed."""
+
+
+def _bin_edges(scores: NDArray[np.float64], max_bins: int) -> list[float]:
+    """At most ``max_bins - 1`` edges: the empirical quantiles of ``scores`` at k/max_bins."""
+    probs = np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
+    return np.unique(np.quantile(scores, probs)).tolist()
 
 
 class _ExactReference:
@@ -313,6 +330,28 @@ class ConformalPValue:
             p = self._ref.rank_insert(score, u)
         self._p_value = p
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the reference is bin counts (``max_reference``, :meth:`quantize`)."""
+        return isinstance(self._ref, _QuantizedReference)
+
+    def quantize(self, edge_scores: ArrayLike, max_bins: int) -> None:
+        """From now on, a bounded reference: at most ``max_bins`` bins whose edges are
+        quantiles of ``edge_scores`` (scores that are not, and never will be, in the reference),
+        with every reference score counted in its bin; memory O(max_bins) from then on.
+
+        Exactly valid when the edge scores are exchangeable with the reference and the later
+        scores (docs/algorithms.md, "Bounded reference after a limit"): given them, the bins are
+        a fixed function, and a conformal p-value may use a new fixed nonconformity measure
+        from any step on.
+        """
+        if isinstance(self._ref, _QuantizedReference):
+            raise ValueError("the reference is already quantized")
+        edges = _as_scores(edge_scores, "edge scores")
+        if edges.size < 1 or max_bins < 2:
+            raise ValueError("quantize needs at least one edge score and max_bins >= 2")
+        self._ref = _QuantizedReference.from_edges(edges, self._ref.sorted_array(), max_bins)
+
     def reset(self, reference: ArrayLike) -> None:
         """Start over from a new calibration reference (the uniform stream continues)."""
         self.reference = reference
@@ -350,7 +389,7 @@ class ConformalPValue:
         obj._rng = rng_from_state(state["rng"])
         obj._uniforms = [float(u) for u in state["uniforms"]][::-1]
         obj._p_value = decode_float(state["p_value"], math.nan)
-        if obj.max_reference is None:
+        if "scores" in ref:  # exact (quantized: max_reference, or quantize after a limit)
             obj._ref = _ExactReference(_as_scores(ref["scores"], "reference scores"))
         else:
             obj._ref = _restore_quantized(ref["edges"], ref["counts"])

@@ -16,6 +16,7 @@ batches of shape ``(n, d)``.
 
 from monitor.core.ood.ash_b import ASHB
 from monitor.core.ood.ash_s import ASHS
+from monitor.core.ood.bank import reference_bank
 from monitor.core.ood.base import INPUT_KINDS, InputKind, NotFittedError, Scorer
 from monitor.core.ood.bfact import BFAct
 from monitor.core.ood.energy import Energy
@@ -52,5 +53,6 @@ __all__ = [
     "ShapedEnergy",
     "load_last_layer",
     "make_scorer",
+    "reference_bank",
     "scorer_from_state",
 ]
