@@ -26,6 +26,8 @@ Hierarchy::
     │       calibration data that cannot be used; the message names the line
     ├── FrontDoorError (ValueError)                 frontdoor_tables
     │       data the front door cannot turn into a stream's files; the message says what to give
+    ├── AmbiguousAlarmIdError (LookupError)         streams.alarm_ids
+    │       an alarm id prefix that names more than one alarm; the message lists the candidates
     ├── SchemaError (ValueError)                    streams.schema
     │       calibration values that do not fit a feature schema; the message names row and feature
     ├── InvalidEvent (ValueError)                   streams.event_reference

@@ -88,11 +88,14 @@ def _checkpoint_bytes(monitor: CovariateMonitor) -> int:
 def test_checkpoint_stays_flat_over_a_long_stream() -> None:
     """The default configuration (weighted) on 200 000 events without a change: the covariate
     monitor's checkpoint is as large after 200 000 events as after 40 000 (without the limit
-    it grows by 8 bytes per event)."""
+    it grows by 8 bytes per event). The threshold is set out of reach: these events have no
+    ``ts``, so a budget would run on its event-count threshold, whose false alarms over 200 000
+    events are allowed (P ≤ m / (2N) per detector) and would restart the reference."""
     rng = np.random.default_rng(5)
     X_cal = rng.normal(size=(500, 5))
     detectors = StreamDetectors.from_config(
-        StreamConfig(name="long", task="regression", calibration="in memory"),
+        StreamConfig(name="long", task="regression", calibration="in memory",
+                     alarm={"threshold": 1e12}),
         X_cal, np.abs(rng.normal(size=500)),
     )
     covariate = detectors.covariate
