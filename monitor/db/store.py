@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from monitor.db.checkpoint_store import KnownChunks, load_checkpoint_row, write_checkpoints
 from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import PersistenceError, StaleWriterError
@@ -48,7 +49,6 @@ from monitor.db.models import (
 from monitor.db.queries import (
     calibration_event,
     calibration_query,
-    checkpoint_query,
     create_stream,
     get_stream,
     list_streams,
@@ -86,6 +86,7 @@ def persist_batch(
     *,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
+    known: KnownChunks | None = None,
 ) -> None:
     """Store one batch in one transaction, and commit it.
 
@@ -108,6 +109,10 @@ def persist_batch(
     route
         The ``alert_outbox`` rows of alarms: applied to this batch's alarms and to those revised
         here (an attribution completing an alarm's evidence), queued in the same transaction.
+    known
+        The checkpoint pieces this process knows are stored (one per sink, across batches):
+        those are not sent again (:mod:`monitor.db.checkpoint_store`); told the new ones after
+        the commit.
 
     Raises
     ------
@@ -149,9 +154,11 @@ def persist_batch(
             check_bindings(session, writer, batch.streams)
             check_fences(session, batch.fencing.fences, writer.group)
         _check_offsets(session, batch.offsets)
-        write_results(session, batch, rows, alerts, route)
+        lists = write_results(session, batch, rows, alerts, route, known)
         _upsert_offsets(session, rows.offsets)
         _store_ingest(session, batch)
+    if known is not None:
+        known.stored(lists)
 
 
 def idle(session: Session, what: str) -> None:
@@ -180,15 +187,17 @@ def write_results(
     rows: BatchRows,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
-) -> None:
+    known: KnownChunks | None = None,
+) -> dict[str, str | None]:
     """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints in the
-    session's transaction (no offsets: a dead-letter replay moves none)."""
+    session's transaction (no offsets: a dead-letter replay moves none); the checkpoints'
+    ``chunks`` lists by stream (:func:`~monitor.db.checkpoint_store.write_checkpoints`)."""
     for model, model_rows in rows.inserts():
         insert_missing(session, model, model_rows)
     _revise_alarms(session, rows.revised)
     completed = _merge_evidence(session, batch.alarm_evidence, utcnow())
     _queue_alerts(session, [*alerts, *(route([*batch.alarms, *completed]) if route else ())])
-    _upsert_checkpoints(session, rows.checkpoints)
+    return write_checkpoints(session, rows.checkpoints, rows.pieces, known, utcnow())
 
 
 def _store_ingest(session: Session, batch: Batch) -> None:
@@ -208,13 +217,18 @@ def _store_ingest(session: Session, batch: Batch) -> None:
 
 
 
-def load_state(session: Session, stream: str) -> Checkpoint | None:
-    """The stream's stored checkpoint, or ``None`` if it has none."""
+def load_state(
+    session: Session, stream: str, known: KnownChunks | None = None
+) -> Checkpoint | None:
+    """The stream's stored checkpoint, or ``None`` if it has none (``known`` learns which
+    pieces it names)."""
     with _read(session):
-        row = session.scalars(checkpoint_query(stream)).one_or_none()
-        if row is None:
+        found = load_checkpoint_row(session, stream, known)
+        if found is None:
             return None
-        return Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays)
+        row, pieces = found
+        return Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays,
+                                 pieces)
 
 
 def load_offsets(session: Session, source: str) -> dict[int, int]:
@@ -332,17 +346,6 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
         if previous is not None and o.offset < previous:
             raise StaleWriterError(o.source, o.partition, previous, o.offset)
         stored[(o.source, o.partition)] = o.offset
-
-
-def _upsert_checkpoints(session: Session, rows: list[Row]) -> None:
-    if not rows:
-        return
-    stmt = insert(session, CheckpointRow)
-    columns = ("version", "event_index", "state", "arrays", "updated_at")
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["stream"], set_={c: stmt.excluded[c] for c in columns}
-    )
-    session.execute(stmt, rows)
 
 
 def _upsert_offsets(session: Session, rows: list[Row]) -> None:

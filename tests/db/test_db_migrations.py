@@ -28,6 +28,7 @@ TABLES = {
     "alarms",
     "alert_outbox",
     "calibration_events",
+    "checkpoint_chunks",
     "checkpoints",
     "dead_letters",
     "fleets",
@@ -126,13 +127,14 @@ def test_checkpoint_arrays_are_stored_uncompressed_on_postgresql(
     engine = make_engine(migrated_database_url)
     try:
         with engine.connect() as conn:
-            storage = conn.exec_driver_sql(
+            storage = [conn.exec_driver_sql(
                 "SELECT attstorage FROM pg_attribute "
-                "WHERE attrelid = 'checkpoints'::regclass AND attname = 'arrays'"
-            ).scalar_one()
+                f"WHERE attrelid = '{table}'::regclass AND attname = '{column}'"
+            ).scalar_one() for table, column in (("checkpoints", "arrays"),
+                                                 ("checkpoint_chunks", "data"))]
     finally:
         engine.dispose()
-    assert storage == "e"  # EXTERNAL: out of line, not compressed
+    assert storage == ["e", "e"]  # EXTERNAL: out of line, not compressed (0002, 0019)
 
 
 def test_stored_time_budgets_keep_the_floor_they_had(empty_database_url: str) -> None:
