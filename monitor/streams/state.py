@@ -36,8 +36,9 @@ at least :data:`CHUNKED_BYTES` out of the blob: they are cut into pieces of :dat
 each put in ``chunks`` under the SHA-256 of its bytes (hex), and the array's header entry gets
 a fifth item, the list of its pieces' keys (magic :data:`CHUNKED_MAGIC`). An array that did not
 change has the same keys in the next checkpoint, and one that grew at its end keeps the keys of
-its unchanged leading pieces, so a store that keeps pieces by key writes only new ones. Writing it is one join of the arrays' memory, where numpy's npz (a zip member
-with its own header per array) cost ~14 ms per checkpoint of ~80 arrays. Blobs written before
+its unchanged leading pieces, so a store that keeps pieces by key writes only new ones.
+Writing the blob is one join of the arrays' memory, where numpy's npz (a zip member with its own
+header per array) cost ~14 ms per checkpoint of ~80 arrays. Blobs written before
 this layout are npz archives (magic ``PK``): they are still read, and the writer falls back to
 npz for the rare dtypes a dtype string cannot describe (structured dtypes).
 
@@ -86,7 +87,7 @@ CHUNKED_MAGIC = b"MONARR2\n"
 CHUNKED_BYTES = 4096
 #: Size of a piece (the last one of an array may be shorter): small enough that an array grown
 #: at its end rewrites little, large enough that a big array is a few rows.
-PIECE_BYTES = 32768
+PIECE_BYTES = 8192
 _NPZ_MAGIC = b"PK"
 _HEADER_LENGTH = struct.Struct("<I")
 

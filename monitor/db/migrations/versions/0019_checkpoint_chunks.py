@@ -3,7 +3,7 @@
 Every checkpoint rewrote all of a stream's arrays, though most never change after start-up (the
 reference banks, the sorted calibration, the density ratio's source rows) and others only grow
 at their end. From this revision the store cuts every array of at least 4 KiB into pieces of
-32 KiB kept in ``checkpoint_chunks`` under the SHA-256 of their bytes, written once
+8 KiB kept in ``checkpoint_chunks`` under the SHA-256 of their bytes, written once
 (``monitor.streams.state``, ``CHUNKED_MAGIC``); ``checkpoints.chunks`` lists the pieces a
 checkpoint refers to. Checkpoints stored before keep their whole blob (``chunks`` NULL) and
 load as they are; each is rewritten in the new layout by its stream's next checkpoint.
