@@ -32,7 +32,7 @@ from monitor.db.checkpoint_store import KnownChunks, load_checkpoint_row, write_
 from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import PersistenceError, StaleWriterError
-from monitor.db.fencing import Writer, check_bindings, check_fences
+from monitor.db.fencing import Writer, check_writer
 from monitor.db.models import (
     AlarmRevisionRow,
     AlarmRow,
@@ -151,8 +151,7 @@ def persist_batch(
     with writing(session):
         if batch.fencing is not None:
             writer = Writer(source_key(batch.fencing.source), batch.fencing.group)
-            check_bindings(session, writer, batch.streams)
-            check_fences(session, batch.fencing.fences, writer.group)
+            check_writer(session, writer, batch.streams, batch.fencing.fences)
         _check_offsets(session, batch.offsets)
         lists = write_results(session, batch, rows, alerts, route, known)
         _upsert_offsets(session, rows.offsets)
