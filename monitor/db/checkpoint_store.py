@@ -71,12 +71,13 @@ def write_checkpoints(
     _put_pieces(session, [(k, v) for r in rows for k, v in pieces[r["stream"]].items()
                           if k not in priors[r["stream"]]], now)
     lean = [r for r in rows if priors[r["stream"]] & set(pieces[r["stream"]])]
-    if lean and not _replace(session, lean, known):
+    if known is not None and lean and not _replace(session, lean, known):
         # Some stored row is not the one this process knows: assume nothing about its pieces.
         _put_pieces(session, [(k, v) for r in lean for k, v in pieces[r["stream"]].items()
                               if k in priors[r["stream"]]], now)
         _upsert(session, lean)
-    _upsert(session, [r for r in rows if r not in lean])
+    skipped = {r["stream"] for r in lean}
+    _upsert(session, [r for r in rows if r["stream"] not in skipped])
     return {r["stream"]: r["chunks"] for r in rows}
 
 
@@ -89,9 +90,11 @@ def load_checkpoint_row(
     if row is None:
         return None
     names = _names(row.chunks)
-    found = session.execute(select(CheckpointChunkRow.key, CheckpointChunkRow.data)
-                            .where(CheckpointChunkRow.key.in_(names))) if names else []
-    pieces = {key: bytes(data) for key, data in found}
+    pieces: dict[str, bytes] = {}
+    if names:
+        found = session.execute(select(CheckpointChunkRow.key, CheckpointChunkRow.data)
+                                .where(CheckpointChunkRow.key.in_(names)))
+        pieces = {key: bytes(data) for key, data in found}
     if known is not None:
         known.stored({stream: row.chunks})
     return row, pieces
@@ -126,10 +129,9 @@ def _put_pieces(session: Session, pieces: Sequence[tuple[str, bytes]], now: date
     session.execute(stmt, [{"key": k, "data": v, "used_at": now} for k, v in dict(pieces).items()])
 
 
-def _replace(session: Session, rows: Sequence[Row], known: KnownChunks | None) -> bool:
+def _replace(session: Session, rows: Sequence[Row], known: KnownChunks) -> bool:
     """Update each stream's row where it still names the chunks ``known`` has for it; whether
     every row was."""
-    assert known is not None
     table = table_of(CheckpointRow)
     stmt = table.update().where(table.c.stream == bindparam("b_stream"),
                                 table.c.chunks == bindparam("b_prior"))
