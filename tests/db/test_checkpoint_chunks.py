@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import event, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from monitor.db.checkpoint_store import CHUNK_GRACE, KnownChunks, prune_chunks
@@ -17,6 +17,7 @@ from monitor.db.models import CheckpointChunkRow, CheckpointRow, utcnow
 from monitor.db.store import load_state, persist_batch
 from monitor.engine.batch import Batch
 from monitor.streams.state import PIECE_BYTES, Checkpoint
+from tests.support.databases import executed
 from tests.support.states import assert_identical
 
 BANK_ROWS = 4000  # a 4000 x 4 float64 bank: 128 000 bytes, 16 pieces
@@ -43,20 +44,12 @@ def checkpoint(events: int, seed: int = 0) -> Checkpoint:
 def sent(session: Session) -> Iterator[dict[str, int]]:
     """Bytes of binary parameters the session's engine sends while the block runs."""
     seen = {"bytes": 0}
-
-    def before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-               executemany: bool) -> None:
-        rows = parameters if executemany else [parameters]
-        for row in rows:
+    with executed(session.get_bind()) as statements:
+        yield seen
+    for _, parameters, executemany in statements:
+        for row in parameters if executemany else [parameters]:
             values = row.values() if isinstance(row, dict) else row
             seen["bytes"] += sum(_binary(v) for v in values)
-
-    engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
 
 
 def _binary(value: Any) -> int:

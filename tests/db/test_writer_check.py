@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -17,6 +16,7 @@ from monitor.db.models import StreamWriterRow, TracePointRow
 from monitor.db.store import persist_batch
 from monitor.engine.batch import Batch, Fencing
 from monitor.streams.records import SourceOffset, TracePoint
+from tests.support.databases import executed
 from tests.support.records import T0
 
 SOURCE, GROUP = "kafka:events", "workers"
@@ -29,20 +29,10 @@ def traces(streams: list[str]) -> list[TracePoint]:
 @contextmanager
 def writer_statements(session: Session) -> Iterator[list[str]]:
     """The statements that read or write ``stream_writers`` or ``writer_fences``."""
-    from sqlalchemy import event
-
-    seen: list[str] = []
-
-    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "stream_writers" in statement or "writer_fences" in statement:
-            seen.append(statement)
-
-    engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
+    found: list[str] = []
+    with executed(session.get_bind()) as statements:
+        yield found
+    found += [s for s, _, _ in statements if "stream_writers" in s or "writer_fences" in s]
 
 
 def batch(streams: list[str], fences: dict[tuple[str, int], int], group: str = GROUP) -> Batch:
