@@ -132,10 +132,11 @@ def test_checkpoint_arrays_are_stored_uncompressed_on_postgresql(
                 "SELECT attstorage FROM pg_attribute "
                 f"WHERE attrelid = '{table}'::regclass AND attname = '{column}'"
             ).scalar_one() for table, column in (("checkpoints", "arrays"),
+                                                 ("checkpoints", "state"),
                                                  ("checkpoint_chunks", "data"))]
     finally:
         engine.dispose()
-    assert storage == ["e", "e"]  # EXTERNAL: out of line, not compressed (0002, 0019)
+    assert storage == ["e", "e", "e"]  # EXTERNAL: out of line, not compressed (0002, 0019)
 
 
 def test_stored_time_budgets_keep_the_floor_they_had(empty_database_url: str) -> None:
