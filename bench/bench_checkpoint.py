@@ -4,8 +4,7 @@ of the transaction that stores it, and the statements of the one-writer check.
 The example stream (Shuttle, the demo's configuration) is run through the pipeline for
 ``--events`` events in batches of ``--batch``; then ``--checkpoints`` batches are processed, each
 followed by one ``persist_batch`` of the stream's checkpoint alone (with its offset, a file
-writer's fencing and the sink's knowledge of the stored pieces, as the worker stores it), on a
-fresh PostgreSQL database (or ``--url``).
+writer's fencing, as the worker stores it), on a fresh PostgreSQL database (or ``--url``).
 Bytes are the sizes of the ``bytes`` and ``str`` parameters of every statement executed
 (``before_cursor_execute``), so they count what crosses the wire, whatever the schema.
 
@@ -76,15 +75,6 @@ def counted(engine: Any) -> Iterator[dict[str, int]]:
         event.remove(engine, "before_cursor_execute", before)
 
 
-def _known() -> dict[str, Any]:
-    """What the worker's sink passes to ``persist_batch`` (none before the chunk store)."""
-    try:
-        from monitor.db.checkpoint_store import KnownChunks
-    except ImportError:
-        return {}
-    return {"known": KnownChunks()}
-
-
 def run(url: str, events: int, batch: int, n_checkpoints: int) -> dict[str, Any]:
     folder = tempfile.TemporaryDirectory()
     paths = build_example(folder.name, seed=3,
@@ -101,7 +91,6 @@ def run(url: str, events: int, batch: int, n_checkpoints: int) -> dict[str, Any]
     engine = make_engine(url)
     sessions = session_factory(engine)
     fencing = Fencing("file:events", "", streams=[stream.name])
-    lean = _known()
     sizes, statements, seconds = [], [], []
     for k in range(n_checkpoints):
         start = events + k * batch
@@ -111,7 +100,7 @@ def run(url: str, events: int, batch: int, n_checkpoints: int) -> dict[str, Any]
                        offsets=[SourceOffset("file:events", 0, start + batch)])
         with sessions() as session, counted(engine) as seen:
             began = time.perf_counter()
-            persist_batch(session, stored, **lean)
+            persist_batch(session, stored)
             seconds.append(time.perf_counter() - began)
         sizes.append(seen["bytes"])
         statements.append(seen["statements"])

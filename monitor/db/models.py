@@ -409,15 +409,15 @@ class CheckpointRow(Base):
 
 
 class CheckpointChunkRow(Base):
-    """A piece of a checkpoint's large arrays, stored once by content: ``key`` is the SHA-256
-    of ``data`` (hex). ``used_at`` is when a checkpoint last wrote it: retention deletes a piece
-    no checkpoint refers to only once it is older than a grace period."""
+    """A piece of a stream's checkpoint arrays, stored once by content: ``key`` is the SHA-256
+    of ``data`` (hex); kept while the stream's checkpoint names it
+    (:mod:`monitor.db.checkpoint_store`)."""
 
     __tablename__ = "checkpoint_chunks"
 
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)
-    used_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
 class SourceOffsetRow(Base):

@@ -27,8 +27,8 @@ OOD windows (with their flags), performance windows, dead letters and acknowledg
   query; for trace points, the other detector's row at the range's last event index may come
   too, so at most ``batch + 1``), then commits; ``max_seconds`` bounds a whole call. A worker
   pruning in the background holds the database for one such transaction at a time.
-- **Checkpoint pieces.** The pieces of checkpoints' arrays (``checkpoint_chunks``) that no
-  checkpoint names any more and that no checkpoint wrote for an hour go too, in one transaction
+- **Checkpoint pieces.** A checkpoint deletes the pieces its predecessor named and it does
+  not; the pieces of a checkpoint row deleted by hand go here, in one transaction
   (:func:`monitor.db.checkpoint_store.prune_chunks`).
 """
 
@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -157,7 +156,7 @@ def prune(
         jobs.append(("dead_letters", _range_batches(
             sessions, DeadLetterRow, DeadLetterRow.id, None, UNROUTED.dead_letters, batch,
             stored_before=now)))
-    jobs.append(("checkpoint_chunks", iter([partial(prune_chunks, now=now)])))
+    jobs.append(("checkpoint_chunks", iter([prune_chunks])))
     for table, steps in jobs:
         for step in steps:
             if deadline is not None and clock() >= deadline:

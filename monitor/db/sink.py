@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from monitor.db.checkpoint_store import KnownChunks
 from monitor.db.errors import sink_fault
 from monitor.engine.sink import Batch, Fault, TopicPartition
 from monitor.streams.calibration import Calibration
@@ -35,8 +34,6 @@ class DatabaseSink:
         self.sessions = session_factory(self.engine)
         #: Alert routing: each batch's alarms are queued in ``alert_outbox`` with the batch.
         self.routing = routing
-        #: The checkpoint pieces stored: a stream's next checkpoint does not send them again.
-        self.known = KnownChunks()
 
     @property
     def route(self) -> Callable[[Sequence[Alarm]], list[dict[str, Any]]] | None:
@@ -63,7 +60,7 @@ class DatabaseSink:
         from monitor.db.store import load_state
 
         with self.sessions() as session:
-            checkpoint = load_state(session, stream, self.known)
+            checkpoint = load_state(session, stream)
         return None if checkpoint is None else checkpoint.state
 
     def persist(self, batch: Batch) -> None:
@@ -72,7 +69,7 @@ class DatabaseSink:
         from monitor.db.store import persist_batch
 
         with self.sessions() as session:
-            persist_batch(session, batch, route=self.route, known=self.known)
+            persist_batch(session, batch, route=self.route)
 
     def claim(self, source: str, group: str, partitions: set[int]) -> tuple[str, dict[int, int]]:
         """Take ``partitions`` of ``source`` for ``group``: the offset key to store them under and

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from monitor.db.checkpoint_store import KnownChunks, load_checkpoint_row, write_checkpoints
+from monitor.db.checkpoint_store import load_checkpoint_row, write_checkpoints
 from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import PersistenceError, StaleWriterError
@@ -86,7 +86,6 @@ def persist_batch(
     *,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
-    known: KnownChunks | None = None,
 ) -> None:
     """Store one batch in one transaction, and commit it.
 
@@ -109,10 +108,6 @@ def persist_batch(
     route
         The ``alert_outbox`` rows of alarms: applied to this batch's alarms and to those revised
         here (an attribution completing an alarm's evidence), queued in the same transaction.
-    known
-        The checkpoint pieces this process knows are stored (one per sink, across batches):
-        those are not sent again (:mod:`monitor.db.checkpoint_store`); told the new ones after
-        the commit.
 
     Raises
     ------
@@ -153,11 +148,9 @@ def persist_batch(
             writer = Writer(source_key(batch.fencing.source), batch.fencing.group)
             check_writer(session, writer, batch.streams, batch.fencing.fences)
         _check_offsets(session, batch.offsets)
-        lists = write_results(session, batch, rows, alerts, route, known)
+        write_results(session, batch, rows, alerts, route)
         _upsert_offsets(session, rows.offsets)
         _store_ingest(session, batch)
-    if known is not None:
-        known.stored(lists)
 
 
 def idle(session: Session, what: str) -> None:
@@ -186,17 +179,16 @@ def write_results(
     rows: BatchRows,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
-    known: KnownChunks | None = None,
-) -> dict[str, str | None]:
-    """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints in the
-    session's transaction (no offsets: a dead-letter replay moves none); the checkpoints'
-    ``chunks`` lists by stream (:func:`~monitor.db.checkpoint_store.write_checkpoints`)."""
+) -> None:
+    """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints (their
+    new pieces: :func:`~monitor.db.checkpoint_store.write_checkpoints`) in the session's
+    transaction (no offsets: a dead-letter replay moves none)."""
     for model, model_rows in rows.inserts():
         insert_missing(session, model, model_rows)
     _revise_alarms(session, rows.revised)
     completed = _merge_evidence(session, batch.alarm_evidence, utcnow())
     _queue_alerts(session, [*alerts, *(route([*batch.alarms, *completed]) if route else ())])
-    return write_checkpoints(session, rows.checkpoints, rows.pieces, known, utcnow())
+    write_checkpoints(session, rows.checkpoints, rows.pieces)
 
 
 def _store_ingest(session: Session, batch: Batch) -> None:
@@ -216,13 +208,10 @@ def _store_ingest(session: Session, batch: Batch) -> None:
 
 
 
-def load_state(
-    session: Session, stream: str, known: KnownChunks | None = None
-) -> Checkpoint | None:
-    """The stream's stored checkpoint, or ``None`` if it has none (``known`` learns which
-    pieces it names)."""
+def load_state(session: Session, stream: str) -> Checkpoint | None:
+    """The stream's stored checkpoint (with its pieces), or ``None`` if it has none."""
     with _read(session):
-        found = load_checkpoint_row(session, stream, known)
+        found = load_checkpoint_row(session, stream)
         if found is None:
             return None
         row, pieces = found

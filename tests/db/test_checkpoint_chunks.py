@@ -1,19 +1,19 @@
 """Checkpoints whose large arrays are stored once, as content-addressed pieces
-(``checkpoint_chunks``): what a second checkpoint sends, what it loads, what retention keeps."""
+(``checkpoint_chunks``): what a second checkpoint sends and deletes, what it loads, what
+retention deletes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from monitor.db.checkpoint_store import CHUNK_GRACE, KnownChunks, prune_chunks
-from monitor.db.models import CheckpointChunkRow, CheckpointRow, utcnow
+from monitor.db.checkpoint_store import prune_chunks
+from monitor.db.models import CheckpointChunkRow, CheckpointRow
 from monitor.db.store import load_state, persist_batch
 from monitor.engine.batch import Batch
 from monitor.streams.state import PIECE_BYTES, Checkpoint
@@ -62,69 +62,54 @@ def _binary(value: Any) -> int:
         return 0
 
 
-def assert_loads(session: Session, expected: Checkpoint, known: KnownChunks | None = None
-                 ) -> None:
+def assert_loads(session: Session, expected: Checkpoint) -> None:
     """The stored checkpoint of ``expected``'s stream is ``expected``, bit for bit."""
-    loaded = load_state(session, expected.stream, known)
+    loaded = load_state(session, expected.stream)
     assert loaded is not None
     assert (loaded.version, loaded.event_index) == (expected.version, expected.event_index)
     assert_identical(loaded.state, expected.state)
 
 
-def chunk_rows(session: Session) -> int:
+def chunk_rows(session: Session, stream: str | None = None) -> int:
+    query = select(func.count()).select_from(CheckpointChunkRow)
+    if stream is not None:
+        query = query.where(CheckpointChunkRow.stream == stream)
     with session.begin():
-        return int(session.scalar(select(func.count()).select_from(CheckpointChunkRow)) or 0)
+        return int(session.scalar(query) or 0)
 
 
 def test_a_second_checkpoint_writes_only_the_changed_pieces(db_session: Session) -> None:
-    known = KnownChunks()
     first, second = checkpoint(10_000), checkpoint(10_500)
     with sent(db_session) as one:
-        persist_batch(db_session, Batch(checkpoints={"s": first}), known=known)
-    pieces = chunk_rows(db_session)
+        persist_batch(db_session, Batch(checkpoints={"s": first}))
     # The bank (16 pieces) and the history (80 000 bytes: 10 pieces) are pieces; the small
     # array stays in the blob.
-    assert pieces == BANK_PIECES + 10
+    assert chunk_rows(db_session) == BANK_PIECES + 10
     assert one["bytes"] >= BANK_ROWS * 32 + 80_000
     with sent(db_session) as two:
-        persist_batch(db_session, Batch(checkpoints={"s": second}), known=known)
+        persist_batch(db_session, Batch(checkpoints={"s": second}))
     # The history grew from 80 000 to 84 000 bytes: its last piece (6 272 bytes) changed, and
-    # one piece was added; the bank is not sent again.
+    # one piece was added; the bank is not sent again. The replaced piece is deleted.
     new_history = 84_000 - 9 * PIECE_BYTES
-    assert chunk_rows(db_session) == pieces + 2
     blob = len(second.encode({})[1] or b"")
     assert two["bytes"] == new_history + blob
+    assert chunk_rows(db_session) == BANK_PIECES + 11
     assert_loads(db_session, second)
+    with sent(db_session) as again:  # a replay of the same checkpoint sends no piece
+        persist_batch(db_session, Batch(checkpoints={"s": second}))
+    assert again["bytes"] == blob and chunk_rows(db_session) == BANK_PIECES + 11
 
 
-def test_without_known_pieces_everything_is_sent_and_stored_once(db_session: Session) -> None:
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_000)}))
-    with sent(db_session) as two:
-        persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_500)}))
-    assert two["bytes"] >= BANK_ROWS * 32 + 84_000
-    # One row per distinct piece: the bank's 16 and the first history's 10 once, and the two of
-    # the second history's pieces that differ.
-    assert chunk_rows(db_session) == BANK_PIECES + 10 + 2
-    assert_loads(db_session, checkpoint(10_500))
-
-
-def test_a_row_replaced_by_another_writer_gets_every_piece(db_session: Session) -> None:
-    """A process that knows the pieces of a row another writer has since replaced assumes
-    nothing: its checkpoint sends every piece, and the pieces it did not know of were deleted
-    meanwhile, yet it loads whole."""
-    ours, theirs = KnownChunks(), KnownChunks()
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_000)}), known=ours)
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(2_000, seed=7)}), known=theirs)
-    with db_session.begin():  # old pieces are gone once their grace has passed
-        db_session.execute(update(CheckpointChunkRow).values(used_at=utcnow() - 2 * CHUNK_GRACE))
-    with db_session.begin():
-        deleted = prune_chunks(db_session, utcnow())
-    # Ours but for the history's first piece, which theirs shares.
-    assert deleted == BANK_PIECES + 10 - 1
-    with sent(db_session) as again:
-        persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_500)}), known=ours)
-    assert again["bytes"] >= BANK_ROWS * 32 + 84_000
-    assert_loads(db_session, checkpoint(10_500))
+def test_streams_keep_their_own_pieces(db_session: Session) -> None:
+    """Two streams with the same bank each store it (a stream's pieces are written under its
+    own checkpoint's lock); replacing one's leaves the other's."""
+    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(2_000),
+                                                 "t": Checkpoint("t", 1, 5, state(2_000))}))
+    assert chunk_rows(db_session, "s") == chunk_rows(db_session, "t") == BANK_PIECES + 2
+    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(2_000, seed=9)}))
+    assert chunk_rows(db_session, "s") == chunk_rows(db_session, "t") == BANK_PIECES + 2
+    assert_loads(db_session, Checkpoint("t", 1, 5, state(2_000)))
+    assert_loads(db_session, checkpoint(2_000, seed=9))
 
 
 def test_an_old_monolithic_checkpoint_loads_and_the_next_is_lean(db_session: Session) -> None:
@@ -133,9 +118,8 @@ def test_an_old_monolithic_checkpoint_loads_and_the_next_is_lean(db_session: Ses
     with db_session.begin():
         db_session.add(CheckpointRow(stream="s", version=1, event_index=10_000, state=text,
                                      arrays=blob, chunks=None))
-    known = KnownChunks()
-    assert_loads(db_session, old, known)
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_500)}), known=known)
+    assert_loads(db_session, old)
+    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_500)}))
     with db_session.begin():
         row = db_session.get(CheckpointRow, "s")
         assert row is not None and row.chunks is not None
@@ -143,14 +127,12 @@ def test_an_old_monolithic_checkpoint_loads_and_the_next_is_lean(db_session: Ses
     assert_loads(db_session, checkpoint(10_500))
 
 
-def test_retention_keeps_named_and_recent_pieces(db_session: Session) -> None:
-    now = utcnow()
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_000)}))
-    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(9_000, seed=1)}))
-    # Replaced: the first bank's 16 pieces and the longer history's last two (the shorter one
-    # shares its first 8 pieces and ends within the 9th).
+def test_retention_deletes_the_pieces_of_a_deleted_checkpoint(db_session: Session) -> None:
+    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_000),
+                                                 "t": Checkpoint("t", 1, 5, state(2_000))}))
     with db_session.begin():
-        assert prune_chunks(db_session, now) == 0  # within their grace
+        assert prune_chunks(db_session) == 0  # every piece is named
+        db_session.execute(delete(CheckpointRow).where(CheckpointRow.stream == "s"))
     with db_session.begin():
-        assert prune_chunks(db_session, now + CHUNK_GRACE + timedelta(seconds=1)) == BANK_PIECES + 2
-    assert_loads(db_session, checkpoint(9_000, seed=1))
+        assert prune_chunks(db_session) == BANK_PIECES + 10
+    assert chunk_rows(db_session) == chunk_rows(db_session, "t") == BANK_PIECES + 2

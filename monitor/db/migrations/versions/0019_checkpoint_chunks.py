@@ -3,7 +3,7 @@
 Every checkpoint rewrote all of a stream's arrays, though most never change after start-up (the
 reference banks, the sorted calibration, the density ratio's source rows) and others only grow
 at their end. From this revision the store cuts every array of at least 4 KiB into pieces of
-8 KiB kept in ``checkpoint_chunks`` under the SHA-256 of their bytes, written once
+8 KiB kept in ``checkpoint_chunks`` under the stream and the SHA-256 of their bytes, written once
 (``monitor.streams.state``, ``CHUNKED_MAGIC``); ``checkpoints.chunks`` lists the pieces a
 checkpoint refers to. Checkpoints stored before keep their whole blob (``chunks`` NULL) and
 load as they are; each is rewritten in the new layout by its stream's next checkpoint.
@@ -34,15 +34,14 @@ down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-TS = sa.TIMESTAMP(timezone=True)
 CHECKPOINTS = sa.table(
     "checkpoints",
     sa.column("stream", sa.String(128)),
     sa.column("arrays", sa.LargeBinary),
     sa.column("chunks", sa.Text),
 )
-CHUNKS = sa.table("checkpoint_chunks", sa.column("key", sa.String(64)),
-                  sa.column("data", sa.LargeBinary))
+CHUNKS = sa.table("checkpoint_chunks", sa.column("stream", sa.String(128)),
+                  sa.column("key", sa.String(64)), sa.column("data", sa.LargeBinary))
 WHOLE, PIECES = b"MONARR1\n", b"MONARR2\n"  # monitor.streams.state's magic bytes
 LENGTH = struct.Struct("<I")
 
@@ -50,12 +49,11 @@ LENGTH = struct.Struct("<I")
 def upgrade() -> None:
     op.create_table(
         "checkpoint_chunks",
+        sa.Column("stream", sa.String(128), nullable=False),
         sa.Column("key", sa.String(64), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
-        sa.Column("used_at", TS, nullable=False),
-        sa.PrimaryKeyConstraint("key", name=op.f("pk_checkpoint_chunks")),
+        sa.PrimaryKeyConstraint("stream", "key", name=op.f("pk_checkpoint_chunks")),
     )
-    op.create_index(op.f("ix_checkpoint_chunks_used_at"), "checkpoint_chunks", ["used_at"])
     _set_storage("EXTERNAL")
     with op.batch_alter_table("checkpoints") as batch:
         batch.add_column(sa.Column("chunks", sa.Text(), nullable=True))
@@ -70,11 +68,10 @@ def downgrade() -> None:
             if not bytes(blob).startswith(PIECES):
                 continue
             bind.execute(CHECKPOINTS.update().where(CHECKPOINTS.c.stream == stream)
-                         .values(arrays=_whole(bytes(blob), _pieces(bind, bytes(blob)))))
+                         .values(arrays=_whole(bytes(blob), _pieces(bind, stream, bytes(blob)))))
     _set_storage("EXTENDED")
     with op.batch_alter_table("checkpoints") as batch:
         batch.drop_column("chunks")
-    op.drop_index(op.f("ix_checkpoint_chunks_used_at"), table_name="checkpoint_chunks")
     op.drop_table("checkpoint_chunks")
 
 
@@ -93,10 +90,11 @@ def _header(blob: bytes) -> tuple[list[list[Any]], int]:
     return json.loads(blob[start : start + size]), start + size
 
 
-def _pieces(bind: sa.Connection, blob: bytes) -> dict[str, bytes]:
+def _pieces(bind: sa.Connection, stream: str, blob: bytes) -> dict[str, bytes]:
     header, _ = _header(blob)
     keys = {key for entry in header if len(entry) == 5 for key in entry[4]}
-    rows = bind.execute(sa.select(CHUNKS.c.key, CHUNKS.c.data).where(CHUNKS.c.key.in_(keys)))
+    rows = bind.execute(sa.select(CHUNKS.c.key, CHUNKS.c.data)
+                        .where(CHUNKS.c.stream == stream, CHUNKS.c.key.in_(keys)))
     return {key: bytes(data) for key, data in rows}
 
 
