@@ -5,8 +5,9 @@ A checkpoint's large arrays are cut into content-addressed pieces
 pieces a checkpoint refers to, and each stream's pieces are rows ``(stream, key, data)``.
 Writing a stream's checkpoint, in the batch's transaction:
 
-1. reads (and on PostgreSQL locks, ``SELECT … FOR UPDATE``) the ``chunks`` of the stored row:
-   every piece it names is stored, so none of them is sent again;
+1. reads (and on PostgreSQL locks, ``SELECT … FOR UPDATE``) the ``chunks`` of the stored row
+   — in the one-writer check's statement when the batch has a writer — : every piece it names
+   is stored, so none of them is sent again;
 2. inserts the pieces the new checkpoint names and the stored row did not;
 3. replaces the row, and deletes the pieces the stored row named and the new one does not.
 
@@ -35,13 +36,22 @@ _COLUMNS = ("version", "event_index", "state", "arrays", "chunks", "updated_at")
 
 
 def write_checkpoints(
-    session: Session, rows: Sequence[Row], pieces: Mapping[str, Mapping[str, bytes]]
+    session: Session,
+    rows: Sequence[Row],
+    pieces: Mapping[str, Mapping[str, bytes]],
+    held: Mapping[str, str | None] | None = None,
 ) -> None:
     """Store the checkpoint ``rows`` (the pieces their ``chunks`` name in ``pieces``, by
-    stream) in the session's transaction, sending only the pieces not stored yet."""
+    stream) in the session's transaction, sending only the pieces not stored yet. ``held``:
+    the stored rows' ``chunks`` by stream, read under their lock already (the one-writer
+    check's statement: :func:`monitor.db.fencing.check_writer`); else they are read here."""
     if not rows:
         return
-    stored = _stored_names(session, [r["stream"] for r in rows])
+    streams = [r["stream"] for r in rows]
+    if held is None or not set(streams) <= set(held):
+        stored = _stored_names(session, streams)
+    else:
+        stored = {s: _names(held[s]) for s in streams}
     insert_missing(session, CheckpointChunkRow, [
         {"stream": s, "key": k, "data": v}
         for s in sorted(pieces) for k, v in pieces[s].items() if k not in stored[s]])

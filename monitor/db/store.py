@@ -144,11 +144,13 @@ def persist_batch(
     idle(session, "persist_batch")
     rows = BatchRows.of(batch)
     with writing(session):
+        held = None
         if batch.fencing is not None:
             writer = Writer(source_key(batch.fencing.source), batch.fencing.group)
-            check_writer(session, writer, batch.streams, batch.fencing.fences)
+            held = check_writer(session, writer, batch.streams, batch.fencing.fences,
+                                batch.checkpoints)
         _check_offsets(session, batch.offsets)
-        write_results(session, batch, rows, alerts, route)
+        write_results(session, batch, rows, alerts, route, held)
         _upsert_offsets(session, rows.offsets)
         _store_ingest(session, batch)
 
@@ -179,16 +181,18 @@ def write_results(
     rows: BatchRows,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
+    held: Mapping[str, str | None] | None = None,
 ) -> None:
     """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints (their
-    new pieces: :func:`~monitor.db.checkpoint_store.write_checkpoints`) in the session's
-    transaction (no offsets: a dead-letter replay moves none)."""
+    new pieces: :func:`~monitor.db.checkpoint_store.write_checkpoints`; ``held``: the stored
+    checkpoints' ``chunks``, their rows locked already) in the session's transaction (no
+    offsets: a dead-letter replay moves none)."""
     for model, model_rows in rows.inserts():
         insert_missing(session, model, model_rows)
     _revise_alarms(session, rows.revised)
     completed = _merge_evidence(session, batch.alarm_evidence, utcnow())
     _queue_alerts(session, [*alerts, *(route([*batch.alarms, *completed]) if route else ())])
-    write_checkpoints(session, rows.checkpoints, rows.pieces)
+    write_checkpoints(session, rows.checkpoints, rows.pieces, held)
 
 
 def _store_ingest(session: Session, batch: Batch) -> None:

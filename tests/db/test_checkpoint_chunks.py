@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from monitor.db.checkpoint_store import prune_chunks
 from monitor.db.models import CheckpointChunkRow, CheckpointRow
 from monitor.db.store import load_state, persist_batch
-from monitor.engine.batch import Batch
+from monitor.engine.batch import Batch, Fencing
 from monitor.streams.state import PIECE_BYTES, Checkpoint
 from tests.support.databases import executed
 from tests.support.states import assert_identical
@@ -136,3 +136,19 @@ def test_retention_deletes_the_pieces_of_a_deleted_checkpoint(db_session: Sessio
     with db_session.begin():
         assert prune_chunks(db_session) == BANK_PIECES + 10
     assert chunk_rows(db_session) == chunk_rows(db_session, "t") == BANK_PIECES + 2
+
+
+def test_a_fenced_checkpoint_reads_its_stored_row_in_the_writer_check(db_session: Session
+                                                                        ) -> None:
+    """With a writer, the stored row's list is read (and locked) by the one-writer check's
+    statement on PostgreSQL: a checkpoint batch is 4 statements there (check, new pieces, row,
+    replaced pieces), 5 on SQLite (the check's parts one by one)."""
+    fencing = Fencing("file:events", "", streams=["s"])
+    persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_000)}, fencing=fencing))
+    with executed(db_session.get_bind()) as statements:
+        persist_batch(db_session, Batch(checkpoints={"s": checkpoint(10_500)}, fencing=fencing))
+    work = [s for s, _, _ in statements if not s.startswith(("BEGIN", "COMMIT"))]
+    postgres = db_session.get_bind().dialect.name == "postgresql"
+    assert len(work) == (4 if postgres else 5), work
+    assert chunk_rows(db_session) == BANK_PIECES + 11
+    assert_loads(db_session, checkpoint(10_500))
