@@ -56,11 +56,8 @@ def write_checkpoints(
         {"stream": s, "key": k, "data": v}
         for s in sorted(pieces) for k, v in pieces[s].items() if k not in stored[s]])
     _upsert(session, rows)
-    dropped = [(s, k) for s in sorted(stored) for k in sorted(stored[s] - set(pieces[s]))]
-    for start in range(0, len(dropped), 500):
-        session.execute(delete(CheckpointChunkRow).where(
-            tuple_(CheckpointChunkRow.stream, CheckpointChunkRow.key)
-            .in_(dropped[start : start + 500])))
+    _delete_pieces(session, [(s, k) for s in sorted(stored)
+                             for k in sorted(stored[s] - set(pieces[s]))])
 
 
 def load_checkpoint_row(
@@ -88,11 +85,16 @@ def prune_chunks(session: Session) -> int:
         select(CheckpointRow.stream, CheckpointRow.chunks).with_for_update())}
     stale = [(s, k) for s, k in session.execute(
         select(CheckpointChunkRow.stream, CheckpointChunkRow.key)) if k not in named.get(s, ())]
-    for start in range(0, len(stale), 500):
+    _delete_pieces(session, stale)
+    return len(stale)
+
+
+def _delete_pieces(session: Session, pieces: Sequence[tuple[str, str]]) -> None:
+    """Delete the ``(stream, key)`` pieces, 500 to a statement."""
+    for start in range(0, len(pieces), 500):
         session.execute(delete(CheckpointChunkRow).where(
             tuple_(CheckpointChunkRow.stream, CheckpointChunkRow.key)
-            .in_(stale[start : start + 500])))
-    return len(stale)
+            .in_(pieces[start : start + 500])))
 
 
 def _names(chunks: str | None) -> set[str]:
