@@ -20,13 +20,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Text,
+    cast,
+    literal,
+    null,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.orm import Session
 
-from monitor.db.dialect import insert_missing
+from monitor.db.dialect import insert, insert_missing, table_of
 from monitor.db.errors import FencedError, StreamBoundError, StreamNotFoundError
 from monitor.db.models import (
+    CheckpointRow,
     SourceOffsetRow,
     StreamRow,
     StreamWriterRow,
@@ -35,8 +48,8 @@ from monitor.db.models import (
     utcnow,
 )
 
-__all__ = ["HTTP", "Writer", "check_bindings", "check_fences", "claim_partitions",
-           "get_binding", "offset_key_for", "positions_ahead", "rebind_stream"]
+__all__ = ["HTTP", "Writer", "check_writer", "claim_partitions", "get_binding",
+           "offset_key_for", "positions_ahead", "rebind_stream"]
 
 OWNER = -1  # the partition number of a source's owner row
 
@@ -103,36 +116,101 @@ def claim_partitions(
     return key, epochs
 
 
-def check_fences(session: Session, fences: Mapping[tuple[str, int], int], group: str) -> None:
-    """Raise :class:`FencedError` unless every ``(offset key, partition)`` still has the epoch
-    given (locking the fence rows until the transaction ends)."""
-    for (source, partition), epoch in sorted(fences.items()):
-        row = session.execute(
-            select(WriterFenceRow.epoch, WriterFenceRow.group_id)
-            .where(WriterFenceRow.source == source, WriterFenceRow.partition == partition)
-            .with_for_update()
-        ).one_or_none()
-        if row is None or row.epoch != epoch or row.group_id != group:
-            stored = 0 if row is None else row.epoch
-            why = f"epoch {stored} of group {row.group_id!r}" if row is not None else "nothing"
-            raise FencedError(source, partition, stored, epoch, why)
+def check_writer(
+    session: Session, writer: Writer, streams: Iterable[str],
+    fences: Mapping[tuple[str, int], int], checkpoints: Iterable[str] = (),
+) -> dict[str, str | None]:
+    """Bind unbound ``streams`` to ``writer`` and check the bindings and the fencing tokens
+    ``fences`` (``(offset key, partition)`` → epoch), locking the binding and fence rows until
+    the transaction ends; the stored ``chunks`` of the ``checkpoints`` streams' rows, locked
+    too (the batch replaces them: :mod:`monitor.db.checkpoint_store`). One statement on
+    PostgreSQL (its round trip is per batch, not per stream), one per kind of row on SQLite
+    (no network).
 
-
-def check_bindings(session: Session, writer: Writer, streams: Iterable[str]) -> None:
-    """Bind unbound ``streams`` to ``writer``; raise :class:`StreamBoundError` for the first one
-    bound to another writer (locking the binding rows until the transaction ends)."""
-    for stream in sorted(set(streams)):
-        insert_missing(session, StreamWriterRow, [{"stream": stream, "source": writer.source,
-                                                   "group_id": writer.group,
-                                                   "updated_at": utcnow()}])
-        row = session.execute(
-            select(StreamWriterRow.source, StreamWriterRow.group_id)
-            .where(StreamWriterRow.stream == stream).with_for_update()
-        ).one()
-        bound = Writer(row.source, row.group_id)
-        if bound != writer:
-            raise StreamBoundError(stream, bound.describe(), writer.describe(),
+    Raises
+    ------
+    StreamBoundError
+        For the first stream (by name) bound to another writer.
+    FencedError
+        Else for the first partition whose stored epoch or group is not the one given.
+    """
+    names, keys, held = sorted(set(streams)), sorted(fences), sorted(set(checkpoints))
+    bound, stored, chunks = _locked_rows(session, writer, names, keys, held)
+    for stream in names:
+        if bound[stream] != writer:
+            raise StreamBoundError(stream, bound[stream].describe(), writer.describe(),
                                    writer.rebind_args())
+    for key in keys:
+        found = stored.get(key)
+        if found is None or found != (fences[key], writer.group):
+            epoch = 0 if found is None else found[0]
+            why = "nothing" if found is None else f"epoch {found[0]} of group {found[1]!r}"
+            raise FencedError(key[0], key[1], epoch, fences[key], why)
+    return {stream: chunks.get(stream) for stream in held}
+
+
+def _locked_rows(
+    session: Session, writer: Writer, names: list[str], keys: list[tuple[str, int]],
+    held: list[str],
+) -> tuple[dict[str, Writer], dict[tuple[str, int], tuple[int, str]], dict[str, str | None]]:
+    """Each stream's binding (inserted when it had none), each partition's stored (epoch,
+    group) and each held checkpoint's ``chunks``, their rows locked; one statement on
+    PostgreSQL: a ``UNION ALL`` of the parts, told apart by a tag."""
+    parts: list[tuple[str, Any]] = []
+    if names:
+        parts.append(("bound", _binding_upsert(session, writer, names)))
+    if keys:
+        parts.append(("fence", _fence_select(keys)))
+    if held:
+        parts.append(("held", _checkpoint_select(held)))
+    if len(parts) > 1 and session.get_bind().dialect.name == "postgresql":
+        ctes = [(tag, query.cte(tag)) for tag, query in parts]
+        rows: list[tuple[Any, ...]] = [tuple(r) for r in session.execute(union_all(*[
+            select(literal(tag).label("tag"), *[cte.c[i] for i in range(5)]) for tag, cte in ctes
+        ]))]
+    else:
+        rows = [(tag, *row) for tag, query in parts for row in session.execute(query)]
+    bound = {r[1]: Writer(r[2], r[3]) for r in rows if r[0] == "bound"}
+    stored = {(r[1], r[4]): (r[5], r[3]) for r in rows if r[0] == "fence"}
+    chunks = {r[1]: r[2] for r in rows if r[0] == "held"}
+    return bound, stored, chunks
+
+
+def _binding_upsert(session: Session, writer: Writer, names: list[str]) -> Any:
+    """Insert the unbound streams' bindings; returning every binding as (stream, source,
+    group, NULL, NULL)."""
+    writers = table_of(StreamWriterRow)
+    now = utcnow()
+    bind = insert(session, StreamWriterRow).values([
+        {"stream": n, "source": writer.source, "group_id": writer.group, "updated_at": now}
+        for n in names])
+    # A no-op update rather than DO NOTHING: it locks the stored row and RETURNING gives it.
+    bind = bind.on_conflict_do_update(index_elements=["stream"],
+                                      set_={"source": writers.c.source})
+    return bind.returning(writers.c.stream, writers.c.source, writers.c.group_id,
+                          _null(Integer, "partition"), _null(BigInteger, "epoch"))
+
+
+def _fence_select(keys: list[tuple[str, int]]) -> Any:
+    """The fences of ``keys`` as (source, NULL, group, partition, epoch), locked."""
+    walls = table_of(WriterFenceRow)
+    return (select(walls.c.source, _null(Text, "text"), walls.c.group_id, walls.c.partition,
+                   walls.c.epoch)
+            .where(tuple_(walls.c.source, walls.c.partition).in_(keys))
+            .order_by(walls.c.source, walls.c.partition).with_for_update())
+
+
+def _checkpoint_select(streams: list[str]) -> Any:
+    """The stored checkpoints of ``streams`` as (stream, chunks, NULL, NULL, NULL), locked."""
+    rows = table_of(CheckpointRow)
+    return (select(rows.c.stream, rows.c.chunks, _null(Text, "group_id"),
+                   _null(Integer, "partition"), _null(BigInteger, "epoch"))
+            .where(rows.c.stream.in_(streams)).order_by(rows.c.stream).with_for_update())
+
+
+def _null(kind: Any, name: str) -> Any:
+    """A typed NULL column: the parts of one ``UNION ALL`` agree on each column's type."""
+    return cast(null(), kind).label(name)
 
 
 def get_binding(session: Session, stream: str) -> Writer | None:

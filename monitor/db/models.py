@@ -42,6 +42,7 @@ __all__ = [
     "AlertOutboxRow",
     "Base",
     "CalibrationEventRow",
+    "CheckpointChunkRow",
     "CheckpointRow",
     "DeadLetterRow",
     "FleetRow",
@@ -388,7 +389,11 @@ class OODFlagRow(Base):
 
 
 class CheckpointRow(Base):
-    """A stream's latest detector state (:mod:`monitor.streams.state` format)."""
+    """A stream's latest detector state (:mod:`monitor.streams.state` format).
+
+    ``chunks`` names the :class:`CheckpointChunkRow` pieces its ``arrays`` refer to (their keys,
+    sorted, separated by spaces), NULL when it refers to none (every checkpoint stored before
+    revision 0019)."""
 
     __tablename__ = "checkpoints"
 
@@ -397,9 +402,22 @@ class CheckpointRow(Base):
     event_index: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(Text)
     arrays: Mapped[bytes | None] = mapped_column(LargeBinary)
+    chunks: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), default=utcnow, onupdate=utcnow, server_default=func.now()
     )
+
+
+class CheckpointChunkRow(Base):
+    """A piece of a stream's checkpoint arrays, stored once by content: ``key`` is the SHA-256
+    of ``data`` (hex); kept while the stream's checkpoint names it
+    (:mod:`monitor.db.checkpoint_store`)."""
+
+    __tablename__ = "checkpoint_chunks"
+
+    stream: Mapped[str] = mapped_column(NAME, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class SourceOffsetRow(Base):

@@ -27,6 +27,9 @@ OOD windows (with their flags), performance windows, dead letters and acknowledg
   query; for trace points, the other detector's row at the range's last event index may come
   too, so at most ``batch + 1``), then commits; ``max_seconds`` bounds a whole call. A worker
   pruning in the background holds the database for one such transaction at a time.
+- **Checkpoint pieces.** A checkpoint deletes the pieces its predecessor named and it does
+  not; the pieces of a checkpoint row deleted by hand go here, in one transaction
+  (:func:`monitor.db.checkpoint_store.prune_chunks`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pydantic import ValidationError
 from sqlalchemy import ColumnElement, CursorResult, Result, and_, delete, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
+from monitor.db.checkpoint_store import prune_chunks
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.models import (
     AlarmRow,
@@ -67,7 +71,8 @@ class PruneReport:
 
     deleted: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("trace_points", "ood_windows", "performance_windows", "dead_letters", "alarms"), 0
+            ("trace_points", "ood_windows", "performance_windows", "dead_letters", "alarms",
+             "checkpoint_chunks"), 0
         )
     )
     transactions: int = 0
@@ -151,6 +156,7 @@ def prune(
         jobs.append(("dead_letters", _range_batches(
             sessions, DeadLetterRow, DeadLetterRow.id, None, UNROUTED.dead_letters, batch,
             stored_before=now)))
+    jobs.append(("checkpoint_chunks", iter([prune_chunks])))
     for table, steps in jobs:
         for step in steps:
             if deadline is not None and clock() >= deadline:

@@ -57,6 +57,7 @@ class BatchRows:
     ood_flags: list[Row]
     dead_letters: list[Row]
     checkpoints: list[Row]
+    pieces: dict[str, dict[str, bytes]]  # by stream: the pieces its checkpoint's ``chunks`` name
     offsets: list[Row]
     performance_windows: list[Row]
 
@@ -65,6 +66,7 @@ class BatchRows:
         """The rows of ``batch``; raises :class:`InvalidRecordError` for a record that cannot be
         stored as given."""
         now = utcnow()
+        pieces: dict[str, dict[str, bytes]] = {s: {} for s in batch.checkpoints}
         return cls(
             alarms=[_alarm_row(a, now) for a in batch.alarms if a.revision == 1],
             alarm_revisions=[_alarm_revision_row(a, now) for a in batch.alarms],
@@ -73,7 +75,9 @@ class BatchRows:
             ood_windows=[_ood_window_row(w, now) for w in batch.ood_windows],
             ood_flags=[_ood_flag_row(w, e) for w in batch.ood_windows for e in w.flagged_ids],
             dead_letters=[_dead_letter_row(d, now) for d in batch.dead_letters],
-            checkpoints=[_checkpoint_row(s, c, now) for s, c in batch.checkpoints.items()],
+            checkpoints=[_checkpoint_row(s, c, now, pieces[s])
+                         for s, c in batch.checkpoints.items()],
+            pieces=pieces,
             offsets=_offset_rows(batch.offsets, now),
             performance_windows=[_performance_row(w) for w in batch.performance_windows],
         )
@@ -197,18 +201,22 @@ def _dead_letter_row(letter: DeadLetter, now: datetime) -> Row:
     }
 
 
-def _checkpoint_row(stream: str, checkpoint: Checkpoint, now: datetime) -> Row:
+def _checkpoint_row(
+    stream: str, checkpoint: Checkpoint, now: datetime, pieces: dict[str, bytes]
+) -> Row:
+    """The checkpoint's row; the pieces of its large arrays are added to ``pieces``."""
     if checkpoint.stream != stream:
         raise InvalidRecordError(
             f"checkpoint of stream {checkpoint.stream!r} was passed under key {stream!r}"
         )
-    text, blob = checkpoint.encode()
+    text, blob = checkpoint.encode(pieces)
     return {
         "stream": stream,
         "version": checkpoint.version,
         "event_index": checkpoint.event_index,
         "state": text,
         "arrays": blob,
+        "chunks": " ".join(sorted(pieces)) or None,
         "updated_at": now,
     }
 

@@ -28,10 +28,11 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from monitor.db.checkpoint_store import load_checkpoint_row, write_checkpoints
 from monitor.db.dialect import insert, insert_missing
 from monitor.db.engine import SQLITE_BEGIN
 from monitor.db.errors import PersistenceError, StaleWriterError
-from monitor.db.fencing import Writer, check_bindings, check_fences
+from monitor.db.fencing import Writer, check_writer
 from monitor.db.models import (
     AlarmRevisionRow,
     AlarmRow,
@@ -48,7 +49,6 @@ from monitor.db.models import (
 from monitor.db.queries import (
     calibration_event,
     calibration_query,
-    checkpoint_query,
     create_stream,
     get_stream,
     list_streams,
@@ -144,12 +144,13 @@ def persist_batch(
     idle(session, "persist_batch")
     rows = BatchRows.of(batch)
     with writing(session):
+        held = None
         if batch.fencing is not None:
             writer = Writer(source_key(batch.fencing.source), batch.fencing.group)
-            check_bindings(session, writer, batch.streams)
-            check_fences(session, batch.fencing.fences, writer.group)
+            held = check_writer(session, writer, batch.streams, batch.fencing.fences,
+                                batch.checkpoints)
         _check_offsets(session, batch.offsets)
-        write_results(session, batch, rows, alerts, route)
+        write_results(session, batch, rows, alerts, route, held)
         _upsert_offsets(session, rows.offsets)
         _store_ingest(session, batch)
 
@@ -180,15 +181,18 @@ def write_results(
     rows: BatchRows,
     alerts: Sequence[Mapping[str, Any]] = (),
     route: Route | None = None,
+    held: Mapping[str, str | None] | None = None,
 ) -> None:
-    """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints in the
-    session's transaction (no offsets: a dead-letter replay moves none)."""
+    """Write ``batch``'s results (``rows``), its alarms' outbox rows and its checkpoints (their
+    new pieces: :func:`~monitor.db.checkpoint_store.write_checkpoints`; ``held``: the stored
+    checkpoints' ``chunks``, their rows locked already) in the session's transaction (no
+    offsets: a dead-letter replay moves none)."""
     for model, model_rows in rows.inserts():
         insert_missing(session, model, model_rows)
     _revise_alarms(session, rows.revised)
     completed = _merge_evidence(session, batch.alarm_evidence, utcnow())
     _queue_alerts(session, [*alerts, *(route([*batch.alarms, *completed]) if route else ())])
-    _upsert_checkpoints(session, rows.checkpoints)
+    write_checkpoints(session, rows.checkpoints, rows.pieces, held)
 
 
 def _store_ingest(session: Session, batch: Batch) -> None:
@@ -209,12 +213,14 @@ def _store_ingest(session: Session, batch: Batch) -> None:
 
 
 def load_state(session: Session, stream: str) -> Checkpoint | None:
-    """The stream's stored checkpoint, or ``None`` if it has none."""
+    """The stream's stored checkpoint (with its pieces), or ``None`` if it has none."""
     with _read(session):
-        row = session.scalars(checkpoint_query(stream)).one_or_none()
-        if row is None:
+        found = load_checkpoint_row(session, stream)
+        if found is None:
             return None
-        return Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays)
+        row, pieces = found
+        return Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays,
+                                 pieces)
 
 
 def load_offsets(session: Session, source: str) -> dict[int, int]:
@@ -332,17 +338,6 @@ def _check_offsets(session: Session, offsets: Sequence[SourceOffset]) -> None:
         if previous is not None and o.offset < previous:
             raise StaleWriterError(o.source, o.partition, previous, o.offset)
         stored[(o.source, o.partition)] = o.offset
-
-
-def _upsert_checkpoints(session: Session, rows: list[Row]) -> None:
-    if not rows:
-        return
-    stmt = insert(session, CheckpointRow)
-    columns = ("version", "event_index", "state", "arrays", "updated_at")
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["stream"], set_={c: stmt.excluded[c] for c in columns}
-    )
-    session.execute(stmt, rows)
 
 
 def _upsert_offsets(session: Session, rows: list[Row]) -> None:

@@ -31,8 +31,14 @@ Every other value must be ``None``, ``bool``, ``int``, ``float``, ``str``, ``lis
 The blob (``None`` when the state holds no array) is one buffer: the magic bytes
 :data:`BLOB_MAGIC`, the length of a JSON header (4 bytes, little-endian), the header — one
 ``[key, dtype, shape, fortran_order]`` entry per array, in order — and the arrays' raw bytes
-back to back. Writing it is one join of the arrays' memory, where numpy's npz (a zip member
-with its own header per array) cost ~14 ms per checkpoint of ~80 arrays. Blobs written before
+back to back. Given a ``chunks`` dict, :func:`encode_state` keeps the bytes of every array of
+at least :data:`CHUNKED_BYTES` out of the blob: they are cut into pieces of :data:`PIECE_BYTES`,
+each put in ``chunks`` under the SHA-256 of its bytes (hex), and the array's header entry gets
+a fifth item, the list of its pieces' keys (magic :data:`CHUNKED_MAGIC`). An array that did not
+change has the same keys in the next checkpoint, and one that grew at its end keeps the keys of
+its unchanged leading pieces, so a store that keeps pieces by key writes only new ones.
+Writing the blob is one join of the arrays' memory, where numpy's npz (a zip member with its own
+header per array) cost ~14 ms per checkpoint of ~80 arrays. Blobs written before
 this layout are npz archives (magic ``PK``): they are still read, and the writer falls back to
 npz for the rare dtypes a dtype string cannot describe (structured dtypes).
 
@@ -43,11 +49,12 @@ a detector's state changes shape); ``STATE_FORMAT`` versions this encoding.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +64,9 @@ from monitor.errors import MonitorError
 
 __all__ = [
     "BLOB_MAGIC",
+    "CHUNKED_BYTES",
+    "CHUNKED_MAGIC",
+    "PIECE_BYTES",
     "STATE_FORMAT",
     "Checkpoint",
     "StateEncodingError",
@@ -70,6 +80,14 @@ STATE_FORMAT = 1
 
 #: First bytes of a single-buffer array blob (an npz archive starts with ``PK``).
 BLOB_MAGIC = b"MONARR1\n"
+#: First bytes of a blob whose large arrays are kept as pieces outside it.
+CHUNKED_MAGIC = b"MONARR2\n"
+#: Arrays of at least this many bytes are kept as pieces when chunks are asked for: below it, a
+#: piece's key (64 characters in the header, a row in a store) costs more than rewriting.
+CHUNKED_BYTES = 4096
+#: Size of a piece (the last one of an array may be shorter): small enough that an array grown
+#: at its end rewrites little, large enough that a big array is a few rows.
+PIECE_BYTES = 8192
 _NPZ_MAGIC = b"PK"
 _HEADER_LENGTH = struct.Struct("<I")
 
@@ -127,27 +145,34 @@ class Checkpoint:
     state: dict[str, Any]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def encode(self) -> tuple[str, bytes | None]:
+    def encode(self, chunks: dict[str, bytes] | None = None) -> tuple[str, bytes | None]:
         """JSON text and array blob (``None`` if there are no arrays) of ``state`` and
-        ``arrays``."""
-        return encode_state({"state": self.state, "arrays": self.arrays})
+        ``arrays``; with ``chunks``, the large arrays' pieces go there (:func:`encode_state`)."""
+        return encode_state({"state": self.state, "arrays": self.arrays}, chunks)
 
     @classmethod
     def decode(
-        cls, stream: str, version: int, event_index: int, text: str, blob: bytes | None
+        cls, stream: str, version: int, event_index: int, text: str, blob: bytes | None,
+        chunks: Mapping[str, bytes] | None = None,
     ) -> Checkpoint:
         """Rebuild a checkpoint from what :meth:`encode` produced."""
-        payload = decode_state(text, blob)
+        payload = decode_state(text, blob, chunks)
         return cls(stream, version, event_index, payload["state"], payload["arrays"])
 
 
-def encode_state(state: dict[str, Any]) -> tuple[str, bytes | None]:
+def encode_state(
+    state: dict[str, Any], chunks: dict[str, bytes] | None = None
+) -> tuple[str, bytes | None]:
     """Encode a nested state dict into JSON text and a blob of its arrays.
 
     Parameters
     ----------
     state
         The state; see the module docstring for the values allowed.
+    chunks
+        If given, the pieces of the arrays of at least :data:`CHUNKED_BYTES` are added to it by
+        key (the SHA-256 of their bytes) and the blob only names them; :func:`decode_state`
+        needs them back.
 
     Returns
     -------
@@ -161,6 +186,12 @@ def encode_state(state: dict[str, Any]) -> tuple[str, bytes | None]:
     '{"format":1,"state":{"x":{"__float__":"nan"},"w":{"__ndarray__":"a0"}}}'
     >>> decode_state(text, blob)["w"].dtype
     dtype('float32')
+    >>> pieces = {}
+    >>> text, blob = encode_state({"bank": np.zeros(1024)}, pieces)
+    >>> [len(p) for p in pieces.values()], len(blob) < 200
+    ([8192], True)
+    >>> decode_state(text, blob, pieces)["bank"].shape
+    (1024,)
     """
     if not isinstance(state, dict):
         raise StateEncodingError(f"state must be a dict, got {type(state).__name__}")
@@ -173,11 +204,14 @@ def encode_state(state: dict[str, Any]) -> tuple[str, bytes | None]:
     # The walk built a fresh tree, so it holds no cycle to look for.
     text = json.dumps({"format": STATE_FORMAT, "state": body}, allow_nan=False,
                       check_circular=False, separators=(",", ":"))
-    return text, _save_arrays(arrays) if arrays else None
+    return text, _save_arrays(arrays, chunks) if arrays else None
 
 
-def decode_state(text: str, blob: bytes | None) -> dict[str, Any]:
-    """Inverse of :func:`encode_state`; raises :class:`StateFormatError` on bad input."""
+def decode_state(
+    text: str, blob: bytes | None, chunks: Mapping[str, bytes] | None = None
+) -> dict[str, Any]:
+    """Inverse of :func:`encode_state` (``chunks``: the pieces it kept out of the blob, at
+    least those the blob names); raises :class:`StateFormatError` on bad input."""
     try:
         envelope = json.loads(text)
     except (TypeError, ValueError) as exc:
@@ -187,7 +221,7 @@ def decode_state(text: str, blob: bytes | None) -> dict[str, Any]:
         raise StateFormatError(
             f"unknown state format {found!r}; this version reads format {STATE_FORMAT}"
         )
-    arrays = _load_arrays(blob)
+    arrays = _load_arrays(blob, chunks)
     state = _decode(envelope.get("state"), arrays)
     if not isinstance(state, dict):
         raise StateFormatError("decoded state is not a dict")
@@ -336,10 +370,10 @@ _TAG_DECODERS: dict[str, Callable[[dict[str, Any], dict[str, np.ndarray]], Any]]
 }
 
 
-def _save_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+def _save_arrays(arrays: dict[str, np.ndarray], chunks: dict[str, bytes] | None) -> bytes:
     """The single-buffer blob of ``arrays`` (module docstring); npz if a dtype needs it."""
     header: list[list[Any]] = []
-    chunks: list[Any] = []
+    inline: list[Any] = []
     for key, array in arrays.items():
         if not _plain_dtype(array.dtype):
             return _save_npz(arrays)
@@ -347,11 +381,29 @@ def _save_arrays(arrays: dict[str, np.ndarray]) -> bytes:
         # any other layout is written in C order.
         fortran = array.flags.f_contiguous and not array.flags.c_contiguous
         flat = array.T if fortran else array
-        chunks.append(flat.reshape(-1).view(np.uint8).data if flat.flags.c_contiguous
-                      else flat.tobytes())
-        header.append([key, array.dtype.str, list(array.shape), fortran])
+        data = (flat.reshape(-1).view(np.uint8).data if flat.flags.c_contiguous
+                else flat.tobytes())
+        entry = [key, array.dtype.str, list(array.shape), fortran]
+        if chunks is not None and array.nbytes >= CHUNKED_BYTES:
+            entry.append(_put_pieces(memoryview(data).cast("B"), chunks))
+        else:
+            inline.append(data)
+        header.append(entry)
     head = json.dumps(header, separators=(",", ":")).encode()
-    return b"".join([BLOB_MAGIC, _HEADER_LENGTH.pack(len(head)), head, *chunks])
+    magic = CHUNKED_MAGIC if any(len(entry) == 5 for entry in header) else BLOB_MAGIC
+    return b"".join([magic, _HEADER_LENGTH.pack(len(head)), head, *inline])
+
+
+def _put_pieces(data: memoryview, chunks: dict[str, bytes]) -> list[str]:
+    """Cut ``data`` into pieces of :data:`PIECE_BYTES`, add them to ``chunks``; their keys."""
+    keys = []
+    for start in range(0, len(data), PIECE_BYTES):
+        piece = data[start : start + PIECE_BYTES]
+        key = hashlib.sha256(piece).hexdigest()
+        if key not in chunks:
+            chunks[key] = bytes(piece)
+        keys.append(key)
+    return keys
 
 
 def _plain_dtype(dtype: np.dtype[Any]) -> bool:
@@ -359,13 +411,15 @@ def _plain_dtype(dtype: np.dtype[Any]) -> bool:
     return dtype.itemsize > 0 and np.dtype(dtype.str) == dtype
 
 
-def _load_arrays(blob: bytes | None) -> dict[str, np.ndarray]:
+def _load_arrays(
+    blob: bytes | None, chunks: Mapping[str, bytes] | None = None
+) -> dict[str, np.ndarray]:
     if blob is None:
         return {}
     blob = bytes(blob)  # a memoryview from the database driver is fine too
-    if blob.startswith(BLOB_MAGIC):
+    if blob.startswith((BLOB_MAGIC, CHUNKED_MAGIC)):
         try:
-            return _load_buffer(blob)
+            return _load_buffer(blob, chunks or {})
         except (KeyError, TypeError, ValueError, struct.error) as exc:
             raise StateFormatError(f"corrupt state blob: {exc}") from exc
     if blob.startswith(_NPZ_MAGIC):
@@ -373,27 +427,41 @@ def _load_arrays(blob: bytes | None) -> dict[str, np.ndarray]:
     raise StateFormatError("state blob is neither an array buffer nor a valid npz archive")
 
 
-def _load_buffer(blob: bytes) -> dict[str, np.ndarray]:
+def _load_buffer(blob: bytes, chunks: Mapping[str, bytes]) -> dict[str, np.ndarray]:
     start = len(BLOB_MAGIC) + _HEADER_LENGTH.size
     (size,) = _HEADER_LENGTH.unpack_from(blob, len(BLOB_MAGIC))
     header = json.loads(blob[start : start + size])
+    chunked = blob.startswith(CHUNKED_MAGIC)
     offset, arrays = start + size, {}
-    for key, dtype_str, shape, fortran in header:
+    for key, dtype_str, shape, fortran, *pieces in header:
         dtype = np.dtype(dtype_str)
         if dtype.hasobject:
             raise ValueError(f"array {key!r} has an object dtype")
         if not all(type(n) is int and n >= 0 for n in shape):
             raise ValueError(f"array {key!r} has a bad shape {shape!r}")
         count = math.prod(shape)
-        if offset + count * dtype.itemsize > len(blob):
-            raise ValueError(f"array {key!r} runs past the end of the blob")
-        flat = np.frombuffer(blob, dtype, count, offset)
+        if pieces and chunked:
+            source, at = _joined_pieces(key, pieces[0], chunks), 0
+            if len(source) != count * dtype.itemsize:
+                raise ValueError(f"array {key!r} has {len(source)} bytes in its chunks")
+        else:
+            source, at = blob, offset
+            offset += count * dtype.itemsize
+        if at + count * dtype.itemsize > len(source):
+            raise ValueError(f"array {key!r} runs past the end of its bytes")
+        flat = np.frombuffer(source, dtype, count, at)
         # A copy: writable and aligned, like the arrays np.load returns.
         arrays[str(key)] = flat.reshape(shape, order="F" if fortran else "C").copy(order="K")
-        offset += count * dtype.itemsize
     if offset != len(blob):
         raise ValueError(f"{len(blob) - offset} bytes after the last array")
     return arrays
+
+
+def _joined_pieces(key: str, names: list[str], chunks: Mapping[str, bytes]) -> bytes:
+    missing = [name for name in names if name not in chunks]
+    if missing:
+        raise StateFormatError(f"array {key!r} needs chunk {missing[0]} that is not stored")
+    return b"".join(bytes(chunks[name]) for name in names)
 
 
 def _save_npz(arrays: dict[str, np.ndarray]) -> bytes:

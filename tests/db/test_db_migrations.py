@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -28,6 +29,7 @@ TABLES = {
     "alarms",
     "alert_outbox",
     "calibration_events",
+    "checkpoint_chunks",
     "checkpoints",
     "dead_letters",
     "fleets",
@@ -126,13 +128,15 @@ def test_checkpoint_arrays_are_stored_uncompressed_on_postgresql(
     engine = make_engine(migrated_database_url)
     try:
         with engine.connect() as conn:
-            storage = conn.exec_driver_sql(
+            storage = [conn.exec_driver_sql(
                 "SELECT attstorage FROM pg_attribute "
-                "WHERE attrelid = 'checkpoints'::regclass AND attname = 'arrays'"
-            ).scalar_one()
+                f"WHERE attrelid = '{table}'::regclass AND attname = '{column}'"
+            ).scalar_one() for table, column in (("checkpoints", "arrays"),
+                                                 ("checkpoints", "state"),
+                                                 ("checkpoint_chunks", "data"))]
     finally:
         engine.dispose()
-    assert storage == "e"  # EXTERNAL: out of line, not compressed
+    assert storage == ["e", "e", "e"]  # EXTERNAL: out of line, not compressed (0002, 0019)
 
 
 def test_stored_time_budgets_keep_the_floor_they_had(empty_database_url: str) -> None:
@@ -233,5 +237,39 @@ def test_event_ids_of_any_length_after_0017(empty_database_url: str) -> None:
                                  "calibration": ["c-0", long_id[:255]],
                                  "flags": sorted(["e-3", event_key(long_id)])}
         upgrade(empty_database_url)
+    finally:
+        engine.dispose()
+
+
+def test_checkpoint_pieces_go_back_into_the_blob_on_downgrade(empty_database_url: str) -> None:
+    """Migration 0019: a checkpoint stored as pieces is whole again after the downgrade (the
+    older release reads it without them), and loads the same after upgrading again."""
+    from monitor.db.engine import session_factory
+    from monitor.db.store import load_state, persist_batch
+    from monitor.engine.batch import Batch
+    from monitor.streams.state import Checkpoint, decode_state
+    from tests.support.states import assert_identical
+
+    rng = np.random.default_rng(4)
+    state = {"bank": rng.normal(size=(900, 3)), "f": np.asfortranarray(rng.normal(size=(70, 20))),
+             "small": np.arange(5), "x": 0.5}
+    upgrade(empty_database_url)
+    engine = make_engine(empty_database_url)
+    try:
+        with session_factory(engine)() as session:
+            persist_batch(session, Batch(checkpoints={"s": Checkpoint("s", 3, 42, state)}))
+        engine.dispose()
+        downgrade(empty_database_url, "0018")
+        checkpoints = Table("checkpoints", MetaData(), autoload_with=engine)
+        with engine.connect() as conn:
+            text, blob = conn.execute(select(checkpoints.c.state, checkpoints.c.arrays)).one()
+        assert "chunks" not in checkpoints.c
+        assert_identical(decode_state(text, bytes(blob))["state"], state)
+        engine.dispose()
+        upgrade(empty_database_url)
+        with session_factory(engine)() as session:
+            loaded = load_state(session, "s")
+        assert loaded is not None and loaded.event_index == 42
+        assert_identical(loaded.state, state)
     finally:
         engine.dispose()

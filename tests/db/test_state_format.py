@@ -15,6 +15,9 @@ from hypothesis.extra import numpy as hnp
 
 from monitor.streams.state import (
     BLOB_MAGIC,
+    CHUNKED_BYTES,
+    CHUNKED_MAGIC,
+    PIECE_BYTES,
     STATE_FORMAT,
     Checkpoint,
     StateEncodingError,
@@ -161,3 +164,34 @@ def test_checkpoint_encodes_state_and_arrays_together() -> None:
     assert (back.stream, back.version, back.event_index) == ("s", 3, 120)
     assert_identical(back.state, cp.state)
     assert_identical(back.arrays, cp.arrays)
+
+
+@pytest.mark.parametrize("dtype", ["float64", ">f4", "int16", "bool", "complex64"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "empty"])
+def test_large_arrays_round_trip_through_their_pieces(dtype: str, layout: str) -> None:
+    rng = np.random.default_rng(3)
+    base = (rng.normal(size=(300, 40)) * 50).astype(dtype)
+    array = {"C": base, "F": np.asfortranarray(base), "strided": base[::2, ::3],
+             "empty": base[:0]}[layout]
+    state = {"big": array, "small": base[:2, :2].copy(), "again": array}
+    pieces: dict[str, bytes] = {}
+    text, blob = encode_state(state, pieces)
+    assert blob is not None
+    if array.nbytes >= CHUNKED_BYTES:
+        assert blob.startswith(CHUNKED_MAGIC) and len(blob) < 2 * CHUNKED_BYTES
+        assert sum(map(len, pieces.values())) >= array.nbytes  # kept once, though named twice
+        assert all(len(p) <= PIECE_BYTES for p in pieces.values())
+    else:
+        assert blob.startswith(BLOB_MAGIC) and not pieces
+    assert_identical(decode_state(text, blob, pieces), state)
+    assert_identical(decode_state(*encode_state(state)), state)  # and without pieces
+
+
+def test_a_missing_or_short_piece_is_refused() -> None:
+    pieces: dict[str, bytes] = {}
+    text, blob = encode_state({"big": np.arange(5000.0)}, pieces)
+    first = next(iter(pieces))
+    with pytest.raises(StateFormatError, match=f"needs chunk {first}"):
+        decode_state(text, blob, {k: v for k, v in pieces.items() if k != first})
+    with pytest.raises(StateFormatError, match="bytes in its chunks"):
+        decode_state(text, blob, {**pieces, first: pieces[first][:-8]})

@@ -29,15 +29,15 @@ import numpy as np
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from bench.api_rows import WRITE, make_settings
 from connectors.mock_kafka import produce_kafka_python
 from monitor.api import create_app
 from monitor.db.engine import make_engine
 from monitor.db.migrate import upgrade
-from monitor.db.models import CheckpointRow
-from monitor.streams.state import Checkpoint
+from monitor.db.store import load_state
 from tests.support.databases import postgres_database
 from tests.support.processes import MOCK_URL_OPTIONS, OffsetWatch, WorkerProcess, wait_until
 from tests.support.streams import Snapshot, canonical, differences, end_offsets, run_file, snapshot
@@ -182,13 +182,12 @@ class Stored:
 def stored(url: str) -> Stored:
     engine = make_engine(url)
     try:
-        with engine.connect() as conn:
-            row = conn.execute(select(CheckpointRow.__table__)
-                               .where(CheckpointRow.stream == STREAM)).one()
+        with Session(engine) as session:
+            checkpoint = load_state(session, STREAM)
     finally:
         engine.dispose()
-    checkpoint = Checkpoint.decode(row.stream, row.version, row.event_index, row.state, row.arrays)
-    return Stored(snapshot(url), row.event_index, checkpoint.state)
+    assert checkpoint is not None
+    return Stored(snapshot(url), checkpoint.event_index, checkpoint.state)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from monitor.db.engine import make_engine
@@ -79,3 +79,23 @@ def refuse_alarm(url: str, refused: dict[str, Any]) -> None:
         conn.exec_driver_sql("ALTER TABLE alarms ADD CONSTRAINT refuse_one "
                              f"CHECK (event_id <> '{refused['event_id']}')")
     engine.dispose()
+
+
+@contextmanager
+def executed(engine: Engine | Connection) -> Iterator[list[tuple[str, Any, bool]]]:
+    """Every statement ``engine`` sends while the block runs: ``(statement, parameters,
+    executemany)`` as ``before_cursor_execute`` sees them (one per round trip but for the
+    pipelined ``executemany``)."""
+    from sqlalchemy import event
+
+    seen: list[tuple[str, Any, bool]] = []
+
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+               executemany: bool) -> None:
+        seen.append((statement, parameters, executemany))
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", before)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from connectors import FileSource
 from monitor.cli.runs import monitors_for_run
@@ -239,6 +240,16 @@ def _results(conn: Any, model: Any) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in conn.execute(select(*columns))]
 
 
+def _checkpoint(engine: Engine, stream: str) -> Checkpoint:
+    """The stream's stored checkpoint, with its pieces (``load_state``)."""
+    from monitor.db.store import load_state
+
+    with Session(engine) as session:
+        checkpoint = load_state(session, stream)
+    assert checkpoint is not None
+    return checkpoint
+
+
 def _snapshot(engine: Engine) -> Snapshot:
     skip = {"created_at", "acknowledged_at", "acknowledged_by"}
     with engine.connect() as conn:
@@ -246,13 +257,8 @@ def _snapshot(engine: Engine) -> Snapshot:
             {k: v for k, v in row._mapping.items() if k not in skip}
             for row in conn.execute(select(AlarmRow.__table__))
         ]
-        checkpoints = {
-            row.stream: canonical(
-                Checkpoint.decode(row.stream, row.version, row.event_index, row.state,
-                                  row.arrays).state
-            )
-            for row in conn.execute(select(CheckpointRow.__table__))
-        }
+        checkpoints = {stream: canonical(_checkpoint(engine, stream).state)
+                       for stream in conn.scalars(select(CheckpointRow.stream))}
         # results, without the ingest time (created_at) that differs between two runs
         traces = sorted(_results(conn, TracePointRow))
         windows = sorted(_results(conn, OODWindowRow))
