@@ -78,15 +78,18 @@ def open_source(
         servers, topics, url_options = kafka_url_parts(url)
         if not group:
             raise SourceConfigError(f"{url} needs a consumer group (--group)")
-        client = kafka_source_class(str(url_options.pop("client", kafka_client)))
+        client = kafka_source_class(str(url_options.pop("client", kafka_client)),
+                                    what=f"the source {url}")
         source: Source = client(servers, topics, group_id=group, **{**url_options, **options})
         return source
     raise SourceConfigError(f"unknown source scheme {scheme!r} in {url!r}: expected {_FORMS}")
 
 
-def kafka_source_class(client: str) -> type[KafkaSource] | type[RdKafkaSource]:
+def kafka_source_class(
+    client: str, what: str = "a kafka-python source"
+) -> type[KafkaSource] | type[RdKafkaSource]:
     """The source class of a Kafka client name (``kafka-python`` or ``confluent``); the
-    kafka-python one is imported now (it needs the ``kafka`` extra).
+    kafka-python one is imported now (it needs the ``kafka`` extra, which ``what`` needs).
 
     Examples
     --------
@@ -96,7 +99,7 @@ def kafka_source_class(client: str) -> type[KafkaSource] | type[RdKafkaSource]:
     if client == "confluent":
         return RdKafkaSource
     if client == "kafka-python":
-        kafka_source: type[KafkaSource] = kafka_module("a kafka-python source").KafkaSource
+        kafka_source: type[KafkaSource] = kafka_module(what).KafkaSource
         return kafka_source
     raise SourceConfigError(
         f"unknown Kafka client {client!r}: expected one of {', '.join(KAFKA_CLIENTS)}"

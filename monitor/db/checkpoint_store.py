@@ -80,13 +80,23 @@ def load_checkpoint_row(
 
 def prune_chunks(session: Session) -> int:
     """Delete the pieces no checkpoint row names (a row deleted by hand leaves its pieces);
-    how many. The rows are locked first, as a checkpoint's write locks its own."""
-    named = {s: _names(c) for s, c in session.execute(
-        select(CheckpointRow.stream, CheckpointRow.chunks).with_for_update())}
-    stale = [(s, k) for s, k in session.execute(
-        select(CheckpointChunkRow.stream, CheckpointChunkRow.key)) if k not in named.get(s, ())]
+    how many. A first look reads without locks (usually nothing is stale, and a role that may
+    only read checkpoints then prunes nothing without an error); when pieces look stale, the
+    rows are locked, as a checkpoint's write locks its own, and the stale set is read again."""
+    if not _stale_pieces(session, lock=False):
+        return 0
+    stale = _stale_pieces(session, lock=True)
     _delete_pieces(session, stale)
     return len(stale)
+
+
+def _stale_pieces(session: Session, lock: bool) -> list[tuple[str, str]]:
+    """The ``(stream, key)`` pieces no stored checkpoint names (its rows locked with ``lock``)."""
+    query = select(CheckpointRow.stream, CheckpointRow.chunks)
+    named = {s: _names(c) for s, c in session.execute(
+        query.with_for_update() if lock else query)}
+    return [(s, k) for s, k in session.execute(
+        select(CheckpointChunkRow.stream, CheckpointChunkRow.key)) if k not in named.get(s, ())]
 
 
 def _delete_pieces(session: Session, pieces: Sequence[tuple[str, str]]) -> None:

@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.orm import Session
 
 from bench.api_rows import READ, WRITE, calibration_rows, stream_config
-from monitor.db.models import CheckpointRow
-from monitor.streams.state import decode_state
+from monitor.db.store import load_state
 from tests.support.api import events, post
 
 
@@ -58,6 +57,6 @@ def test_events_without_ts_are_counted_shown_and_warned_once(
     assert (_metric(client, "untimed"), _metric(client, "timed")) == (42.0, 0.0)
 
     session.expire_all()
-    row = session.get(CheckpointRow, "timed")
-    assert row is not None  # a stream with every ts keeps the state of before: no such key
-    assert "events_without_ts" not in decode_state(row.state, row.arrays)
+    checkpoint = load_state(session, "timed")
+    assert checkpoint is not None  # a stream with every ts keeps the state of before: no such key
+    assert "events_without_ts" not in checkpoint.state
