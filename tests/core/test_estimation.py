@@ -171,7 +171,7 @@ def _detector(**kwargs) -> LabelFreeHarmDetector:
 
 def test_threshold_flags_q_of_the_threshold_rows_and_null_rate_is_the_beta_quantile() -> None:
     det = _detector(q=0.1, alpha=0.01)
-    Z, y = _classifier(2000, 0)
+    Z, _ = _classifier(2000, 0)
     _, rest = split_calibration(2000, 0.5, 0, min_rest=10)
     n = rest.size
     k = math.ceil(0.9 * (n + 1))
