@@ -105,7 +105,7 @@ class LabelFreeHarmDetector(Lifecycle[AlarmEvent]):
 
     References
     ----------
-    Amoukou, Bewley, Mishra, Ardon, Kumar. *Sequential Harmful Shift Detection Without Labels.*
+    Amoukou, Bewley, Mishra, Lecue, Magazzeni, Veloso. *Sequential Harmful Shift Detection Without Labels.*
     NeurIPS 2024 (arXiv 2412.12910). Waudby-Smith & Ramdas. *Estimating means of bounded random
     variables by betting.* JRSS B 86(1), 2024. Vovk. *Conditional validity of inductive
     conformal predictors.* ACML 2012 (the Beta law of a split-conformal level).
