@@ -98,3 +98,9 @@ def check_rows(Z: ArrayLike, y: ArrayLike, name: str = "Z") -> tuple[FloatArray,
         raise ValueError(f"y must hold one label per row of {name} ({arr.shape[0]}), "
                          f"got shape {labels.shape}")
     return arr, labels
+
+
+def check_unit_interval(name: str, value: object) -> None:
+    """Raise a ValueError unless ``value`` is a number in the open interval (0, 1)."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1):
+        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")

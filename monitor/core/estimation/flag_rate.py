@@ -12,6 +12,7 @@ from scipy.signal import lfilter
 from scipy.special import logsumexp
 
 from monitor.core.detectors.base import FloatArray
+from monitor.core.estimation.base import check_unit_interval
 from monitor.core.martingales.state import check_state, new_state
 
 __all__ = ["FlagRateTest"]
@@ -61,9 +62,9 @@ class FlagRateTest:
 
     def __init__(self, null_rate: float, alpha: float = 0.01,
                  forgetting: Sequence[float] = DEFAULT_FORGETTING, cap: float = 0.5) -> None:
-        _check_open("null_rate", null_rate)
-        _check_open("alpha", alpha)
-        _check_open("cap", cap)
+        check_unit_interval("null_rate", null_rate)
+        check_unit_interval("alpha", alpha)
+        check_unit_interval("cap", cap)
         rates = tuple(float(b) for b in forgetting)
         if not rates or not all(0.0 < b <= 1.0 for b in rates):
             raise ValueError(f"forgetting must be one or more rates in (0, 1], got {forgetting!r}")
@@ -132,7 +133,3 @@ class FlagRateTest:
         obj._log_wealth = np.asarray(state["log_wealth"], np.float64).copy()
         return obj
 
-
-def _check_open(name: str, value: object) -> None:
-    if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1):
-        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")

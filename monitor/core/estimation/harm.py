@@ -19,7 +19,12 @@ from monitor.core.detectors.base import (
     as_matrix,
     check_seed,
 )
-from monitor.core.estimation.base import LossEstimator, check_rows, split_calibration
+from monitor.core.estimation.base import (
+    LossEstimator,
+    check_rows,
+    check_unit_interval,
+    split_calibration,
+)
 from monitor.core.estimation.classification import CalibratedConfidence
 from monitor.core.estimation.flag_rate import DEFAULT_FORGETTING, FlagRateTest
 from monitor.core.estimation.regression import AbsoluteErrorModel
@@ -105,10 +110,11 @@ class LabelFreeHarmDetector(Lifecycle[AlarmEvent]):
 
     References
     ----------
-    Amoukou, Bewley, Mishra, Lecue, Magazzeni, Veloso. *Sequential Harmful Shift Detection Without Labels.*
-    NeurIPS 2024 (arXiv 2412.12910). Waudby-Smith & Ramdas. *Estimating means of bounded random
-    variables by betting.* JRSS B 86(1), 2024. Vovk. *Conditional validity of inductive
-    conformal predictors.* ACML 2012 (the Beta law of a split-conformal level).
+    Amoukou, Bewley, Mishra, Lecue, Magazzeni, Veloso. *Sequential Harmful Shift Detection
+    Without Labels.* NeurIPS 2024 (arXiv 2412.12910). Waudby-Smith & Ramdas. *Estimating
+    means of bounded random variables by betting.* JRSS B 86(1), 2024. Vovk. *Conditional
+    validity of inductive conformal predictors.* ACML 2012 (the Beta law of a split-conformal
+    level).
     """
 
     def __init__(
@@ -125,8 +131,8 @@ class LabelFreeHarmDetector(Lifecycle[AlarmEvent]):
     ) -> None:
         if not isinstance(estimator, LossEstimator):
             raise ValueError(f"estimator must be a LossEstimator, got {estimator!r}")
-        _check_level("q", q)
-        _check_level("alpha", alpha)
+        check_unit_interval("q", q)
+        check_unit_interval("alpha", alpha)
         if tolerance is not None and not (isinstance(tolerance, int | float)
                                           and 0.0 <= tolerance < 1.0 - q):
             raise ValueError(f"tolerance must be None or lie in [0, 1 - q), got {tolerance!r}")
@@ -285,7 +291,3 @@ class LabelFreeHarmDetector(Lifecycle[AlarmEvent]):
         obj._flag = bool(state["flag"])
         return obj
 
-
-def _check_level(name: str, value: object) -> None:
-    if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1):
-        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
