@@ -235,3 +235,22 @@ def test_detector_arguments_are_checked() -> None:
     LabelFreeHarmDetector(estimator, Z, y)
     with pytest.raises(ValueError, match="not fitted"):  # cloned, never mutated
         estimator.predicted_loss(Z)
+
+
+def test_detector_is_reproducible_bounded_and_picklable() -> None:
+    """The contract suite's generic checks (tests/detectors/test_contract.py) for this detector."""
+    import pickle
+
+    a, b = _detector(seed=4), _detector(seed=4)
+    assert a.threshold == b.threshold and _detector(seed=5).threshold != a.threshold
+    stream = np.vstack([_classifier(1000, 1)[0], _classifier(4000, 2, hard=0.6)[0]])
+    a.update_batch(stream[:500])
+    size = len(json.dumps(_json(a.state_dict())))
+    a.update_batch(stream[500:])
+    # the state does not grow with the stream (the alarms of the last batch aside)
+    assert len(json.dumps(_json(a.state_dict()))) <= size + 200 * len(a.last_alarms)
+    c = pickle.loads(pickle.dumps(a))
+    more = _classifier(2000, 9, hard=0.6)[0]
+    a.update_batch(more)
+    c.update_batch(more)
+    assert (a.last_alarms, a.log_statistic) == (c.last_alarms, c.log_statistic)
