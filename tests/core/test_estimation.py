@@ -197,6 +197,13 @@ def test_detector_batches_match_event_by_event() -> None:
     assert (batch.n_seen, batch.n_alarms, batch.flag_rate, batch.log_statistic) == (
         single.n_seen, single.n_alarms, single.flag_rate, single.log_statistic)
     assert events[0].changepoint == 0 and events[1].changepoint == events[0].index + 1
+    # Ville at 1/alpha: the wealth crosses log(1/alpha) exactly at each alarm, not before
+    for event in events:
+        assert event.log_threshold == pytest.approx(math.log(1 / 0.01))
+        assert event.log_statistic >= event.log_threshold
+    replay = _detector()
+    replay.update_batch(Z[: events[0].index])
+    assert replay.n_alarms == 0 and replay.log_statistic < math.log(1 / 0.01)
 
 
 @pytest.mark.parametrize("kind", ["classification", "regression"])
