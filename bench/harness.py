@@ -24,6 +24,9 @@ Sections (one JSON file each, ``{"meta": ..., "data": ...}``):
 ``api``          ``bench_api.py`` (HTTP latency under load), as a subprocess.
 ``memory``       resident memory over a long stream, bounded (``max_reference``) vs unbounded,
                  each in a fresh process.
+``state``        ``bench_memory.py --pipeline``: one stream of the default configuration through
+                 the pipeline (no database) over 10 M events, RSS and the encoded checkpoint
+                 every 1 M, and whether both stay flat.
 
 A benchmark that fails records ``{"error": ...}`` in its place, the others still run, and the
 exit status is 1.
@@ -60,7 +63,7 @@ for _path in (str(ROOT), str(BENCH)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "api", "memory")
+SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "api", "memory", "state")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ class Plan:
     memory_runs: tuple[tuple[str, bool], ...] = (
         ("ctm", False), ("ctm", True), ("covariate", False), ("covariate", True))
     kafka_repeat: int = 3
+    #: bench_memory.py --pipeline: events, and a trace point every ``state_every`` of them.
+    state_events: int = 10_000_000
+    state_every: int = 1_000_000
 
 
 FULL_PLAN = Plan(quick=False)
@@ -99,10 +105,11 @@ QUICK_PLAN = Plan(
               "--duration", "1", "--warmup", "0.5", "--trace-rate", "10",
               "--trace-duration", "1"),
     memory_events=4_000, memory_runs=(("ctm", False), ("covariate", True)), kafka_repeat=1,
+    state_events=12_000, state_every=4_000,
 )
 #: The quick run leaves out the API latency benchmark (it loads a database and starts a server:
 #: about 15 s); ``--sections api --quick`` runs it at a tiny size.
-QUICK_SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "memory")
+QUICK_SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "memory", "state")
 
 
 # ----------------------------------------------------------------------------------- machine
@@ -247,12 +254,20 @@ def section_memory(plan: Plan) -> dict[str, Any]:
             "runs": runs}
 
 
+def section_state(plan: Plan) -> dict[str, Any]:
+    """One stream's RSS and checkpoint over its life (a fresh process)."""
+    return run_script("bench_memory.py", ["--pipeline", "--json", "--events",
+                                          str(plan.state_events), "--every",
+                                          str(plan.state_every)], timeout=3600.0)
+
+
 SECTION_FUNCTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "statistical": section_statistical,
     "ood": section_ood,
     "throughput": section_throughput,
     "api": section_api,
     "memory": section_memory,
+    "state": section_state,
 }
 
 
