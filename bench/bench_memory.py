@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +191,7 @@ def checkpoint_bytes(state: dict[str, Any], name: str,
     """Sizes of a stream's checkpoint as the worker encodes it (``Checkpoint.encode``):
     ``encoded_bytes`` whole (text + blob), and chunked as the checkpoint store writes it —
     ``row_bytes`` (text + blob naming the pieces), ``pieces_bytes`` (every piece named),
-    ``sent_bytes`` (the row and the pieces not in ``stored``, the previous checkpoint's) — and
+    ``sent_bytes`` (the row and the pieces not in ``stored``, the stored checkpoint's) — and
     the names of the pieces."""
     checkpoint = Checkpoint(name, state["version"], state["event_index"], state)
     text, blob = checkpoint.encode()
@@ -218,31 +218,40 @@ def state_key_bytes(state: Mapping[str, Any], depth: int = 2, prefix: str = "") 
     return out
 
 
-def state_trace(stream: SyntheticStream, config: str, events: int, every: int,
+def state_trace(stream: SyntheticStream, config: str, marks: Sequence[int],
                 batch: int = PIPELINE_BATCH) -> dict[str, Any]:
-    """Feed ``events`` records of ``stream`` through a pipeline of ``config`` in batches of
-    ``batch`` records; at the first batch end past each multiple of ``every`` events, RSS, the
-    checkpoint's sizes (:func:`checkpoint_bytes`) and each state key's."""
+    """Feed ``marks[-1]`` records of ``stream`` through a pipeline of ``config`` in batches of
+    ``batch`` records; at the first batch end at or past each of the ``marks`` (ascending),
+    RSS, the checkpoint's sizes (:func:`checkpoint_bytes`), each state key's, and what the
+    next batch's checkpoint sends over it (``sent_next_bytes``: one more batch is run after
+    the last mark for it)."""
     pipeline = Pipeline(build_monitors(read_configs([config])), "bench")
     per_batch = max(1, round(batch / stream.records_per_prediction()))
-    done, alarms, next_mark, stored = 0, 0, every, set[str]()
+    todo: deque[int] = deque(marks)
+    done, alarms, stored = 0, 0, None
     points: list[dict[str, Any]] = []
     started, cpu = time.perf_counter(), 0.0
-    while done < events:
-        records = stream.records(per_batch)[: events - done]
+    while todo or stored is not None:
+        records = stream.records(per_batch)
         cpu_start = time.process_time()
         out = pipeline.process(records)
         cpu += time.process_time() - cpu_start
         assert not out.dead_letters, out.dead_letters[0].reason
         done, alarms = done + len(records), alarms + len(out.alarms)
-        if done >= next_mark or done == events:
-            state = pipeline.states([stream.name])[stream.name]
-            sizes, stored = checkpoint_bytes(state, stream.name, stored)
+        state = pipeline.states([stream.name])[stream.name] if stored or todo[0] <= done else {}
+        if stored is not None:  # the checkpoint of the batch after a mark's: what it sends
+            points[-1]["sent_next_bytes"] = checkpoint_bytes(state, stream.name, stored)[0][
+                "sent_bytes"]
+            stored = None
+        elif todo[0] <= done:
+            sizes, stored = checkpoint_bytes(state, stream.name, set())
+            del sizes["sent_bytes"]
             points.append({"events": done, "rss_mb": round(rss_mb(), 1), **sizes,
                            "alarms": alarms, "keys": state_key_bytes(state)})
-            next_mark = (done // every + 1) * every
+            while todo and todo[0] <= done:
+                todo.popleft()
     seconds = time.perf_counter() - started
-    return {"events": done, "every": every, "batch": batch, "points": points,
+    return {"events": done, "batch": batch, "points": points,
             "seconds": round(seconds, 1), "pipeline_cpu_us_per_event": round(cpu / done * 1e6, 1),
             "flat": flat_verdict(points)}
 
@@ -267,15 +276,20 @@ def flat_verdict(points: list[dict[str, Any]], tail: int = FLAT_TAIL,
     return out
 
 
-def pipeline_life(events: int, every: int, seed: int = 0) -> dict[str, Any]:
-    """:func:`state_trace` of :func:`life_stream` with 1 000 calibration rows."""
+def pipeline_life(marks: Sequence[int], seed: int = 0) -> dict[str, Any]:
+    """:func:`state_trace` of :func:`life_stream` with 1 000 calibration rows at ``marks``."""
     stream = life_stream(seed)
     with tempfile.TemporaryDirectory() as tmp:
         config = stream.write_config(Path(tmp), 1000)
-        trace = state_trace(stream, config, events, every)
+        trace = state_trace(stream, config, marks)
     return {"stream": {"features": stream.d, "calibration": 1000, "label_delay": stream.delay,
                        "unlabeled_every": stream.unlabeled_every,
                        "ts_step_s": stream.ts_step_s}, **trace}
+
+
+def every_marks(events: int, every: int) -> list[int]:
+    """Every multiple of ``every`` up to ``events``, and ``events``."""
+    return sorted({*range(every, events + 1, every), events})
 
 
 def print_life(result: dict[str, Any]) -> Iterator[str]:
@@ -283,10 +297,10 @@ def print_life(result: dict[str, Any]) -> Iterator[str]:
            f"{result['batch']:,} ({result['pipeline_cpu_us_per_event']} µs of CPU per event in "
            f"the pipeline; {result['seconds']} s)")
     yield f"{'events':>12} {'RSS MB':>8} {'encoded B':>10} {'row B':>8} {'pieces B':>9} " \
-          f"{'sent B':>9} {'alarms':>7}"
+          f"{'next sends B':>13} {'alarms':>7}"
     for p in result["points"]:
         yield (f"{p['events']:>12,} {p['rss_mb']:>8.1f} {p['encoded_bytes']:>10,} "
-               f"{p['row_bytes']:>8,} {p['pieces_bytes']:>9,} {p['sent_bytes']:>9,} "
+               f"{p['row_bytes']:>8,} {p['pieces_bytes']:>9,} {p['sent_next_bytes']:>13,} "
                f"{p['alarms']:>7}")
     flat = result["flat"]
     yield (f"flat over the last {flat['tail']} points (from {flat['from_events']:,} events, "
@@ -307,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="--pipeline: print one JSON object")
     args = parser.parse_args(argv)
     if args.pipeline:
-        result = pipeline_life(args.events, args.every, args.seed)
+        result = pipeline_life(every_marks(args.events, args.every), args.seed)
         print(json.dumps(result) if args.json else "\n".join(print_life(result)))
         return
     window = None if args.window.lower() == "none" else int(args.window)
