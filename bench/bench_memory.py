@@ -21,8 +21,8 @@ as their own events 50 predictions late and every 10th never, one prediction a m
 ``Pipeline.process`` in batches of ``monitor run``'s 2 000 records, in this process (no source,
 no database). Every ``--every`` events it records RSS and the stream's checkpoint as the worker
 encodes it (:func:`checkpoint_bytes`: ``encode_state`` whole, and chunked as the checkpoint
-store writes it), the encoded size of each state key, and a ``flat`` verdict over the last
-:data:`FLAT_TAIL` points (:func:`flat_verdict`)::
+store writes it), the encoded size of each state key, and a ``flat`` verdict: the last
+:data:`FLAT_TAIL` points not above the earlier ones (:func:`flat_verdict`)::
 
     python bench/bench_memory.py --pipeline --json            # 10 M events, JSON on stdout
     python bench/bench_memory.py --pipeline --events 200000 --every 20000
@@ -96,7 +96,7 @@ def run(events: int, window: int | None, dim: int, chunk: int, every: int, seed:
 
 #: Monitor run's batch size (``Settings.batch_size``): records per ``Pipeline.process`` call.
 PIPELINE_BATCH = 2000
-#: The flat verdict: the last FLAT_TAIL trace points within FLAT_BOUND of their smallest.
+#: The flat verdict: the last FLAT_TAIL trace points at most FLAT_BOUND above the largest before.
 FLAT_TAIL = 5
 FLAT_BOUND = 0.02
 _EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -258,21 +258,31 @@ def state_trace(stream: SyntheticStream, config: str, marks: Sequence[int],
 
 def flat_verdict(points: list[dict[str, Any]], tail: int = FLAT_TAIL,
                  bound: float = FLAT_BOUND) -> dict[str, Any]:
-    """Whether RSS and the encoded checkpoint stay within ``bound`` (a share of their smallest
-    value) over the last ``tail`` points, and the state keys that grew by more than ``bound``
-    of their size over them (bytes per event)."""
-    last = points[-tail:]
+    """Whether RSS and the encoded checkpoint stop growing: the largest value of the last
+    ``tail`` points is at most ``1 + bound`` times the largest before them. (Not a spread
+    around a constant: an alarm restarts a monitor's reference, and the checkpoint drops until
+    it has refilled.) Also the state keys whose largest size grew by more than ``bound`` of
+    the whole checkpoint's earlier largest (enough alone to break its verdict; a window that
+    fills and empties does not), in bytes per event of the tail."""
+    head, last = points[:-tail], points[-tail:]
     out: dict[str, Any] = {"tail": len(last), "bound": bound, "from_events": last[0]["events"]}
+    if not head:
+        return {**out, "flat": False, "growing_keys": {}, "reason": "no point before the tail"}
     for key in ("rss_mb", "encoded_bytes"):
-        low, high = min(p[key] for p in last), max(p[key] for p in last)
-        out[key] = {"min": low, "max": high, "spread": round(high / low - 1, 4) if low else None,
-                    "flat": bool(low) and high <= low * (1 + bound)}
-    span = last[-1]["events"] - last[0]["events"]
-    first = last[0]["keys"]
-    out["growing_keys"] = {key: round((size - first.get(key, 0)) / span, 4)
-                           for key, size in last[-1]["keys"].items()
-                           if span and size > first.get(key, 0) * (1 + bound)}
-    out["flat"] = len(last) >= 2 and out["rss_mb"]["flat"] and out["encoded_bytes"]["flat"]
+        before, after = max(p[key] for p in head), max(p[key] for p in last)
+        out[key] = {"max_before": before, "max_tail": after,
+                    "min_tail": min(p[key] for p in last),
+                    "growth": round(after / before - 1, 4),
+                    "flat": after <= before * (1 + bound)}
+    span = last[-1]["events"] - head[-1]["events"]
+    slack = bound * out["encoded_bytes"]["max_before"]
+    out["growing_keys"] = {}
+    for key in last[-1]["keys"]:
+        before = max(p["keys"].get(key, 0) for p in head)
+        after = max(p["keys"].get(key, 0) for p in last)
+        if after > before + slack:
+            out["growing_keys"][key] = round((after - before) / span, 4)
+    out["flat"] = out["rss_mb"]["flat"] and out["encoded_bytes"]["flat"]
     return out
 
 
@@ -303,9 +313,9 @@ def print_life(result: dict[str, Any]) -> Iterator[str]:
                f"{p['row_bytes']:>8,} {p['pieces_bytes']:>9,} {p['sent_next_bytes']:>13,} "
                f"{p['alarms']:>7}")
     flat = result["flat"]
-    yield (f"flat over the last {flat['tail']} points (from {flat['from_events']:,} events, "
-           f"within {flat['bound']:.0%}): {flat['flat']}; growing keys (bytes/event): "
-           f"{flat['growing_keys'] or 'none'}")
+    yield (f"flat (the last {flat['tail']} points, from {flat['from_events']:,} events, at most "
+           f"{flat['bound']:.0%} above the largest before them): {flat['flat']}; growing keys "
+           f"(bytes/event): {flat['growing_keys'] or 'none'}")
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
