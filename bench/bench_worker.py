@@ -450,18 +450,21 @@ def kafka_comparison(bootstrap: str, loads: dict[str, Workload], rounds: int) ->
 
 def acceptance(kafka: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per client and case of :data:`ACCEPTANCE`: worker / raw and the river peer / raw, wall
-    clock and CPU time, and ``met`` (both of the worker's ratios at least the goal)."""
+    clock and CPU time, and ``met`` (both of the worker's ratios at least the goal; None where
+    a case was not measured: results of an older bench)."""
+    missing = {"per_s": math.nan, "cpu_per_s": math.nan}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for client, suffix in CLIENTS.items():
         out[client] = {}
         for name, worker, raw, peer, goal in ACCEPTANCE:
-            w, r, p = kafka[worker + suffix], kafka[raw], kafka[peer]
+            w, r, p = (kafka.get(c, missing) for c in (worker + suffix, raw, peer))
             ratios = {"wall": _ratio(w["per_s"], r["per_s"], 3),
                       "cpu": _ratio(w["cpu_per_s"], r["cpu_per_s"], 3),
                       "peer_wall": _ratio(p["per_s"], r["per_s"], 3),
                       "peer_cpu": _ratio(p["cpu_per_s"], r["cpu_per_s"], 3)}
-            out[client][name] = {"goal": goal, "case": worker + suffix, **ratios,
-                                 "met": bool(ratios["wall"] >= goal and ratios["cpu"] >= goal)}
+            met = None if math.isnan(ratios["wall"] + ratios["cpu"]) else bool(
+                ratios["wall"] >= goal and ratios["cpu"] >= goal)
+            out[client][name] = {"goal": goal, "case": worker + suffix, **ratios, "met": met}
     return out
 
 
@@ -609,6 +612,21 @@ def checkpoint_sizes(sizes: Sizes) -> dict[str, Any]:
                        "label_delay": stream.delay, "unlabeled_every": stream.unlabeled_every},
             "batch": trace["batch"],
             "points": [{k: p[k] for k in keep} for p in trace["points"]]}
+
+
+#: The parts of the report measured in this process without a broker or a database.
+IN_PROCESS_PARTS: dict[str, Callable[[Sizes], dict[str, Any]]] = {
+    "calibration_costs": calibration_costs, "checkpoint_sizes": checkpoint_sizes}
+
+
+def in_process_parts(sizes: Sizes, parts: Sequence[str]) -> dict[str, Any]:
+    """The ``parts`` of :data:`IN_PROCESS_PARTS`, each with the load and time it was run at."""
+    out: dict[str, Any] = {}
+    for name in parts:
+        load, started = os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        out[name] = {**IN_PROCESS_PARTS[name](sizes), "started": started,
+                     "load_average": [round(load, 1), round(os.getloadavg()[0], 1)]}
+    return json_safe(out)
 
 
 # -- resident memory ----------------------------------------------------------------------------
@@ -819,7 +837,11 @@ def acceptance_lines(table: dict[str, dict[str, dict[str, Any]]]) -> Iterator[st
         for name, c in cases.items():
             yield (f"  {client:13s}{name:48s}{c['goal']:>6}{_n(c['wall'], '>7.3f')}"
                    f"{_n(c['cpu'], '>7.3f')}{_n(c['peer_wall'], '>10.3f')}"
-                   f"{_n(c['peer_cpu'], '>9.3f')}  {'met' if c['met'] else 'NOT met'}")
+                   f"{_n(c['peer_cpu'], '>9.3f')}  {_met_word(c['met'])}")
+
+
+def _met_word(met: bool | None) -> str:
+    return "not measured" if met is None else "met" if met else "NOT met"
 
 
 def calibration_lines(costs: dict[str, Any]) -> Iterator[str]:
@@ -950,6 +972,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fetch_max_wait_ms of every consumer (default: kafka-python's 500)")
     parser.add_argument("--profile-clock", choices=list(PROFILE_CLOCKS), default="wall",
                         help="cProfile's clock for the stage table (default: wall)")
+    parser.add_argument("--parts", help="only the in-process parts named (comma-separated: "
+                        f"{', '.join(IN_PROCESS_PARTS)}), as one JSON object")
     parser.add_argument("--rss-child", choices=["default", "bounded"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=FULL.rss_events, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, default=500, help=argparse.SUPPRESS)
@@ -963,6 +987,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checkpoints:
         sizes = dataclasses.replace(
             sizes, checkpoints=tuple(int(n) for n in args.checkpoints.split(",")))
+    if args.parts:
+        unknown = set(args.parts.split(",")) - set(IN_PROCESS_PARTS)
+        if unknown:
+            parser.error(f"unknown parts {sorted(unknown)}; valid: {', '.join(IN_PROCESS_PARTS)}")
+        print(json.dumps(in_process_parts(sizes, args.parts.split(",")), allow_nan=False))
+        return 0
     if args.fetch_max_wait_ms is not None:
         CONSUMER_OPTIONS["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     report = run(sizes, args.profile_clock)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import cProfile
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -160,6 +161,12 @@ def test_acceptance_gives_both_clients_each_ratio_beside_the_peer_and_a_met_flag
     assert (alone["peer_wall"], alone["peer_cpu"]) == (0.5, 0.5)
     assert table["confluent"][names[2]]["case"] == "worker_wide_defaults_rdkafka"
     assert [g for *_, g in bench_worker.ACCEPTANCE] == [0.5, 0.45, 0.4]
+    del kafka["peer_wide"], kafka["worker_wide_defaults_rdkafka"]  # results of an older bench
+    older = bench_worker.acceptance(kafka)
+    assert older["confluent"][names[2]]["met"] is None
+    assert older["kafka-python"][names[2]]["met"] is True
+    assert older["kafka-python"][names[2]]["peer_wall"] is not None
+    assert math.isnan(older["kafka-python"][names[2]]["peer_wall"])
 
 
 def test_quick_calibration_costs_fill_every_cell_and_compute_the_acceptance_ratio() -> None:
