@@ -46,11 +46,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.core.detectors import ConditionalMonitor  # noqa: E402
-from monitor.core.detectors.conditional import DEFAULT_REFERENCE_WINDOW  # noqa: E402
-from monitor.engine.pipeline import Pipeline, RawRecord  # noqa: E402
-from monitor.streams.setup import build_monitors, read_configs  # noqa: E402
-from monitor.streams.state import Checkpoint, encode_state  # noqa: E402
+from monitor.core.detectors import ConditionalMonitor
+from monitor.core.detectors.conditional import DEFAULT_REFERENCE_WINDOW
+from monitor.engine.pipeline import Pipeline, RawRecord
+from monitor.streams.setup import build_monitors, read_configs
+from monitor.streams.state import Checkpoint, encode_state
 
 
 def rss_mb() -> float:

@@ -86,14 +86,14 @@ for _path in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, _path)
 
 from bench_db import fresh_database  # noqa: E402
-from bench_memory import SyntheticStream, life_stream, state_trace  # noqa: E402
 from bench_kafka import peer_consume_rates, raw_consume_rates  # noqa: E402
+from bench_memory import SyntheticStream, life_stream, state_trace  # noqa: E402
 from mock_broker import broker_process  # noqa: E402
 
 from connectors import FileSource, KafkaSource, RdKafkaSource  # noqa: E402
 from connectors.mock_kafka import MOCK_CONSUMER_OPTIONS, MOCK_RDKAFKA_CONFIG  # noqa: E402
 from monitor.db.sink import DatabaseSink  # noqa: E402
-from monitor.engine.pipeline import BatchOutput, Pipeline, RawRecord  # noqa: E402
+from monitor.engine.pipeline import BatchOutput, Pipeline  # noqa: E402
 from monitor.engine.worker import NullSink, Sink, StopFlag, Worker  # noqa: E402
 from monitor.ops.datasets import load_shuttle_regression  # noqa: E402
 from monitor.streams.setup import build_monitors, read_configs  # noqa: E402

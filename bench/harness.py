@@ -846,7 +846,7 @@ def _state_figures(state: dict[str, Any]) -> dict[str, str]:
     return {"state.events": spaced(state["events"]),
             "state.checkpoint_kb": spaced(last["encoded_bytes"] / 1e3),
             "state.rss_mb": f"{last['rss_mb']:.0f}",
-            "state.flat": "flat" if flat["flat"] else "not flat",
+            "state.flat": "yes" if flat["flat"] else "no",
             "state.growth": f"{flat['encoded_bytes']['growth']:+.1%}"}
 
 
