@@ -671,11 +671,13 @@ def state_table(data: dict[str, Any]) -> Table:
                  f"{stream['label_delay']} predictions late and every {stream['unlabeled_every']}"
                  f"th never, one prediction every {stream['ts_step_s']} s; Pipeline.process in "
                  f"batches of {num(data['batch'])} records, no source, no database "
-                 f"({data['pipeline_cpu_us_per_event']} µs of CPU per event). Flat — the last "
-                 f"{flat['tail']} points at most {flat['bound']:.0%} above the largest before "
-                 f"them, RSS and checkpoint: {'yes' if flat['flat'] else 'no'} (RSS "
+                 f"({data['pipeline_cpu_us_per_event']} µs of CPU per event). Flat — the median of "
+                 f"the last {flat['tail']} points at most {flat['bound']:.0%} above the median "
+                 f"before them, RSS and checkpoint: {'yes' if flat['flat'] else 'no'} (RSS "
                  f"{flat['rss_mb']['growth']:+.1%}, checkpoint "
-                 f"{flat['encoded_bytes']['growth']:+.1%}); growing state keys: "
+                 f"{flat['encoded_bytes']['growth']:+.1%}; largest checkpoint "
+                 f"{num(flat['encoded_bytes']['max_tail'])} bytes: a monitor restarted by "
+                 "an alarm refills its reference); growing state keys: "
                  f"{growing or 'none'}.")
 
 
