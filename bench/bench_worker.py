@@ -4,9 +4,11 @@ goes, the cost of checkpoints, and its memory over a long replay.
 Events: four stationary streams drawn (with replacement) from the bundled Shuttle pool with their
 model's predictions, keyed by stream name onto the four partitions of topic ``events``; two
 streams carry their labels inline, two send them as separate label events 50 predictions later.
-Topic ``alone`` holds one stream (labels inline, one partition key). Every stream uses the
-default configuration (weighted conformal test martingales, kNN covariate score, eg-BH OOD
-decisions on) with 1 000 calibration events.
+Topic ``alone`` holds one stream (labels inline, one partition key); topic ``wide`` one
+synthetic stream of 10 features with 2 000 calibration rows (``bench_memory.SyntheticStream``:
+Gaussian features, a fixed linear model, labels inline). Every stream uses the default
+configuration (weighted conformal test martingales, kNN covariate score, eg-BH OOD decisions
+on) with 1 000 calibration events unless said otherwise.
 
 The mock Kafka broker (librdkafka) runs in a child process (``bench/mock_broker.py``) that
 produced both topics; every consumer measured here reads from it over loopback, so the broker's
@@ -44,7 +46,19 @@ median of ``rounds`` interleaved runs, all on the same broker):
                              records a crash makes the worker replay (N batches);
 ``rss``                      resident memory of a worker (file → PostgreSQL) over a long replay of
                              one stream, default configuration vs ``weighted: false`` with
-                             ``max_reference`` (each in a fresh process).
+                             ``max_reference`` (each in a fresh process);
+``acceptance``               per client (kafka-python, confluent) at ``monitor run``'s defaults:
+                             worker / raw of its topic for 4 streams (goal ≥ 0.5), one stream
+                             (≥ 0.45) and the wide stream (≥ 0.4), wall clock and CPU, the river
+                             peer / raw on the same topic beside them, and ``met`` (both ≥ goal);
+``calibration_costs``        ``Pipeline.process`` alone (records encoded beforehand, no source, no
+                             storage) on one synthetic stream at m calibration rows × d features
+                             (:data:`CALIBRATION_SIZES` × :data:`FEATURE_COUNTS`): CPU µs per
+                             record and events/s, and CPU at m = 8 000 / m = 1 000, d = 10
+                             (goal ≤ 1.5);
+``checkpoint_sizes``         one stream's checkpoint (``bench_memory.life_stream``) at 10 k, 100 k
+                             and 1 M events: ``encode_state`` whole, the chunked write's row and
+                             pieces, and what the next batch's checkpoint sends.
 
 Usage::
 
@@ -53,6 +67,7 @@ Usage::
     .venv/bin/python bench/bench_worker.py --json     # one JSON object (bench/harness.py)
     .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20
     .venv/bin/python bench/bench_worker.py --fetch-max-wait-ms 10 --profile-clock cpu
+    .venv/bin/python bench/bench_worker.py --parts calibration_costs,checkpoint_sizes  # no broker
 """
 
 from __future__ import annotations
