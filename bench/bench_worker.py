@@ -4,9 +4,11 @@ goes, the cost of checkpoints, and its memory over a long replay.
 Events: four stationary streams drawn (with replacement) from the bundled Shuttle pool with their
 model's predictions, keyed by stream name onto the four partitions of topic ``events``; two
 streams carry their labels inline, two send them as separate label events 50 predictions later.
-Topic ``alone`` holds one stream (labels inline, one partition key). Every stream uses the
-default configuration (weighted conformal test martingales, kNN covariate score, eg-BH OOD
-decisions on) with 1 000 calibration events.
+Topic ``alone`` holds one stream (labels inline, one partition key); topic ``wide`` one
+synthetic stream of 10 features with 2 000 calibration rows (``bench_memory.SyntheticStream``:
+Gaussian features, a fixed linear model, labels inline). Every stream uses the default
+configuration (weighted conformal test martingales, kNN covariate score, eg-BH OOD decisions
+on) with 1 000 calibration events unless said otherwise.
 
 The mock Kafka broker (librdkafka) runs in a child process (``bench/mock_broker.py``) that
 produced both topics; every consumer measured here reads from it over loopback, so the broker's
@@ -44,7 +46,19 @@ median of ``rounds`` interleaved runs, all on the same broker):
                              records a crash makes the worker replay (N batches);
 ``rss``                      resident memory of a worker (file → PostgreSQL) over a long replay of
                              one stream, default configuration vs ``weighted: false`` with
-                             ``max_reference`` (each in a fresh process).
+                             ``max_reference`` (each in a fresh process);
+``acceptance``               per client (kafka-python, confluent) at ``monitor run``'s defaults:
+                             worker / raw of its topic for 4 streams (goal ≥ 0.5), one stream
+                             (≥ 0.45) and the wide stream (≥ 0.4), wall clock and CPU, the river
+                             peer / raw on the same topic beside them, and ``met`` (both ≥ goal);
+``calibration_costs``        ``Pipeline.process`` alone (records encoded beforehand, no source, no
+                             storage) on one synthetic stream at m calibration rows × d features
+                             (:data:`CALIBRATION_SIZES` × :data:`FEATURE_COUNTS`): CPU µs per
+                             record and events/s, and CPU at m = 8 000 / m = 1 000, d = 10
+                             (goal ≤ 1.5);
+``checkpoint_sizes``         one stream's checkpoint (``bench_memory.life_stream``) at 10 k, 100 k
+                             and 1 M events: ``encode_state`` whole, the chunked write's row and
+                             pieces, and what the next batch's checkpoint sends.
 
 Usage::
 
@@ -53,6 +67,7 @@ Usage::
     .venv/bin/python bench/bench_worker.py --json     # one JSON object (bench/harness.py)
     .venv/bin/python bench/bench_worker.py --rounds 5 --checkpoints 1,10,20
     .venv/bin/python bench/bench_worker.py --fetch-max-wait-ms 10 --profile-clock cpu
+    .venv/bin/python bench/bench_worker.py --parts calibration_costs,checkpoint_sizes  # no broker
 """
 
 from __future__ import annotations
@@ -87,6 +102,7 @@ for _path in (str(ROOT), str(ROOT / "bench")):
 
 from bench_db import fresh_database  # noqa: E402
 from bench_kafka import peer_consume_rates, raw_consume_rates  # noqa: E402
+from bench_memory import SyntheticStream, life_stream, state_trace  # noqa: E402
 from mock_broker import broker_process  # noqa: E402
 
 from connectors import FileSource, KafkaSource, RdKafkaSource  # noqa: E402
@@ -141,6 +157,24 @@ CONSUMER_OPTIONS: dict[str, Any] = {}
 GOALS = {"kafka_over_raw": 0.5, "one_stream_per_s": 25_000, "sqlite_over_json_loads": 0.25}
 
 
+#: The cost table's calibration sizes m and feature counts d, and its acceptance: CPU per record
+#: at m = 8 000 at most 1.5 × that at m = 1 000, both at d = 10.
+CALIBRATION_SIZES: tuple[int, ...] = (500, 1000, 2000, 8000)
+FEATURE_COUNTS: tuple[int, ...] = (5, 10, 50)
+CALIBRATION_RATIO = ((8000, 10), (1000, 10), 1.5)
+#: The wide stream (topic ``wide``): features and calibration rows.
+WIDE = (10, 2000)
+#: Kafka acceptance: (name, worker case at ``monitor run``'s defaults, raw case of its topic,
+#: the river peer's case on that topic, goal ≥ worker / raw in wall clock and CPU time).
+ACCEPTANCE: tuple[tuple[str, str, str, str, float], ...] = (
+    ("4 streams", "worker_defaults", "raw", "peer", 0.5),
+    ("1 stream", "worker_alone_defaults", "raw_alone", "peer_alone", 0.45),
+    ("1 stream, 10 features, 2 000 calibration rows", "worker_wide_defaults", "raw_wide",
+     "peer_wide", 0.4),
+)
+CLIENTS = {"kafka-python": "", "confluent": "_rdkafka"}
+
+
 @dataclass(frozen=True)
 class Sizes:
     predictions_per_stream: int
@@ -149,12 +183,14 @@ class Sizes:
     rounds: int  # median of this many interleaved runs per case
     checkpoints: tuple[int, ...]
     rss_max_reference: int = 500
+    calibration_events: int = 20_000  # events timed per cell of the cost table
+    checkpoint_marks: tuple[int, ...] = (10_000, 100_000, 1_000_000)
 
 
 FULL = Sizes(predictions_per_stream=5000, alone_predictions=15_000, rss_events=20_000, rounds=3,
              checkpoints=(1, 5, 10, 50))
 QUICK = Sizes(predictions_per_stream=200, alone_predictions=1500, rss_events=1_500, rounds=1,
-              checkpoints=(1, 10))
+              checkpoints=(1, 10), calibration_events=1000, checkpoint_marks=(1000, 5000))
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -228,6 +264,19 @@ def one_stream(folder: Path, n: int) -> Workload:
     path = folder / "events.jsonl"
     path.write_bytes(b"".join(v + b"\n" for v in values))
     return Workload([config], path, values, [name] * len(values))
+
+
+def wide_stream(folder: Path, n: int) -> Workload:
+    """One synthetic stream of :data:`WIDE` features and calibration rows (labels inline), all
+    records under one key."""
+    folder.mkdir(parents=True, exist_ok=True)
+    features, m = WIDE
+    stream = SyntheticStream("wide", features, 13)
+    config = stream.write_config(folder, m)
+    values = stream.values(n)
+    path = folder / "events.jsonl"
+    path.write_bytes(b"".join(v + b"\n" for v in values))
+    return Workload([config], path, values, ["wide"] * len(values))
 
 
 # -- timed runs ---------------------------------------------------------------------------------
@@ -362,46 +411,75 @@ def _round(value: float, digits: int = 0) -> float:
 
 #: The cases of the Kafka comparison, in the order of a round; a worker case ending in
 #: ``_rdkafka`` is the same case with librdkafka (:func:`worker_case`).
-KAFKA_CASES = ("raw", "raw_alone", "worker", "worker_alone", "peer", "worker_defaults",
-               "worker_alone_defaults", "worker_rdkafka", "worker_alone_rdkafka",
-               "worker_defaults_rdkafka", "worker_alone_defaults_rdkafka")
+KAFKA_CASES = ("raw", "raw_alone", "raw_wide", "worker", "worker_alone", "peer", "peer_alone",
+               "peer_wide", "worker_defaults", "worker_alone_defaults", "worker_wide_defaults",
+               "worker_rdkafka", "worker_alone_rdkafka", "worker_defaults_rdkafka",
+               "worker_alone_defaults_rdkafka", "worker_wide_defaults_rdkafka")
+#: The topic a case reads (by the case name's prefix; the rest read ``events``).
+CASE_TOPICS = (("worker_alone", "alone"), ("worker_wide", "wide"), ("raw_alone", "alone"),
+               ("raw_wide", "wide"), ("peer_alone", "alone"), ("peer_wide", "wide"))
 
 
-def worker_case(bootstrap: str, case: str, i: int, work: Workload, alone: Workload) -> Rates:
-    """One run of a worker case of :data:`KAFKA_CASES` (round ``i``)."""
+def case_topic(case: str) -> str:
+    """The topic of a case of :data:`KAFKA_CASES`."""
+    return next((topic for prefix, topic in CASE_TOPICS if case.startswith(prefix)), "events")
+
+
+def worker_case(bootstrap: str, case: str, i: int, loads: dict[str, Workload]) -> Rates:
+    """One run of a worker case of :data:`KAFKA_CASES` (round ``i``) on its topic's workload
+    in ``loads``."""
     client = "confluent" if case.endswith("_rdkafka") else "kafka-python"
     base = case.removesuffix("_rdkafka")
-    topic, load = ("alone", alone) if base.startswith("worker_alone") else ("events", work)
+    topic = case_topic(base)
     batch, every = cli_defaults() if base.endswith("_defaults") else (BATCH, 1)
-    return kafka_worker(bootstrap, topic, f"bench-{case}-{i}", load, checkpoint_every=every,
-                        batch=batch, client=client)
+    return kafka_worker(bootstrap, topic, f"bench-{case}-{i}", loads[topic],
+                        checkpoint_every=every, batch=batch, client=client)
 
 
-def kafka_comparison(bootstrap: str, work: Workload, alone: Workload,
-                     rounds: int) -> dict[str, Any]:
+def kafka_comparison(bootstrap: str, loads: dict[str, Workload], rounds: int) -> dict[str, Any]:
     """Every case of :data:`KAFKA_CASES` ``rounds`` times, interleaved (odd rounds in reverse
-    order, so that a load that changes during the run favours no case); medians."""
+    order, so that a load that changes during the run favours no case); medians. ``loads``:
+    the workload of each topic."""
     runs: dict[str, list[Rates]] = {case: [] for case in KAFKA_CASES}
-    detections: list[int] = []
+    detections: dict[str, list[int]] = {}
     for i in range(rounds):
         for case in KAFKA_CASES[:: 1 if i % 2 == 0 else -1]:
-            if case == "raw":
-                runs[case].append(Rates(*raw_consume_rates(bootstrap, "events",
-                                                           len(work.values), max_records=BATCH,
-                                                           **CONSUMER_OPTIONS)))
-            elif case == "raw_alone":
-                runs[case].append(Rates(*raw_consume_rates(bootstrap, "alone",
-                                                           len(alone.values), max_records=BATCH,
+            topic = case_topic(case)
+            n = len(loads[topic].values)
+            if case.startswith("raw"):
+                runs[case].append(Rates(*raw_consume_rates(bootstrap, topic, n,
+                                                           max_records=BATCH,
                                                            **CONSUMER_OPTIONS)))
             elif case.startswith("worker"):
-                runs[case].append(worker_case(bootstrap, case, i, work, alone))
+                runs[case].append(worker_case(bootstrap, case, i, loads))
             else:
-                peer = peer_consume_rates(bootstrap, "events", len(work.values),
-                                          max_records=BATCH, **CONSUMER_OPTIONS)
+                peer = peer_consume_rates(bootstrap, topic, n, max_records=BATCH,
+                                          **CONSUMER_OPTIONS)
                 runs[case].append(Rates(peer["rate"], peer["cpu_rate"]))
-                detections.append(int(peer["detections"]))
+                detections.setdefault(case, []).append(int(peer["detections"]))
     out = {case: median_case(r) for case, r in runs.items()}
-    out["peer"]["detections"] = detections
+    for case, found in detections.items():
+        out[case]["detections"] = found
+    return out
+
+
+def acceptance(kafka: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per client and case of :data:`ACCEPTANCE`: worker / raw and the river peer / raw, wall
+    clock and CPU time, and ``met`` (both of the worker's ratios at least the goal; None where
+    a case was not measured: results of an older bench)."""
+    missing = {"per_s": math.nan, "cpu_per_s": math.nan}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for client, suffix in CLIENTS.items():
+        out[client] = {}
+        for name, worker, raw, peer, goal in ACCEPTANCE:
+            w, r, p = (kafka.get(c, missing) for c in (worker + suffix, raw, peer))
+            ratios = {"wall": _ratio(w["per_s"], r["per_s"], 3),
+                      "cpu": _ratio(w["cpu_per_s"], r["cpu_per_s"], 3),
+                      "peer_wall": _ratio(p["per_s"], r["per_s"], 3),
+                      "peer_cpu": _ratio(p["cpu_per_s"], r["cpu_per_s"], 3)}
+            met = None if math.isnan(ratios["wall"] + ratios["cpu"]) else bool(
+                ratios["wall"] >= goal and ratios["cpu"] >= goal)
+            out[client][name] = {"goal": goal, "case": worker + suffix, **ratios, "met": met}
     return out
 
 
@@ -492,6 +570,80 @@ def stage_costs(profile: cProfile.Profile, records: int) -> dict[str, Any]:
     top = sum(t for label, t in stages.items() if not label.startswith(" "))
     stages["other (routing, join, records, loop)"] = round(total - top, 2)
     return {"records": records, "total_us_per_record": total, "stages_us_per_record": stages}
+# -- cost per record by calibration size and feature count, checkpoint size over life -----------
+
+
+def pipeline_rates(m: int, d: int, events: int, batch: int) -> Rates:
+    """``Pipeline.process`` alone (records encoded beforehand; no source, no storage) over
+    ``events`` records of a synthetic stream of ``d`` features (labels inline) with ``m``
+    calibration rows, in batches of ``batch``; a first batch untimed (warm-up)."""
+    stream = SyntheticStream(f"m{m}-d{d}", d, m * 1000 + d)
+    with tempfile.TemporaryDirectory() as tmp:
+        pipeline = Pipeline(build_monitors(read_configs([stream.write_config(Path(tmp), m)])),
+                            "bench")
+    warm_up = stream.records(batch)
+    batches = [stream.records(min(batch, events - k)) for k in range(0, events, batch)]
+    pipeline.process(warm_up)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    for records in batches:
+        out = pipeline.process(records)
+        assert not out.dead_letters, out.dead_letters[0].reason
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    return Rates(events / wall, events / cpu if cpu > 0 else math.nan, events)
+
+
+def calibration_costs(sizes: Sizes) -> dict[str, Any]:
+    """CPU µs and events/s per record of one stream in-process at every calibration size ×
+    feature count (median of ``rounds`` interleaved passes), and the acceptance ratio."""
+    batch = cli_defaults()[0]
+    grid = [(m, d) for m in CALIBRATION_SIZES for d in FEATURE_COUNTS]
+    runs: dict[tuple[int, int], list[Rates]] = {cell: [] for cell in grid}
+    for i in range(sizes.rounds):
+        for m, d in grid[:: 1 if i % 2 == 0 else -1]:
+            runs[m, d].append(pipeline_rates(m, d, sizes.calibration_events, batch))
+    cells = [{"m": m, "d": d, **median_case(r)} for (m, d), r in runs.items()]
+    (high, low, goal) = CALIBRATION_RATIO
+    cost = {(c["m"], c["d"]): c for c in cells}
+    ratio = _ratio(cost[high]["cpu_us_per_record"], cost[low]["cpu_us_per_record"], 3)
+    ratio_wall = _ratio(cost[low]["per_s"], cost[high]["per_s"], 3)
+    return {"what": "Pipeline.process alone: records encoded beforehand, no source, no storage",
+            "data": "synthetic Gaussian features, a fixed linear regression model, labels "
+                    "inline; seeded", "events": sizes.calibration_events, "batch": batch,
+            "rounds": sizes.rounds, "cells": cells,
+            "ratio": {"of": f"m = {high[0]} / m = {low[0]} at d = {high[1]}", "cpu": ratio,
+                      "wall": ratio_wall, "goal": goal, "met": bool(ratio <= goal)}}
+
+
+def checkpoint_sizes(sizes: Sizes) -> dict[str, Any]:
+    """The bytes of one stream's checkpoint (default configuration, :func:`life_stream`) at
+    each of ``sizes.checkpoint_marks`` events: encoded whole, and as the chunked write."""
+    stream = life_stream(3)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = state_trace(stream, stream.write_config(Path(tmp), N_CALIBRATION),
+                            sizes.checkpoint_marks)
+    keep = ("events", "encoded_bytes", "row_bytes", "pieces", "pieces_bytes", "sent_next_bytes",
+            "alarms")
+    return {"stream": {"features": stream.d, "calibration": N_CALIBRATION,
+                       "label_delay": stream.delay, "unlabeled_every": stream.unlabeled_every},
+            "batch": trace["batch"],
+            "points": [{k: p[k] for k in keep} for p in trace["points"]]}
+
+
+#: The parts of the report measured in this process without a broker or a database.
+IN_PROCESS_PARTS: dict[str, Callable[[Sizes], dict[str, Any]]] = {
+    "calibration_costs": calibration_costs, "checkpoint_sizes": checkpoint_sizes}
+
+
+def in_process_parts(sizes: Sizes, parts: Sequence[str]) -> dict[str, Any]:
+    """The ``parts`` of :data:`IN_PROCESS_PARTS`, each with the load and time it was run at."""
+    out: dict[str, Any] = {}
+    for name in parts:
+        load, started = os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        out[name] = {**IN_PROCESS_PARTS[name](sizes), "started": started,
+                     "load_average": [round(load, 1), round(os.getloadavg()[0], 1)]}
+    return json_safe(out)
+
+
 # -- resident memory ----------------------------------------------------------------------------
 
 
@@ -584,12 +736,14 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         work = workload(Path(tmp), sizes.predictions_per_stream)
         alone = one_stream(Path(tmp) / "alone", sizes.alone_predictions)
-        topics = {"events": (work.values, work.keys), "alone": (alone.values, alone.keys)}
+        wide = wide_stream(Path(tmp) / "wide", sizes.alone_predictions)
+        loads = {"events": work, "alone": alone, "wide": wide}
+        topics = {name: (load.values, load.keys) for name, load in loads.items()}
         seconds: dict[str, float] = {}
         with timed(seconds, "broker"), broker_process(topics) as bootstrap:
             # The broker process is stopped on leaving the block, also on an error.
             with timed(seconds, "kafka"):
-                kafka = kafka_comparison(bootstrap, work, alone, sizes.rounds)
+                kafka = kafka_comparison(bootstrap, loads, sizes.rounds)
             with timed(seconds, "profile"):
                 profile = profiled_stages(bootstrap, "events", work, profile_clock)
                 profile_alone = profiled_stages(bootstrap, "alone", alone, profile_clock)
@@ -601,8 +755,16 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
             files = file_rates(work, sizes.rounds)
     with timed(seconds, "rss"):
         rss = rss_runs(sizes)
-    raw, raw_alone, worker, solo, peer, worker_cli, solo_cli = (kafka[c] for c in KAFKA_CASES[:7])
-    rd, rd_solo, rd_cli, rd_solo_cli = (kafka[c] for c in KAFKA_CASES[7:])
+    with timed(seconds, "calibration_costs"):
+        costs = calibration_costs(sizes)
+    with timed(seconds, "checkpoint_sizes"):
+        checkpoint_life = checkpoint_sizes(sizes)
+    raw, raw_alone, worker, solo, peer, worker_cli, solo_cli = (kafka[c] for c in (
+        "raw", "raw_alone", "worker", "worker_alone", "peer", "worker_defaults",
+        "worker_alone_defaults"))
+    rd, rd_solo, rd_cli, rd_solo_cli = (kafka[c] for c in (
+        "worker_rdkafka", "worker_alone_rdkafka", "worker_defaults_rdkafka",
+        "worker_alone_defaults_rdkafka"))
     report: dict[str, Any] = {
         "records": len(work.values),
         "alone_records": len(alone.values),
@@ -653,6 +815,11 @@ def run(sizes: Sizes, profile_clock: str = "wall") -> dict[str, Any]:
         "postgres_over_none": _ratio(files["postgres"]["per_s"], files["none"]["per_s"], 3),
         "postgres_batch_2000_over_none": _ratio(files["postgres_batch_2000"]["per_s"],
                                                 files["none"]["per_s"], 3),
+        "wide_records": len(wide.values),
+        "wide": {"features": WIDE[0], "calibration": WIDE[1]},
+        "acceptance": acceptance(kafka),
+        "calibration_costs": costs,
+        "checkpoint_sizes": checkpoint_life,
         "kafka": kafka,
         "files": files,
         "profile": profile,
@@ -676,6 +843,47 @@ def _met(r: dict[str, Any], key: str) -> str:
     return f"goal ≥ {goal['goal']:,}: {'met' if goal['met'] else 'NOT met'}"
 
 
+def acceptance_lines(table: dict[str, dict[str, dict[str, Any]]]) -> Iterator[str]:
+    yield ("acceptance at monitor run's defaults (worker / raw of its topic; the river peer / "
+           "raw beside it):")
+    yield f"  {'client':13s}{'case':48s}{'goal':>6s}{'wall':>7s}{'CPU':>7s}{'peer wall':>10s}" \
+          f"{'peer CPU':>9s}  met"
+    for client, cases in table.items():
+        for name, c in cases.items():
+            yield (f"  {client:13s}{name:48s}{c['goal']:>6}{_n(c['wall'], '>7.3f')}"
+                   f"{_n(c['cpu'], '>7.3f')}{_n(c['peer_wall'], '>10.3f')}"
+                   f"{_n(c['peer_cpu'], '>9.3f')}  {_met_word(c['met'])}")
+
+
+def _met_word(met: bool | None) -> str:
+    return "not measured" if met is None else "met" if met else "NOT met"
+
+
+def calibration_lines(costs: dict[str, Any]) -> Iterator[str]:
+    yield (f"cost per record by calibration size m × features d ({costs['what']}; "
+           f"{costs['data']}; {costs['events']:,} events per cell, batches of "
+           f"{costs['batch']:,}): CPU µs per record (events/s wall)")
+    cells = {(c["m"], c["d"]): c for c in costs["cells"]}
+    yield f"  {'m':>6s}" + "".join(f"{f'd = {d}':>20s}" for d in FEATURE_COUNTS)
+    for m in CALIBRATION_SIZES:
+        yield f"  {m:>6,}" + "".join(
+            f"{_n(cells[m, d]['cpu_us_per_record'], '>8.1f')} ({_n(cells[m, d]['per_s'], '>7,')})"
+            f"  " for d in FEATURE_COUNTS)
+    ratio = costs["ratio"]
+    yield (f"  {ratio['of']}: {_n(ratio['cpu'], '.3f')} CPU, {_n(ratio['wall'], '.3f')} wall "
+           f"(goal ≤ {ratio['goal']}: {'met' if ratio['met'] else 'NOT met'})")
+
+
+def checkpoint_lines(sizes: dict[str, Any]) -> Iterator[str]:
+    yield (f"checkpoint size over a stream's life (default configuration, "
+           f"{sizes['stream']['features']} features, {sizes['stream']['calibration']:,} "
+           "calibration rows, labels as events 50 late and every 10th never; bytes):")
+    yield f"  {'events':>10s}{'encoded':>11s}{'row':>10s}{'pieces':>11s}{'next sends':>12s}"
+    for p in sizes["points"]:
+        yield (f"  {p['events']:>10,}{p['encoded_bytes']:>11,}{p['row_bytes']:>10,}"
+               f"{p['pieces_bytes']:>11,}{p['sent_next_bytes']:>12,}")
+
+
 def print_report(r: dict[str, Any]) -> None:
     k = r["kafka"]
     print(f"Kafka (mock broker in a child process): {r['records']:,} records of {r['streams']} "
@@ -695,7 +903,13 @@ def print_report(r: dict[str, Any]) -> None:
             ("librdkafka worker, 1 stream alone", "worker_alone_rdkafka", "raw_alone"),
             ("librdkafka worker, run defaults, 4 streams", "worker_defaults_rdkafka", "raw"),
             ("librdkafka worker, run defaults, 1 stream", "worker_alone_defaults_rdkafka",
-             "raw_alone")]
+             "raw_alone"),
+            ("raw, the wide topic", "raw_wide", "raw_wide"),
+            ("river peer, 1 stream", "peer_alone", "raw_alone"),
+            ("river peer, the wide stream", "peer_wide", "raw_wide"),
+            ("worker, run defaults, the wide stream", "worker_wide_defaults", "raw_wide"),
+            ("librdkafka worker, run defaults, wide", "worker_wide_defaults_rdkafka",
+             "raw_wide")]
     for label, case, ref in rows:
         c, base = k[case], k[ref]
         print(f"{label:44s}{_n(c['per_s'], '>10,')}{_n(c['cpu_us_per_record'], '>12.2f')}"
@@ -712,6 +926,7 @@ def print_report(r: dict[str, Any]) -> None:
           f"{_n(r['rdkafka_over_kafka_python_cli_defaults'], '.3f')} (4 streams), "
           f"{_n(r['one_stream_rdkafka_over_kafka_python_cli_defaults'], '.3f')} (1 stream)")
     print(f"peer detections per run (ADWIN + PageHinkley, 4 streams): {k['peer']['detections']}")
+    print("\n".join(acceptance_lines(r["acceptance"])))
     print("runs (events/s wall):", ", ".join(f"{case} {k[case]['runs_per_s']}"
                                              for case in KAFKA_CASES))
 
@@ -753,6 +968,8 @@ def print_report(r: dict[str, Any]) -> None:
               f"{_n(c['replay_s_at_rate'], '>7.2f')}")
     print(f"load average {r['load_average'][0]} → {r['load_average'][1]} on {r['cpus']} CPUs; "
           "seconds: " + ", ".join(f"{name} {v}" for name, v in r["seconds"].items()))
+    print("\n".join(calibration_lines(r["calibration_costs"])))
+    print("\n".join(checkpoint_lines(r["checkpoint_sizes"])))
     print("resident memory, file → PostgreSQL, one stream:")
     for mode, run_ in r["rss"].items():
         rss = run_["rss_mb"]
@@ -770,6 +987,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fetch_max_wait_ms of every consumer (default: kafka-python's 500)")
     parser.add_argument("--profile-clock", choices=list(PROFILE_CLOCKS), default="wall",
                         help="cProfile's clock for the stage table (default: wall)")
+    parser.add_argument("--parts", help="only the in-process parts named (comma-separated: "
+                        f"{', '.join(IN_PROCESS_PARTS)}), as one JSON object")
     parser.add_argument("--rss-child", choices=["default", "bounded"], help=argparse.SUPPRESS)
     parser.add_argument("--events", type=int, default=FULL.rss_events, help=argparse.SUPPRESS)
     parser.add_argument("--max-reference", type=int, default=500, help=argparse.SUPPRESS)
@@ -783,6 +1002,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checkpoints:
         sizes = dataclasses.replace(
             sizes, checkpoints=tuple(int(n) for n in args.checkpoints.split(",")))
+    if args.parts:
+        unknown = set(args.parts.split(",")) - set(IN_PROCESS_PARTS)
+        if unknown:
+            parser.error(f"unknown parts {sorted(unknown)}; valid: {', '.join(IN_PROCESS_PARTS)}")
+        print(json.dumps(in_process_parts(sizes, args.parts.split(",")), allow_nan=False))
+        return 0
     if args.fetch_max_wait_ms is not None:
         CONSUMER_OPTIONS["fetch_max_wait_ms"] = args.fetch_max_wait_ms
     report = run(sizes, args.profile_clock)

@@ -24,6 +24,9 @@ Sections (one JSON file each, ``{"meta": ..., "data": ...}``):
 ``api``          ``bench_api.py`` (HTTP latency under load), as a subprocess.
 ``memory``       resident memory over a long stream, bounded (``max_reference``) vs unbounded,
                  each in a fresh process.
+``state``        ``bench_memory.py --pipeline``: one stream of the default configuration through
+                 the pipeline (no database) over 10 M events, RSS and the encoded checkpoint
+                 every 1 M, and whether both stay flat.
 
 A benchmark that fails records ``{"error": ...}`` in its place, the others still run, and the
 exit status is 1.
@@ -54,13 +57,14 @@ RESULTS = BENCH / "results"
 QUICK_RESULTS = RESULTS / "quick"
 DOC = ROOT / "docs" / "benchmarks.md"
 #: The docs whose tables and quoted figures (between ``bench:KEY`` markers) come from the results.
-DOCS_WITH_RESULTS: tuple[Path, ...] = (DOC, ROOT / "README.md", ROOT / "docs" / "algorithms.md")
+DOCS_WITH_RESULTS: tuple[Path, ...] = (DOC, ROOT / "README.md", ROOT / "docs" / "algorithms.md",
+                                       ROOT / "docs" / "streaming.md")
 FIGURES = ROOT / "docs" / "figures"
 for _path in (str(ROOT), str(BENCH)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "api", "memory")
+SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "api", "memory", "state")
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,9 @@ class Plan:
     memory_runs: tuple[tuple[str, bool], ...] = (
         ("ctm", False), ("ctm", True), ("covariate", False), ("covariate", True))
     kafka_repeat: int = 3
+    #: bench_memory.py --pipeline: events, and a trace point every ``state_every`` of them.
+    state_events: int = 10_000_000
+    state_every: int = 1_000_000
 
 
 FULL_PLAN = Plan(quick=False)
@@ -99,10 +106,11 @@ QUICK_PLAN = Plan(
               "--duration", "1", "--warmup", "0.5", "--trace-rate", "10",
               "--trace-duration", "1"),
     memory_events=4_000, memory_runs=(("ctm", False), ("covariate", True)), kafka_repeat=1,
+    state_events=12_000, state_every=4_000,
 )
 #: The quick run leaves out the API latency benchmark (it loads a database and starts a server:
 #: about 15 s); ``--sections api --quick`` runs it at a tiny size.
-QUICK_SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "memory")
+QUICK_SECTIONS: tuple[str, ...] = ("statistical", "ood", "throughput", "memory", "state")
 
 
 # ----------------------------------------------------------------------------------- machine
@@ -247,12 +255,20 @@ def section_memory(plan: Plan) -> dict[str, Any]:
             "runs": runs}
 
 
+def section_state(plan: Plan) -> dict[str, Any]:
+    """One stream's RSS and checkpoint over its life (a fresh process)."""
+    return run_script("bench_memory.py", ["--pipeline", "--json", "--events",
+                                          str(plan.state_events), "--every",
+                                          str(plan.state_every)], timeout=3600.0)
+
+
 SECTION_FUNCTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "statistical": section_statistical,
     "ood": section_ood,
     "throughput": section_throughput,
     "api": section_api,
     "memory": section_memory,
+    "state": section_state,
 }
 
 
@@ -572,6 +588,99 @@ def worker_rss_table(data: dict[str, Any]) -> Table:
                  "with max_reference.")
 
 
+def _end_to_end_part(data: dict[str, Any], key: str) -> Any:
+    """``data["end_to_end"][key]``, or None (the bench left out, failed or older)."""
+    e2e = data.get("end_to_end", {})
+    return None if "error" in e2e or "skipped" in e2e else e2e.get(key)
+
+
+def calibration_costs_table(data: dict[str, Any]) -> Table:
+    costs = _end_to_end_part(data, "calibration_costs")
+    title = "Cost per record by calibration size m and feature count d (bench_worker.py)"
+    if costs is None:
+        return Table("throughput.calibration_costs", title, ("m", "status"),
+                     [("–", "no results")])
+    ds = sorted({c["d"] for c in costs["cells"]})
+    cells = {(c["m"], c["d"]): c for c in costs["cells"]}
+    rows = [(num(m), *(f"{num(cells[m, d]['cpu_us_per_record'], 1)} ({num(cells[m, d]['per_s'])})"
+                       for d in ds))
+            for m in sorted({c["m"] for c in costs["cells"]})]
+    ratio = costs["ratio"]
+    return Table("throughput.calibration_costs", title,
+                 ("m", *(f"d = {d}: CPU µs (events/s)" for d in ds)), rows,
+                 f"{costs['what']}; {costs['data']}; {num(costs['events'])} events per cell in "
+                 f"batches of {num(costs['batch'])}, median of {costs['rounds']}. CPU per record, "
+                 f"{ratio['of']}: {num(ratio['cpu'], 2)} (goal ≤ {ratio['goal']:g}: "
+                 f"{'met' if ratio['met'] else 'not met'}); wall clock {num(ratio['wall'], 2)}.")
+
+
+def checkpoint_sizes_table(data: dict[str, Any]) -> Table:
+    sizes = _end_to_end_part(data, "checkpoint_sizes")
+    title = "A stream's checkpoint over its life (bytes; bench_worker.py)"
+    headers = ("events", "encoded state", "chunked: row", "chunked: pieces",
+               "next batch's write sends")
+    if sizes is None:
+        return Table("throughput.checkpoint_sizes", title, headers,
+                     [("–", "no results", "", "", "")])
+    rows = [(num(p["events"]), num(p["encoded_bytes"]), num(p["row_bytes"]),
+             f"{num(p['pieces_bytes'])} ({p['pieces']})", num(p["sent_next_bytes"]))
+            for p in sizes["points"]]
+    stream = sizes["stream"]
+    return Table("throughput.checkpoint_sizes", title, headers, rows,
+                 f"Default configuration, {stream['features']} features, "
+                 f"{num(stream['calibration'])} calibration rows, labels as events "
+                 f"{stream['label_delay']} predictions late and every {stream['unlabeled_every']}"
+                 "th never; encode_state whole (text + blob), and as the checkpoint store "
+                 "writes it (the row naming its pieces, the pieces), and what the checkpoint "
+                 "of the next batch sends over it (the row and its new pieces).")
+
+
+def clients_table(data: dict[str, Any]) -> Table:
+    table = _end_to_end_part(data, "acceptance")
+    title = "Kafka acceptance at `monitor run`'s defaults: worker / raw consumer of its topic"
+    headers = ("client", "case", "goal ≥", "wall", "CPU", "river peer wall", "river peer CPU",
+               "met")
+    if table is None:
+        return Table("throughput.clients", title, headers,
+                     [("–", "no results", "", "", "", "", "", "")])
+    rows = [(client, name, f"{c['goal']:g}", num(c["wall"], 3), num(c["cpu"], 3),
+             num(c["peer_wall"], 3), num(c["peer_cpu"], 3),
+             {None: "–", True: "met", False: "not met"}[c["met"]])
+            for client, cases in table.items() for name, c in cases.items()]
+    return Table("throughput.clients", title, headers, rows,
+                 "kafka-python is KafkaSource, confluent is RdKafkaSource (librdkafka); met: "
+                 "both the wall-clock and the CPU ratio at least the goal. The river ADWIN + "
+                 "PageHinkley peer reads the same topic.")
+
+
+def state_table(data: dict[str, Any]) -> Table:
+    headers = ("events", "RSS MB", "encoded checkpoint bytes", "next batch's write sends",
+               "alarms")
+    if "error" in data or "skipped" in data:
+        status = "error" if "error" in data else "skipped"
+        return Table("state", "A stream's state over its life", headers,
+                     [(status, data[status], "", "", "")])
+    rows = [(num(p["events"]), num(p["rss_mb"], 1), num(p["encoded_bytes"]),
+             num(p["sent_next_bytes"]), num(p["alarms"])) for p in data["points"]]
+    flat, stream = data["flat"], data["stream"]
+    growing = ", ".join(f"{k} {v:g} bytes/event" for k, v in flat["growing_keys"].items())
+    return Table("state", f"One stream's state over {num(data['events'])} events "
+                 "(bench_memory.py --pipeline)", headers, rows,
+                 f"Default configuration, {stream['features']} features, "
+                 f"{num(stream['calibration'])} calibration rows, labels as events "
+                 f"{stream['label_delay']} predictions late and every {stream['unlabeled_every']}"
+                 f"th never, one prediction every {stream['ts_step_s']} s; Pipeline.process in "
+                 f"batches of {num(data['batch'])} records, no source, no database "
+                 f"({data['pipeline_cpu_us_per_event']} µs of CPU per event). Flat — the median of "
+                 f"the last {flat['tail']} points at most {flat['bound']:.0%} above the median "
+                 f"before them, RSS and checkpoint: {'yes' if flat['flat'] else 'no'} (RSS "
+                 f"{flat['rss_mb']['growth']:+.1%}, checkpoint "
+                 f"{flat['encoded_bytes']['growth']:+.1%}; largest checkpoint "
+                 f"{num(flat['encoded_bytes']['max_tail'])} bytes: a monitor restarted by "
+                 "an alarm refills its reference); growing state keys: "
+                 f"{growing or 'none'}.")
+
+
 def api_table(data: dict[str, Any]) -> Table:
     if "error" in data or "skipped" in data:
         status = "error" if "error" in data else "skipped"
@@ -630,9 +739,11 @@ def section_tables(name: str, data: dict[str, Any]) -> list[Table]:
         "statistical": [ville_table, run_length_table, river_stationary_table, delays_table,
                         matched_table, adaptation_table],
         "ood": [ood_table],
-        "throughput": [throughput_table, worker_rss_table],
+        "throughput": [throughput_table, worker_rss_table, calibration_costs_table,
+                       checkpoint_sizes_table, clients_table],
         "api": [api_table],
         "memory": [memory_table],
+        "state": [state_table],
     }
     return [build(data) for build in builders[name]]
 
@@ -698,6 +809,10 @@ def _end_to_end_figures(e2e: dict[str, Any]) -> dict[str, str]:
             "e2e.worker.cpu_us": f"{kafka['worker']['cpu_us_per_record']:.0f}",
             "e2e.worker_defaults.cpu_us": f"{kafka['worker_defaults']['cpu_us_per_record']:.0f}",
             "e2e.profile.total_us": f"{profile['total_us_per_record']:.0f}"}
+    if "calibration_costs" in e2e:
+        ratio = e2e["calibration_costs"]["ratio"]
+        out["e2e.calibration.ratio"] = f"{ratio['cpu']:.2f}"
+        out["e2e.calibration.met"] = "met" if ratio["met"] else "not met"
     for key, stage in (("poll", "poll:"), ("pipeline", "pipeline:"),
                        ("detectors", "StreamDetectors.update_batch"),
                        ("ood", "OODDecider.add_many"), ("state_dict", "state_dict"),
@@ -728,6 +843,15 @@ def _memory_figures(memory: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _state_figures(state: dict[str, Any]) -> dict[str, str]:
+    last, flat = state["points"][-1], state["flat"]
+    return {"state.events": spaced(state["events"]),
+            "state.checkpoint_kb": spaced(last["encoded_bytes"] / 1e3),
+            "state.rss_mb": f"{last['rss_mb']:.0f}",
+            "state.flat": "yes" if flat["flat"] else "no",
+            "state.growth": f"{flat['encoded_bytes']['growth']:+.1%}"}
+
+
 def _load(doc: dict[str, Any]) -> str:
     """The 1-minute load average recorded before and after the run, lower first."""
     low, high = sorted((doc["meta"]["load_before"], doc["meta"]["load_after"]))
@@ -740,7 +864,8 @@ def quoted_figures(docs: dict[str, dict[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     makers: dict[str, list[tuple[str, Callable[[dict[str, Any]], dict[str, str]]]]] = {
         "throughput": [("core", _core_figures), ("end_to_end", _end_to_end_figures)],
-        "api": [("", _api_figures)], "memory": [("", _memory_figures)]}
+        "api": [("", _api_figures)], "memory": [("", _memory_figures)],
+        "state": [("", _state_figures)]}
     for section, parts in makers.items():
         doc = docs.get(section)
         if doc is None or "error" in doc["data"]:

@@ -59,6 +59,31 @@ def test_every_doc_table_is_the_table_of_the_json_results() -> None:
         assert body == expected, f"table {key} differs from bench/results: {FIX}"
 
 
+@pytest.mark.parametrize("doc", harness.DOCS_WITH_RESULTS[1:], ids=lambda p: p.name)
+def test_every_table_of_the_other_docs_is_the_table_of_the_json_results(doc: Path) -> None:
+    tables = harness.all_tables(DOCS)
+    for key, body in harness.doc_blocks(doc.read_text()).items():
+        assert key in tables, f"{doc.name} shows table {key}, which no results make"
+        assert body == tables[key].markdown(), f"table {key} of {doc.name} is stale: {FIX}"
+
+
+def test_streaming_doc_shows_the_worker_tables_and_the_state_over_a_stream_s_life() -> None:
+    blocks = harness.doc_blocks((harness.ROOT / "docs" / "streaming.md").read_text())
+    assert {"throughput.calibration_costs", "throughput.checkpoint_sizes", "throughput.clients",
+            "state"} <= set(blocks)
+
+
+def test_state_and_checkpoint_cells_are_the_measurements() -> None:
+    state = data("state")
+    body = rows("state")
+    assert [number(r[0]) for r in body] == [p["events"] for p in state["points"]]
+    assert [number(r[2]) for r in body] == [p["encoded_bytes"] for p in state["points"]]
+    sizes = data("throughput")["end_to_end"].get("checkpoint_sizes")
+    if sizes is not None:
+        assert [number(r[1]) for r in rows("throughput.checkpoint_sizes")] == [
+            p["encoded_bytes"] for p in sizes["points"]]
+
+
 def test_ville_table_cells_are_the_alarm_rates() -> None:
     stationary = data("statistical")["summary"]["stationary"]
     alphas = data("statistical")["config"]["alphas"]

@@ -4,7 +4,9 @@ the river peer joins labels by id, and the stage table tolerates missing functio
 from __future__ import annotations
 
 import cProfile
+import dataclasses
 import json
+import math
 import os
 import time
 
@@ -112,19 +114,79 @@ def test_every_worker_case_runs_its_topic_batch_and_client(
         return bench_worker.Rates(1.0, 1.0)
 
     monkeypatch.setattr(bench_worker, "kafka_worker", record)
-    work, alone = object(), object()
+    work, alone, wide = object(), object(), object()
+    loads = {"events": work, "alone": alone, "wide": wide}
     cases = [c for c in bench_worker.KAFKA_CASES if c.startswith("worker")]
     for case in cases:
-        bench_worker.worker_case("b", case, 0, work, alone)  # type: ignore[arg-type]
+        bench_worker.worker_case("b", case, 0, loads)  # type: ignore[arg-type]
     batch, every = bench_worker.cli_defaults()
-    four, one, base = ("events", work), ("alone", alone), bench_worker.BATCH
+    four, one, ten, base = ("events", work), ("alone", alone), ("wide", wide), bench_worker.BATCH
     assert calls == {
         "bench-worker-0": (*four, base, 1, "kafka-python"),
         "bench-worker_alone-0": (*one, base, 1, "kafka-python"),
         "bench-worker_defaults-0": (*four, batch, every, "kafka-python"),
         "bench-worker_alone_defaults-0": (*one, batch, every, "kafka-python"),
+        "bench-worker_wide_defaults-0": (*ten, batch, every, "kafka-python"),
         "bench-worker_rdkafka-0": (*four, base, 1, "confluent"),
         "bench-worker_alone_rdkafka-0": (*one, base, 1, "confluent"),
         "bench-worker_defaults_rdkafka-0": (*four, batch, every, "confluent"),
         "bench-worker_alone_defaults_rdkafka-0": (*one, batch, every, "confluent"),
+        "bench-worker_wide_defaults_rdkafka-0": (*ten, batch, every, "confluent"),
     }
+    assert [bench_worker.case_topic(c) for c in ("raw", "raw_alone", "raw_wide", "peer",
+                                                 "peer_alone", "peer_wide")] == [
+        "events", "alone", "wide", "events", "alone", "wide"]
+
+
+def _case(per_s: float, cpu_per_s: float) -> dict[str, float]:
+    return {"per_s": per_s, "cpu_per_s": cpu_per_s}
+
+
+def test_acceptance_gives_both_clients_each_ratio_beside_the_peer_and_a_met_flag() -> None:
+    kafka = {"raw": _case(1000, 2000), "raw_alone": _case(800, 1600), "raw_wide": _case(500, 400),
+             "peer": _case(900, 1800), "peer_alone": _case(400, 800), "peer_wide": _case(250, 100),
+             "worker_defaults": _case(500, 1000),  # 0.5 wall and CPU: met (≥)
+             "worker_alone_defaults": _case(400, 700),  # 0.5 wall but 0.4375 CPU: not met
+             "worker_wide_defaults": _case(200, 200),  # 0.4, 0.5: met
+             "worker_defaults_rdkafka": _case(499, 1000),  # 0.499 wall: not met
+             "worker_alone_defaults_rdkafka": _case(360, 720),  # 0.45 both: met
+             "worker_wide_defaults_rdkafka": _case(150, 400)}  # 0.3: not met
+    table = bench_worker.acceptance(kafka)
+    assert set(table) == {"kafka-python", "confluent"}
+    names = [name for name, *_ in bench_worker.ACCEPTANCE]
+    met = {client: [table[client][n]["met"] for n in names] for client in table}
+    assert met == {"kafka-python": [True, False, True], "confluent": [False, True, False]}
+    alone = table["kafka-python"][names[1]]
+    assert (alone["goal"], alone["wall"], alone["cpu"]) == (0.45, 0.5, 0.438)
+    assert (alone["peer_wall"], alone["peer_cpu"]) == (0.5, 0.5)
+    assert table["confluent"][names[2]]["case"] == "worker_wide_defaults_rdkafka"
+    assert [g for *_, g in bench_worker.ACCEPTANCE] == [0.5, 0.45, 0.4]
+    del kafka["peer_wide"], kafka["worker_wide_defaults_rdkafka"]  # results of an older bench
+    older = bench_worker.acceptance(kafka)
+    assert older["confluent"][names[2]]["met"] is None
+    assert older["kafka-python"][names[2]]["met"] is True
+    assert older["kafka-python"][names[2]]["peer_wall"] is not None
+    assert math.isnan(older["kafka-python"][names[2]]["peer_wall"])
+
+
+def test_quick_calibration_costs_fill_every_cell_and_compute_the_acceptance_ratio() -> None:
+    sizes = dataclasses.replace(bench_worker.QUICK, calibration_events=400)
+    costs = bench_worker.calibration_costs(sizes)
+    cells = {(c["m"], c["d"]): c for c in costs["cells"]}
+    assert set(cells) == {(m, d) for m in (500, 1000, 2000, 8000) for d in (5, 10, 50)}
+    assert all(c["per_s"] > 0 and c["cpu_us_per_record"] > 0 for c in cells.values())
+    ratio = costs["ratio"]
+    expected = cells[8000, 10]["cpu_us_per_record"] / cells[1000, 10]["cpu_us_per_record"]
+    assert ratio["cpu"] == pytest.approx(expected, abs=1e-3)
+    assert ratio["met"] == (ratio["cpu"] <= 1.5)
+
+
+def test_quick_checkpoint_sizes_are_taken_at_the_marks_and_the_chunked_write_is_smaller() -> None:
+    sizes = bench_worker.checkpoint_sizes(bench_worker.QUICK)
+    points = sizes["points"]
+    marks = bench_worker.QUICK.checkpoint_marks
+    assert len(points) == len(marks)
+    assert all(mark <= p["events"] < mark + 2000 for mark, p in zip(marks, points, strict=True))
+    for p in points:
+        assert p["pieces"] > 0 and p["row_bytes"] < p["encoded_bytes"]
+        assert p["row_bytes"] < p["sent_next_bytes"] <= p["row_bytes"] + p["pieces_bytes"] * 1.5
