@@ -12,10 +12,11 @@ records (:mod:`monitor.streams.monitor_records`), the state and configuration ve
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, overload
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from monitor.streams.attribution import AlarmAttribution, CompletedAttribution
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.events import Event, InvalidEvent, PredictionEvent
-from monitor.streams.factory import build_detectors, build_ood, conditional_score
+from monitor.streams.factory import PairScore, build_detectors, build_ood, pair_score
 from monitor.streams.join import Joined, LabelJoin, Pending
 from monitor.streams.monitor_inputs import ALREADY_PROCESSED, InputChecks, check_calibration
 from monitor.streams.monitor_records import opens_attribution
@@ -129,83 +130,92 @@ class StreamMonitor(InputChecks, VersionedState):
         batch = _Batch()
         rejected: list[tuple[int, str]] = []
         ood_kinds = () if self.ood is None else self.ood.input_kinds
-        join, config = self.join, self.config
+        join = self.join
         waiting = join.predictions  # read only: a duplicate id is refused before any change
         ready = join.ready  # the pairs the last event joined (a live view, mostly empty)
         marked = join.marked  # predictions made under an earlier version may wait
         refuse = self.refuse_processed
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
-        needs_scale = config.conditional_score in SCALED_RESIDUALS
-        plain = self.calibration.feature_names is None and not ood_kinds \
-            and self.calibration.logits is None and self.calibration.embedding is None \
-            and self.calibration.schema.is_plain
-        for k, event in enumerate(events):
-            ts = event.ts
-            untimed = ts is None
-            if ts is None:
-                ts = fallback_ts(k)
-            if ts.tzinfo is None:
-                ts = ts.replace(tzinfo=UTC)
-            try:
-                if isinstance(event, PredictionEvent):
-                    features: Any = event.features
-                    read = None
-                    # The common case inline (a list of d numbers, a number, no OOD inputs);
-                    # anything else through the full checks, with their messages.
-                    # (the decoders give a list only of numbers: a feature list with a string,
-                    # a boolean or a null decodes to a tuple)
-                    if not (plain and type(features) is list and len(features) == d
-                            and event.logits is None and event.embedding is None):
-                        features, read = self._read_features(event)
-                        self._ood_lists(event, ood_kinds)
-                    raw = event.prediction
-                    prediction: float | tuple[float, ...] = (
-                        raw if regression and isinstance(raw, float) else self._prediction(event)
-                    )
-                    scale = event.scale if needs_scale else None
-                    if needs_scale and scale is None:
-                        self._scale(event)  # raises, with its message
-                    label = event.label
-                    if label is not None:
-                        self._check_label(label)
-                    if refuse:
-                        self._check_not_processed("prediction", event.id)
-                    if event.id in waiting:
-                        raise InvalidEvent(
-                            f"duplicate prediction id {event.id!r} (still waiting for its label)"
+        needs_scale = self.config.conditional_score in SCALED_RESIDUALS
+        inline = self._reads_inline(ood_kinds)
+        score = pair_score(self.config)
+        times = _event_times(events, fallback_ts)
+        if times.seconds:
+            join.defer_expiry(min(times.seconds), max(times.seconds), len(events))
+        try:
+            for k, event in enumerate(events):
+                ts, seconds = times.ts[k], times.seconds[k]
+                untimed = times.untimed[k]
+                try:
+                    if isinstance(event, PredictionEvent):
+                        features: Any = event.features
+                        read = None
+                        # The common case inline (a list of d numbers, a number, no logits or
+                        # embedding); anything else through the full checks, with their
+                        # messages. (the decoders give a list only of numbers: a feature list
+                        # with a string, a boolean or a null decodes to a tuple)
+                        if inline and type(features) is list and len(features) == d \
+                                and event.logits is None and event.embedding is None:
+                            inputs = _NO_INPUTS
+                        else:
+                            features, read = self._read_features(event)
+                            inputs = self._ood_lists(event, ood_kinds)
+                        raw = event.prediction
+                        prediction: float | tuple[float, ...] = (
+                            raw if regression and isinstance(raw, float)
+                            else self._prediction(event)
                         )
-                    index = self.event_index
-                    self.event_index = index + 1
-                    batch.add_prediction(event.id, index, ts, features,
-                                         self._ood_lists(event, ood_kinds) if ood_kinds else {},
-                                         untimed)
-                    if read is not None:
-                        batch.add_read(read)
-                    seconds = ts.timestamp()
-                    join.add_prediction(Pending(event.id, index, seconds, tuple(features),
-                                                prediction, scale, untimed=untimed))
-                    if label is not None:
-                        join.add_label(event.id, label, seconds)
-                else:
-                    self._check_label(event.label)
-                    if refuse:
-                        self._check_not_processed("label", event.id)
-                    if marked:
-                        self._check_made_under(waiting.get(event.id))
-                    join.add_label(event.id, event.label, ts.timestamp())
-            except InvalidEvent as exc:
-                rejected.append((k, str(exc)))
-                continue
-            self.last_ts = ts
-            if untimed:
-                self.events_without_ts += 1
-            if ready:
-                for joined in join.drain():
-                    batch.add_joined(joined, config)
+                        scale = event.scale if needs_scale else None
+                        if needs_scale and scale is None:
+                            self._scale(event)  # raises, with its message
+                        label = event.label
+                        if label is not None:
+                            self._check_label(label)
+                        if refuse:
+                            self._check_not_processed("prediction", event.id)
+                        if event.id in waiting:
+                            raise InvalidEvent(f"duplicate prediction id {event.id!r} (still "
+                                               "waiting for its label)")
+                        index = self.event_index
+                        self.event_index = index + 1
+                        batch.add_prediction(event.id, index, ts, seconds, features, inputs,
+                                             untimed)
+                        if read is not None:
+                            batch.add_read(read)
+                        join.add_prediction(Pending(event.id, index, seconds, tuple(features),
+                                                    prediction, scale, untimed=untimed))
+                        if label is not None:
+                            join.add_label(event.id, label, seconds)
+                    else:
+                        self._check_label(event.label)
+                        if refuse:
+                            self._check_not_processed("label", event.id)
+                        if marked:
+                            self._check_made_under(waiting.get(event.id))
+                        join.add_label(event.id, event.label, seconds)
+                except InvalidEvent as exc:
+                    rejected.append((k, str(exc)))
+                    continue
+                self.last_ts = ts
+                if untimed:
+                    self.events_without_ts += 1
+                if ready:
+                    for joined in join.drain():
+                        batch.add_joined(joined, score)
+        finally:
+            join.catch_up()
         if batch.cov_index or batch.cond_index:
             self._advance(batch)
         return rejected
+
+    def _reads_inline(self, ood_kinds: tuple[str, ...]) -> bool:
+        """Whether a prediction whose features are a list of numbers of the stream's width,
+        without logits or embedding, needs no other check of its inputs: a stream of plain
+        numeric features by position whose OOD rule reads no logits nor embedding."""
+        calibration = self.calibration
+        return calibration.feature_names is None and calibration.schema.is_plain \
+            and "logits" not in ood_kinds and "embedding" not in ood_kinds
 
     def _advance(self, batch: _Batch) -> None:
         """Both monitors and the OOD rule over the batch laid out by :meth:`step`."""
@@ -218,13 +228,13 @@ class StreamMonitor(InputChecks, VersionedState):
         budgets = self.detectors.budgets
         # the predictions' event times in seconds, once, for the time budgets that read them
         # (NaN: an event without ts, an update without an event time)
-        cov_seconds = _seconds(batch.cov_ts, batch.cov_untimed) \
+        cov_seconds = _timed(batch.cov_seconds, batch.cov_untimed) \
             if "covariate" in budgets or self.quality.budget is not None else None
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
             batch.cond_index, np.array(batch.cond_before, np.int64),
             cov_ts=cov_seconds if "covariate" in budgets else None,
-            cond_ts=_seconds(batch.cond_ts, batch.cond_untimed)
+            cond_ts=_timed(batch.cond_seconds, batch.cond_untimed)
             if "conditional" in budgets else None,
             cond_outside=batch.cond_outside, cond_from=batch.cond_from,
         )
@@ -382,6 +392,7 @@ class _Batch:
     cov_rows: list[list[float]] = field(default_factory=list)
     cov_index: list[int] = field(default_factory=list)
     cov_ts: list[datetime] = field(default_factory=list)
+    cov_seconds: list[float] = field(default_factory=list)
     cov_ids: list[str] = field(default_factory=list)
     cov_seq: list[int] = field(default_factory=list)
     #: positions of the predictions, and of the labelled events, whose prediction had no ts
@@ -391,7 +402,9 @@ class _Batch:
     cond_rows: list[tuple[float, ...]] = field(default_factory=list)
     cond_scores: list[float] = field(default_factory=list)
     cond_index: list[int] = field(default_factory=list)
-    cond_ts: list[datetime] = field(default_factory=list)
+    #: the predictions' times of the labelled events, as epoch seconds and as datetimes
+    cond_seconds: list[float] = field(default_factory=list)
+    cond_ts: _UTCTimes = field(init=False)
     cond_ids: list[str] = field(default_factory=list)
     cond_seq: list[int] = field(default_factory=list)
     cond_before: list[int] = field(default_factory=list)
@@ -407,20 +420,25 @@ class _Batch:
     keys: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     seq: int = 0
 
+    def __post_init__(self) -> None:
+        self.cond_ts = _UTCTimes(self.cond_seconds)
+
     def add_prediction(
-        self, event_id: str, index: int, ts: datetime, features: list[float],
-        inputs: dict[str, list[float]], untimed: bool = False,
+        self, event_id: str, index: int, ts: datetime, seconds: float, features: list[float],
+        inputs: Mapping[str, list[float]], untimed: bool = False,
     ) -> None:
         if untimed:
             self.cov_untimed.append(len(self.cov_index))
         self.cov_rows.append(features)
         self.cov_index.append(index)
         self.cov_ts.append(ts)
+        self.cov_seconds.append(seconds)
         self.cov_ids.append(event_id)
         self.cov_seq.append(self.seq)
         self.seq += 1
-        for kind, value in inputs.items():
-            self.ood_rows.setdefault(kind, []).append(value)
+        if inputs:
+            for kind, value in inputs.items():
+                self.ood_rows.setdefault(kind, []).append(value)
 
     def add_read(self, read: FeatureRow) -> None:
         """What the schema read of the last prediction added: its indicators, its keys."""
@@ -429,16 +447,14 @@ class _Batch:
         if read.unknown or read.absent:
             self.keys.append((position, read.unknown, read.absent))
 
-    def add_joined(self, joined: Joined, config: StreamConfig) -> None:
+    def add_joined(self, joined: Joined, score: PairScore) -> None:
         pending = joined.pending
         if pending.untimed:
             self.cond_untimed.append(len(self.cond_index))
         self.cond_rows.append(pending.features)
-        self.cond_scores.append(
-            conditional_score(config, pending.prediction, joined.label, pending.scale)
-        )
+        self.cond_scores.append(score(pending.prediction, joined.label, pending.scale))
         self.cond_index.append(pending.event_index)
-        self.cond_ts.append(datetime.fromtimestamp(pending.ts, UTC))  # the prediction's time
+        self.cond_seconds.append(pending.ts)  # the prediction's time
         self.cond_ids.append(pending.event_id)
         self.cond_seq.append(self.seq)
         self.cond_before.append(len(self.cov_index))
@@ -450,9 +466,55 @@ class _Batch:
         self.seq += 1
 
 
-def _seconds(ts: Sequence[datetime], untimed: Sequence[int]) -> list[float]:
+def _timed(seconds: Sequence[float], untimed: Sequence[int]) -> list[float]:
     """Event times in epoch seconds, NaN at the positions ``untimed`` (no event time)."""
-    seconds = [t.timestamp() for t in ts]
+    out = list(seconds)
     for i in untimed:
-        seconds[i] = math.nan
-    return seconds
+        out[i] = math.nan
+    return out
+
+
+_NO_INPUTS: Mapping[str, list[float]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class _EventTimes:
+    """A batch's event times: each event's ``ts`` (the fallback where it has none, UTC where
+    it is naive), as epoch seconds, and whether it had none; computed once per batch."""
+
+    ts: list[datetime]
+    seconds: list[float]
+    untimed: list[bool]
+
+
+def _event_times(events: Sequence[Event], fallback_ts: Callable[[int], datetime]) -> _EventTimes:
+    given = [event.ts for event in events]
+    untimed = [ts is None for ts in given]
+    timed: list[datetime] = [fallback_ts(k) if ts is None else ts for k, ts in enumerate(given)] \
+        if any(untimed) else given  # type: ignore[assignment]
+    ts = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for t in timed]
+    return _EventTimes(ts, [t.timestamp() for t in ts], untimed)
+
+
+class _UTCTimes(Sequence[datetime]):
+    """Epoch seconds read as UTC datetimes where a record needs one: of a batch's labelled
+    events, only the few traced, alarmed or closing a window become records."""
+
+    __slots__ = ("_seconds",)
+
+    def __init__(self, seconds: list[float]) -> None:
+        self._seconds = seconds
+
+    def __len__(self) -> int:
+        return len(self._seconds)
+
+    @overload
+    def __getitem__(self, i: int) -> datetime: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[datetime]: ...
+
+    def __getitem__(self, i: int | slice) -> datetime | list[datetime]:
+        if isinstance(i, slice):
+            return [datetime.fromtimestamp(s, UTC) for s in self._seconds[i]]
+        return datetime.fromtimestamp(self._seconds[i], UTC)

@@ -35,7 +35,9 @@ def _join_bounds(config: Path, **labels: Any) -> None:
     config.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def _shuttle(folder: Path, name: str, seed: int, delay: int, **labels: Any) -> tuple[Path, list[bytes]]:
+def _shuttle(
+    folder: Path, name: str, seed: int, delay: int, **labels: Any
+) -> tuple[Path, list[bytes]]:
     paths = build_example(folder, seed=seed, stream=name, n_calibration=300, label_delay=delay,
                           phases=[("stable", 150), ("extreme_covariate", 120), ("concept", 150)],
                           alarm=ALARM)
