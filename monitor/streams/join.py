@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from itertools import chain, islice
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -115,10 +115,10 @@ class LabelJoin:
         self._made_under: dict[int, tuple[str, ...] | None] = {}
         self._recent: deque[float] = deque(maxlen=CLOCK_WINDOW)
         self._clock = float("-inf")
-        #: A lower bound of the times of the entries waiting (-inf: not known since a load).
-        self._floor = math.inf
-        #: The event times whose clock steps wait for :meth:`catch_up` (None: not deferred).
+        #: The event times whose clock steps wait for :meth:`catch_up` (None: not deferred),
+        #: and the bound no entry may be earlier than meanwhile.
         self._deferred: list[float] | None = None
+        self._horizon = -math.inf
         self.expired_predictions = 0
         self.expired_labels = 0
         self.joined = 0
@@ -229,8 +229,6 @@ class LabelJoin:
             self._join(pending, early[0])
         else:
             self._predictions[pending.event_id] = pending
-            if pending.ts < self._floor:
-                self._floor = pending.ts
         self._tick(pending.ts)
 
     def add_label(self, event_id: str, label: Label, ts: float) -> None:
@@ -240,8 +238,6 @@ class LabelJoin:
             self._join(pending, label)
         else:
             self._labels[event_id] = (label, ts)
-            if ts < self._floor:
-                self._floor = ts
         self._tick(ts)
 
     def defer_expiry(self, lowest: float, highest: float, events: int) -> bool:
@@ -251,11 +247,13 @@ class LabelJoin:
         event, as one at a time.
 
         The clock is a median of event times, none above ``highest`` nor the recent times it
-        holds, and it never goes back: so the bound no waiting entry nor new one reaches while
-        the batch runs is ``max(clock, recent, highest) - max_delay_seconds``. The entries
-        waiting are compared with it by a lower bound of their times (kept as they are added;
-        computed again when it is too low), the pairs joined by the first ``events + 1`` of
-        them (only those can come first).
+        holds, and it never goes back: so the bound no entry reaches while the batch runs is
+        ``max(clock, recent, highest) - max_delay_seconds``. Time expires an entry only when it
+        comes first in its store; an event removes at most two entries of a store (a join and
+        the count bound), so only the first ``2 * events + 1`` entries of each can come first,
+        or an entry the batch adds. A new entry's time is the batch's, or for a pair joined,
+        that of its prediction: one earlier than the bound (a waiting prediction's time out of
+        order) ends the deferral there, the clock caught up and moved at each event after.
 
         >>> join = LabelJoin(max_pending=10, max_delay_seconds=60)
         >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
@@ -268,16 +266,12 @@ class LabelJoin:
         if len(predictions) > cap or len(labels) > cap or len(joined) > cap:
             return False
         horizon = max(self._clock, highest, *self._recent) - self.max_delay_seconds
-        if lowest < horizon:
+        first = 2 * events + 1
+        if lowest < horizon or _earliest(predictions, _pts, first) < horizon \
+                or _earliest(labels, _lts, first) < horizon \
+                or min(islice(joined.values(), first), default=math.inf) < horizon:
             return False
-        if self._floor < horizon:
-            self._floor = min(chain(map(_pts, predictions.values()), map(_lts, labels.values())),
-                              default=math.inf)
-            if self._floor < horizon:
-                return False
-        if min(islice(joined.values(), events + 1), default=math.inf) < horizon:
-            return False
-        self._deferred = []
+        self._deferred, self._horizon = [], horizon
         return True
 
     def catch_up(self) -> None:
@@ -309,6 +303,8 @@ class LabelJoin:
         return ready
 
     def _join(self, pending: Pending, label: Label) -> None:
+        if self._deferred is not None and pending.ts < self._horizon:
+            self.catch_up()  # the pair may come first among the joined ids, and expire: per event
         self._ready.append(Joined(pending, label))
         self.joined += 1
         self._joined_ids[pending.event_id] = pending.ts
@@ -424,9 +420,13 @@ class LabelJoin:
         self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)
         clock = state.get("clock")
         self._clock = float("-inf") if clock is None else float(clock)
-        self._floor = -math.inf  # not known: computed again when needed
         self._deferred = None
         self._ready.clear()
+
+
+def _earliest(store: OrderedDict[str, Any], ts_of: Any, first: int) -> float:
+    """The earliest time among the first ``first`` entries of ``store``."""
+    return min(map(ts_of, islice(store.values(), first)), default=math.inf)
 
 
 def _oldest(store: OrderedDict[str, Any]) -> Any:

@@ -204,3 +204,22 @@ def test_a_batch_with_its_expiry_deferred_ends_as_one_event_at_a_time(
         held.append(was_held)
     assert reference.expired_predictions > 0 and reference.expired_labels > 0
     assert any(held) and (cap == 8 or not all(held)), "both paths should run"
+
+
+def test_a_pair_joined_from_an_old_waiting_prediction_ends_the_deferral() -> None:
+    """A prediction stamped out of order waits behind newer ones, where the deferral's check
+    does not look; its label joins it in a deferred batch: the pair's old time could expire
+    first among the joined ids, so the batch goes on event by event, as the reference."""
+    joins = LabelJoin(100, 10.0), LabelJoin(100, 10.0)
+    for join in joins:
+        for i in range(6):
+            join.add_prediction(Pending(f"e{i}", i, 100.0 + i, (0.0,), 0.0))
+        join.add_prediction(Pending("old", 6, 50.0, (0.0,), 0.0))
+        join.add_prediction(Pending("e7", 7, 107.0, (0.0,), 0.0))
+    deferred, reference = joins
+    assert deferred.defer_expiry(108.0, 108.0, 1)
+    deferred.add_label("old", 1.0, 108.0)
+    deferred.catch_up()
+    reference.add_label("old", 1.0, 108.0)
+    assert not reference.processed("label", "old"), "the pair's id expired at once"
+    assert canonical(deferred.state_dict()) == canonical(reference.state_dict())
