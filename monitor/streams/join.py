@@ -257,8 +257,12 @@ class LabelJoin:
 
         >>> join = LabelJoin(max_pending=10, max_delay_seconds=60)
         >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
-        >>> join.defer_expiry(1.0, 59.0, 3), join.defer_expiry(1.0, 61.0, 3)
-        (True, False)
+        >>> join.defer_expiry(1.0, 59.0, 3)  # the clock cannot pass 59 - 60 < 0.0
+        True
+        >>> join.add_label("a", 3.0, ts=59.0); join.catch_up(); join.clock  # median of 0, 59
+        0.0
+        >>> join.defer_expiry(60.0, 61.0, 3)  # "a" joined at 0.0: the bound 61 - 60 may pass it
+        False
         """
         assert self._deferred is None, "catch_up() was not called after the last batch"
         cap, predictions, labels, joined = (self.max_pending, self._predictions, self._labels,
