@@ -12,6 +12,7 @@ records (:mod:`monitor.streams.monitor_records`), the state and configuration ve
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -141,6 +142,9 @@ class StreamMonitor(InputChecks, VersionedState):
         inline = self._reads_inline(ood_kinds)
         score = pair_score(self.config)
         times = _event_times(events, fallback_ts)
+        predictions, cov_ts, pairs, before = (batch.predictions, batch.cov_ts, batch.joined,
+                                              batch.cond_before)
+        add_prediction, add_label = join.add_prediction, join.add_label
         if times.seconds:
             join.defer_expiry(min(times.seconds), max(times.seconds), len(events))
         try:
@@ -170,8 +174,8 @@ class StreamMonitor(InputChecks, VersionedState):
                         if needs_scale and scale is None:
                             self._scale(event)  # raises, with its message
                         label = event.label
-                        if label is not None:
-                            self._check_label(label)
+                        if label is not None and not (regression and type(label) is float):
+                            self._check_label(label)  # raises, with its message
                         if refuse:
                             self._check_not_processed("prediction", event.id)
                         if event.id in waiting:
@@ -179,21 +183,25 @@ class StreamMonitor(InputChecks, VersionedState):
                                                "waiting for its label)")
                         index = self.event_index
                         self.event_index = index + 1
-                        batch.add_prediction(event.id, index, ts, seconds, features, inputs,
-                                             untimed)
+                        pending = Pending(event.id, index, seconds, tuple(features), prediction,
+                                          scale, None, untimed)
+                        predictions.append(pending)
+                        cov_ts.append(ts)
+                        if inputs:
+                            batch.add_inputs(inputs)
                         if read is not None:
                             batch.add_read(read)
-                        join.add_prediction(Pending(event.id, index, seconds, tuple(features),
-                                                    prediction, scale, untimed=untimed))
+                        add_prediction(pending)
                         if label is not None:
-                            join.add_label(event.id, label, seconds)
+                            add_label(event.id, label, seconds)
                     else:
-                        self._check_label(event.label)
+                        if not (regression and type(event.label) is float):
+                            self._check_label(event.label)  # raises, with its message
                         if refuse:
                             self._check_not_processed("label", event.id)
                         if marked:
                             self._check_made_under(waiting.get(event.id))
-                        join.add_label(event.id, event.label, seconds)
+                        add_label(event.id, event.label, seconds)
                 except InvalidEvent as exc:
                     rejected.append((k, str(exc)))
                     continue
@@ -202,10 +210,12 @@ class StreamMonitor(InputChecks, VersionedState):
                     self.events_without_ts += 1
                 if ready:
                     for joined in join.drain():
-                        batch.add_joined(joined, score)
+                        pairs.append(joined)
+                        before.append(len(predictions))
         finally:
             join.catch_up()
-        if batch.cov_index or batch.cond_index:
+        if predictions or pairs:
+            batch.lay_out(score)
             self._advance(batch)
         return rejected
 
@@ -387,83 +397,79 @@ class _Batch:
     """A stream's share of a poll batch laid out for the batch calls: the valid predictions
     (``cov_*``, in arrival order) and the labelled events (``cond_*``, in the order their labels
     joined; ``cond_before[j]``: predictions of the batch that came before). ``*_seq`` numbers
-    both kinds of update in arrival order, to keep the records in the per-event order."""
+    both kinds of update in arrival order, to keep the records in the per-event order.
 
-    cov_rows: list[list[float]] = field(default_factory=list)
-    cov_index: list[int] = field(default_factory=list)
+    The pass over the events keeps only each prediction as it waits for its label
+    (:class:`Pending`), its time and each pair joined; :meth:`lay_out` makes the columns from
+    them, each in one go."""
+
+    predictions: list[Pending] = field(default_factory=list)
     cov_ts: list[datetime] = field(default_factory=list)
-    cov_seconds: list[float] = field(default_factory=list)
-    cov_ids: list[str] = field(default_factory=list)
-    cov_seq: list[int] = field(default_factory=list)
-    #: positions of the predictions, and of the labelled events, whose prediction had no ts
-    cov_untimed: list[int] = field(default_factory=list)
-    cond_untimed: list[int] = field(default_factory=list)
-    ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
-    cond_rows: list[tuple[float, ...]] = field(default_factory=list)
-    cond_scores: list[float] = field(default_factory=list)
-    cond_index: list[int] = field(default_factory=list)
-    #: the predictions' times of the labelled events, as epoch seconds and as datetimes
-    cond_seconds: list[float] = field(default_factory=list)
-    cond_ts: _UTCTimes = field(init=False)
-    cond_ids: list[str] = field(default_factory=list)
-    cond_seq: list[int] = field(default_factory=list)
+    joined: list[Joined] = field(default_factory=list)
     cond_before: list[int] = field(default_factory=list)
-    cond_predictions: list[Any] = field(default_factory=list)
-    cond_labels: list[Any] = field(default_factory=list)
-    #: the support flag kept with the labelled event's prediction (None: not known), and the
-    #: position of that prediction among the batch's (-1: an earlier batch's)
-    cond_outside: list[bool | None] = field(default_factory=list)
-    cond_from: list[int] = field(default_factory=list)
+    ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
     #: ``(position, indicators)`` of the predictions the schema read (docs/tabular.md)
     quality: list[tuple[int, tuple[bool, ...]]] = field(default_factory=list)
     #: ``(position, unknown keys, absent features)`` of the predictions that had any
     keys: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
-    seq: int = 0
-
-    def __post_init__(self) -> None:
-        self.cond_ts = _UTCTimes(self.cond_seconds)
-
-    def add_prediction(
-        self, event_id: str, index: int, ts: datetime, seconds: float, features: list[float],
-        inputs: Mapping[str, list[float]], untimed: bool = False,
-    ) -> None:
-        if untimed:
-            self.cov_untimed.append(len(self.cov_index))
-        self.cov_rows.append(features)
-        self.cov_index.append(index)
-        self.cov_ts.append(ts)
-        self.cov_seconds.append(seconds)
-        self.cov_ids.append(event_id)
-        self.cov_seq.append(self.seq)
-        self.seq += 1
-        if inputs:
-            for kind, value in inputs.items():
-                self.ood_rows.setdefault(kind, []).append(value)
+    # -- the columns (:meth:`lay_out`)
+    cov_rows: Sequence[tuple[float, ...]] = ()
+    cov_index: Sequence[int] = ()
+    cov_ids: Sequence[str] = ()
+    cov_seconds: Sequence[float] = ()
+    cov_seq: list[int] = field(default_factory=list)
+    #: positions of the predictions, and of the labelled events, whose prediction had no ts
+    cov_untimed: list[int] = field(default_factory=list)
+    cond_untimed: list[int] = field(default_factory=list)
+    cond_rows: Sequence[tuple[float, ...]] = ()
+    cond_scores: list[float] = field(default_factory=list)
+    cond_index: Sequence[int] = ()
+    cond_seconds: Sequence[float] = ()
+    cond_ts: _UTCTimes = field(init=False)
+    cond_ids: Sequence[str] = ()
+    cond_seq: list[int] = field(default_factory=list)
+    cond_predictions: Sequence[Any] = ()
+    cond_labels: Sequence[Any] = ()
+    #: the support flag kept with the labelled event's prediction (None: not known), and the
+    #: position of that prediction among the batch's (-1: an earlier batch's)
+    cond_outside: Sequence[bool | None] = ()
+    cond_from: list[int] = field(default_factory=list)
 
     def add_read(self, read: FeatureRow) -> None:
         """What the schema read of the last prediction added: its indicators, its keys."""
-        position = len(self.cov_index) - 1
+        position = len(self.predictions) - 1
         self.quality.append((position, read.quality))
         if read.unknown or read.absent:
             self.keys.append((position, read.unknown, read.absent))
 
-    def add_joined(self, joined: Joined, score: PairScore) -> None:
-        pending = joined.pending
-        if pending.untimed:
-            self.cond_untimed.append(len(self.cond_index))
-        self.cond_rows.append(pending.features)
-        self.cond_scores.append(score(pending.prediction, joined.label, pending.scale))
-        self.cond_index.append(pending.event_index)
-        self.cond_seconds.append(pending.ts)  # the prediction's time
-        self.cond_ids.append(pending.event_id)
-        self.cond_seq.append(self.seq)
-        self.cond_before.append(len(self.cov_index))
-        self.cond_predictions.append(pending.prediction)
-        self.cond_labels.append(joined.label)
-        self.cond_outside.append(pending.outside)
-        first = self.cov_index[0] if self.cov_index else pending.event_index + 1
-        self.cond_from.append(pending.event_index - first if pending.event_index >= first else -1)
-        self.seq += 1
+    def add_inputs(self, inputs: Mapping[str, list[float]]) -> None:
+        """The OOD inputs other than the features of the last prediction added."""
+        for kind, value in inputs.items():
+            self.ood_rows.setdefault(kind, []).append(value)
+
+    def lay_out(self, score: PairScore) -> None:
+        """The columns of the predictions and of the pairs joined (``score``: of a pair)."""
+        n = len(self.predictions)
+        if n:
+            (self.cov_ids, self.cov_index, self.cov_seconds, self.cov_rows, *_,
+             untimed, _) = zip(*self.predictions, strict=True)
+            self.cov_untimed = [i for i, u in enumerate(untimed) if u]
+        before = self.cond_before
+        self.cov_seq = [i + bisect_right(before, i) for i in range(n)] if before \
+            else list(range(n))
+        self.cond_seq = [j + b for j, b in enumerate(before)]
+        self.cond_ts = _UTCTimes(self.cond_seconds)
+        if not self.joined:
+            return
+        pendings, self.cond_labels = zip(*self.joined, strict=True)
+        (self.cond_ids, self.cond_index, self.cond_seconds, self.cond_rows,
+         self.cond_predictions, scales, _, untimed, self.cond_outside) = zip(*pendings,
+                                                                              strict=True)
+        self.cond_ts = _UTCTimes(self.cond_seconds)
+        self.cond_untimed = [j for j, u in enumerate(untimed) if u]
+        self.cond_scores = list(map(score, self.cond_predictions, self.cond_labels, scales))
+        first = self.cov_index[0] if n else math.inf
+        self.cond_from = [int(e - first) if e >= first else -1 for e in self.cond_index]
 
 
 def _timed(seconds: Sequence[float], untimed: Sequence[int]) -> list[float]:
@@ -502,7 +508,7 @@ class _UTCTimes(Sequence[datetime]):
 
     __slots__ = ("_seconds",)
 
-    def __init__(self, seconds: list[float]) -> None:
+    def __init__(self, seconds: Sequence[float]) -> None:
         self._seconds = seconds
 
     def __len__(self) -> int:
