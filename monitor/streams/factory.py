@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,17 +65,30 @@ def build_ood(config: StreamConfig, calibration: Calibration) -> OODDecider | No
     return decider.fit(calibration.inputs(), labels)
 
 
+#: The nonconformity score of one joined pair: ``(prediction, label, scale) -> score``.
+PairScore = Callable[[Any, Any, "float | None"], float]
+
+
 def conditional_score(
     config: StreamConfig, prediction: Any, label: Any, scale: float | None = None
 ) -> float:
     """Nonconformity score of one joined (prediction, label) pair; ``scale`` is the event's
     predicted scale (checked present on arrival when the score reads it)."""
+    return pair_score(config)(prediction, label, scale)
+
+
+def pair_score(config: StreamConfig) -> PairScore:
+    """:func:`conditional_score` of the stream ``config`` as a function of one pair, its score
+    looked up once (a batch scores each of its joined pairs with it)."""
     scaled = SCALED_RESIDUALS.get(config.conditional_score)
     if scaled is not None:
-        assert scale is not None, "a prediction without 'scale' is refused on arrival"
-        return scaled(float(prediction), float(label), scale)
+        def scaled_score(prediction: Any, label: Any, scale: float | None) -> float:
+            assert scale is not None, "a prediction without 'scale' is refused on arrival"
+            return scaled(float(prediction), float(label), scale)
+        return scaled_score
     residual = PAIR_RESIDUALS.get(config.conditional_score)
     if residual is not None:  # regression
-        return residual(float(prediction), float(label))
+        return lambda prediction, label, scale: residual(float(prediction), float(label))
     score = make_conditional_score(config.conditional_score)  # classification
-    return float(np.ravel(score(np.asarray(prediction, dtype=float), int(label)))[0])
+    return lambda prediction, label, scale: float(
+        np.ravel(score(np.asarray(prediction, dtype=float), int(label)))[0])

@@ -19,15 +19,23 @@ never goes back. One event stamped far in the future (a producer's clock bug) th
 expire every waiting prediction; a real jump in time moves the clock once most of the window has
 jumped, i.e. after ⌈CLOCK_WINDOW/2⌉ events. Deterministic, so a replay expires exactly the same
 entries.
+
+A batch whose events cannot expire an entry by time (:meth:`LabelJoin.defer_expiry`: the clock
+cannot pass any waiting entry's bound while they are added) moves the clock once, after its last
+event (:meth:`LabelJoin.catch_up`), instead of once per event; the count bound is kept per event
+all the same. The store and the clock end as they would one event at a time.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 Label = int | float | str
 
@@ -107,6 +115,10 @@ class LabelJoin:
         self._made_under: dict[int, tuple[str, ...] | None] = {}
         self._recent: deque[float] = deque(maxlen=CLOCK_WINDOW)
         self._clock = float("-inf")
+        #: The event times whose clock steps wait for :meth:`catch_up` (None: not deferred),
+        #: and the bound no entry may be earlier than meanwhile.
+        self._deferred: list[float] | None = None
+        self._horizon = -math.inf
         self.expired_predictions = 0
         self.expired_labels = 0
         self.joined = 0
@@ -217,7 +229,7 @@ class LabelJoin:
             self._join(pending, early[0])
         else:
             self._predictions[pending.event_id] = pending
-        self._expire(pending.ts)
+        self._tick(pending.ts)
 
     def add_label(self, event_id: str, label: Label, ts: float) -> None:
         """Join a label with its waiting prediction, or hold it until the prediction arrives."""
@@ -226,7 +238,67 @@ class LabelJoin:
             self._join(pending, label)
         else:
             self._labels[event_id] = (label, ts)
-        self._expire(ts)
+        self._tick(ts)
+
+    def defer_expiry(self, lowest: float, highest: float, events: int) -> bool:
+        """Whether up to ``events`` events whose times lie in [``lowest``, ``highest``] can
+        expire an entry by its count bound only; if so, the clock's steps wait for
+        :meth:`catch_up` (due after the last of them) while the count bound is kept at each
+        event, as one at a time.
+
+        The clock is a median of event times, none above ``highest`` nor the recent times it
+        holds, and it never goes back: so the bound no entry reaches while the batch runs is
+        ``max(clock, recent, highest) - max_delay_seconds``. Time expires an entry only when it
+        comes first in its store; an event removes at most two entries of a store (a join and
+        the count bound), so only the first ``2 * events + 1`` entries of each can come first,
+        or an entry the batch adds. A new entry's time is the batch's, or for a pair joined,
+        that of its prediction: one earlier than the bound (a waiting prediction's time out of
+        order) ends the deferral there, the clock caught up and moved at each event after.
+
+        >>> join = LabelJoin(max_pending=10, max_delay_seconds=60)
+        >>> join.add_prediction(Pending("a", 0, 0.0, (1.0,), 2.0))
+        >>> join.defer_expiry(1.0, 59.0, 3)  # the clock cannot pass 59 - 60 < 0.0
+        True
+        >>> join.add_label("a", 3.0, ts=59.0); join.catch_up(); join.clock  # median of 0, 59
+        0.0
+        >>> join.defer_expiry(60.0, 61.0, 3)  # "a" joined at 0.0: the bound 61 - 60 may pass it
+        False
+        """
+        assert self._deferred is None, "catch_up() was not called after the last batch"
+        cap, predictions, labels, joined = (self.max_pending, self._predictions, self._labels,
+                                            self._joined_ids)
+        if len(predictions) > cap or len(labels) > cap or len(joined) > cap:
+            return False
+        horizon = max(self._clock, highest, *self._recent) - self.max_delay_seconds
+        first = 2 * events + 1
+        if lowest < horizon or _earliest(predictions, _pts, first) < horizon \
+                or _earliest(labels, _lts, first) < horizon \
+                or min(islice(joined.values(), first), default=math.inf) < horizon:
+            return False
+        self._deferred, self._horizon = [], horizon
+        return True
+
+    def catch_up(self) -> None:
+        """The clock's steps deferred by :meth:`defer_expiry`, at once (nothing expires: that
+        is what it checked)."""
+        ticks, self._deferred = self._deferred, None
+        if not ticks:
+            return
+        recent = self._recent
+        if len(ticks) < 16:  # few: as one at a time
+            for ts in ticks:
+                recent.append(ts)
+                self._advance_clock()
+            return
+        times = np.array([*recent, *ticks], np.float64)
+        first = len(recent)
+        clock = self._clock
+        for end in range(first, min(CLOCK_WINDOW - 1, times.size)):  # windows not full yet
+            clock = max(clock, float(np.sort(times[: end + 1])[end // 2]))
+        full = sliding_window_view(times[max(0, first - CLOCK_WINDOW + 1):], CLOCK_WINDOW)
+        clock = max(clock, float(np.sort(full, axis=1)[:, (CLOCK_WINDOW - 1) // 2].max()))
+        self._clock = clock
+        recent.extend(ticks)
 
     def drain(self) -> list[Joined]:
         """Joined pairs in the order they were completed, removed from the store."""
@@ -235,6 +307,8 @@ class LabelJoin:
         return ready
 
     def _join(self, pending: Pending, label: Label) -> None:
+        if self._deferred is not None and pending.ts < self._horizon:
+            self.catch_up()  # the pair may come first among the joined ids, and expire: per event
         self._ready.append(Joined(pending, label))
         self.joined += 1
         self._joined_ids[pending.event_id] = pending.ts
@@ -244,12 +318,34 @@ class LabelJoin:
         """The join's event-time clock (-inf before the first event)."""
         return self._clock
 
-    def _expire(self, ts: float) -> None:
-        self._recent.append(ts)
+    def _tick(self, ts: float) -> None:
+        """An event at ``ts`` was added: the clock's step and what expires (by count only, the
+        step deferred, while :meth:`defer_expiry` holds)."""
+        deferred = self._deferred
+        if deferred is None:
+            self._expire(ts)
+            return
+        deferred.append(ts)
+        cap = self.max_pending  # at most one store grew, by one: as _evict would
+        if len(self._predictions) > cap:
+            self._predictions.popitem(last=False)
+            self.expired_predictions += 1
+        if len(self._labels) > cap:
+            self._labels.popitem(last=False)
+            self.expired_labels += 1
+        if len(self._joined_ids) > cap:
+            self._joined_ids.popitem(last=False)
+
+    def _advance_clock(self) -> None:
+        """The clock after the last of :attr:`_recent`: their median, if it is later."""
         recent = sorted(self._recent)
         median = recent[(len(recent) - 1) // 2]
         if median > self._clock:
             self._clock = median
+
+    def _expire(self, ts: float) -> None:
+        self._recent.append(ts)
+        self._advance_clock()
         horizon = self._clock - self.max_delay_seconds
         # Most events expire nothing: look at the oldest entries before calling _evict.
         predictions, labels, cap = self._predictions, self._labels, self.max_pending
@@ -328,7 +424,13 @@ class LabelJoin:
         self._recent = deque(state.get("recent", ()), maxlen=CLOCK_WINDOW)
         clock = state.get("clock")
         self._clock = float("-inf") if clock is None else float(clock)
+        self._deferred = None
         self._ready.clear()
+
+
+def _earliest(store: OrderedDict[str, Any], ts_of: Any, first: int) -> float:
+    """The earliest time among the first ``first`` entries of ``store``."""
+    return min(map(ts_of, islice(store.values(), first)), default=math.inf)
 
 
 def _oldest(store: OrderedDict[str, Any]) -> Any:

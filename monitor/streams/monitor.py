@@ -12,10 +12,12 @@ records (:mod:`monitor.streams.monitor_records`), the state and configuration ve
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, overload
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from monitor.streams.attribution import AlarmAttribution, CompletedAttribution
 from monitor.streams.calibration import Calibration
 from monitor.streams.config import StreamConfig
 from monitor.streams.events import Event, InvalidEvent, PredictionEvent
-from monitor.streams.factory import build_detectors, build_ood, conditional_score
+from monitor.streams.factory import PairScore, build_detectors, build_ood, pair_score
 from monitor.streams.join import Joined, LabelJoin, Pending
 from monitor.streams.monitor_inputs import ALREADY_PROCESSED, InputChecks, check_calibration
 from monitor.streams.monitor_records import opens_attribution
@@ -129,83 +131,101 @@ class StreamMonitor(InputChecks, VersionedState):
         batch = _Batch()
         rejected: list[tuple[int, str]] = []
         ood_kinds = () if self.ood is None else self.ood.input_kinds
-        join, config = self.join, self.config
+        join = self.join
         waiting = join.predictions  # read only: a duplicate id is refused before any change
         ready = join.ready  # the pairs the last event joined (a live view, mostly empty)
         marked = join.marked  # predictions made under an earlier version may wait
         refuse = self.refuse_processed
         regression = self.calibration.n_classes is None
         d = self.calibration.n_features
-        needs_scale = config.conditional_score in SCALED_RESIDUALS
-        plain = self.calibration.feature_names is None and not ood_kinds \
-            and self.calibration.logits is None and self.calibration.embedding is None \
-            and self.calibration.schema.is_plain
-        for k, event in enumerate(events):
-            ts = event.ts
-            untimed = ts is None
-            if ts is None:
-                ts = fallback_ts(k)
-            if ts.tzinfo is None:
-                ts = ts.replace(tzinfo=UTC)
-            try:
-                if isinstance(event, PredictionEvent):
-                    features: Any = event.features
-                    read = None
-                    # The common case inline (a list of d numbers, a number, no OOD inputs);
-                    # anything else through the full checks, with their messages.
-                    # (the decoders give a list only of numbers: a feature list with a string,
-                    # a boolean or a null decodes to a tuple)
-                    if not (plain and type(features) is list and len(features) == d
-                            and event.logits is None and event.embedding is None):
-                        features, read = self._read_features(event)
-                        self._ood_lists(event, ood_kinds)
-                    raw = event.prediction
-                    prediction: float | tuple[float, ...] = (
-                        raw if regression and isinstance(raw, float) else self._prediction(event)
-                    )
-                    scale = event.scale if needs_scale else None
-                    if needs_scale and scale is None:
-                        self._scale(event)  # raises, with its message
-                    label = event.label
-                    if label is not None:
-                        self._check_label(label)
-                    if refuse:
-                        self._check_not_processed("prediction", event.id)
-                    if event.id in waiting:
-                        raise InvalidEvent(
-                            f"duplicate prediction id {event.id!r} (still waiting for its label)"
+        needs_scale = self.config.conditional_score in SCALED_RESIDUALS
+        inline = self._reads_inline(ood_kinds)
+        score = pair_score(self.config)
+        times = _event_times(events, fallback_ts)
+        predictions, cov_ts, pairs, before = (batch.predictions, batch.cov_ts, batch.joined,
+                                              batch.cond_before)
+        add_prediction, add_label = join.add_prediction, join.add_label
+        if times.seconds:
+            join.defer_expiry(min(times.seconds), max(times.seconds), len(events))
+        try:
+            for k, event in enumerate(events):
+                ts, seconds = times.ts[k], times.seconds[k]
+                untimed = times.untimed[k]
+                try:
+                    if isinstance(event, PredictionEvent):
+                        features: Any = event.features
+                        read = None
+                        # The common case inline (a list of d numbers, a number, no logits or
+                        # embedding); anything else through the full checks, with their
+                        # messages. (the decoders give a list only of numbers: a feature list
+                        # with a string, a boolean or a null decodes to a tuple)
+                        if inline and type(features) is list and len(features) == d \
+                                and event.logits is None and event.embedding is None:
+                            inputs = _NO_INPUTS
+                        else:
+                            features, read = self._read_features(event)
+                            inputs = self._ood_lists(event, ood_kinds)
+                        raw = event.prediction
+                        prediction: float | tuple[float, ...] = (
+                            raw if regression and isinstance(raw, float)
+                            else self._prediction(event)
                         )
-                    index = self.event_index
-                    self.event_index = index + 1
-                    batch.add_prediction(event.id, index, ts, features,
-                                         self._ood_lists(event, ood_kinds) if ood_kinds else {},
-                                         untimed)
-                    if read is not None:
-                        batch.add_read(read)
-                    seconds = ts.timestamp()
-                    join.add_prediction(Pending(event.id, index, seconds, tuple(features),
-                                                prediction, scale, untimed=untimed))
-                    if label is not None:
-                        join.add_label(event.id, label, seconds)
-                else:
-                    self._check_label(event.label)
-                    if refuse:
-                        self._check_not_processed("label", event.id)
-                    if marked:
-                        self._check_made_under(waiting.get(event.id))
-                    join.add_label(event.id, event.label, ts.timestamp())
-            except InvalidEvent as exc:
-                rejected.append((k, str(exc)))
-                continue
-            self.last_ts = ts
-            if untimed:
-                self.events_without_ts += 1
-            if ready:
-                for joined in join.drain():
-                    batch.add_joined(joined, config)
-        if batch.cov_index or batch.cond_index:
+                        scale = event.scale if needs_scale else None
+                        if needs_scale and scale is None:
+                            self._scale(event)  # raises, with its message
+                        label = event.label
+                        if label is not None and not (regression and type(label) is float):
+                            self._check_label(label)  # raises, with its message
+                        if refuse:
+                            self._check_not_processed("prediction", event.id)
+                        if event.id in waiting:
+                            raise InvalidEvent(f"duplicate prediction id {event.id!r} (still "
+                                               "waiting for its label)")
+                        index = self.event_index
+                        self.event_index = index + 1
+                        pending = Pending(event.id, index, seconds, tuple(features), prediction,
+                                          scale, None, untimed)
+                        predictions.append(pending)
+                        cov_ts.append(ts)
+                        if inputs:
+                            batch.add_inputs(inputs)
+                        if read is not None:
+                            batch.add_read(read)
+                        add_prediction(pending)
+                        if label is not None:
+                            add_label(event.id, label, seconds)
+                    else:
+                        if not (regression and type(event.label) is float):
+                            self._check_label(event.label)  # raises, with its message
+                        if refuse:
+                            self._check_not_processed("label", event.id)
+                        if marked:
+                            self._check_made_under(waiting.get(event.id))
+                        add_label(event.id, event.label, seconds)
+                except InvalidEvent as exc:
+                    rejected.append((k, str(exc)))
+                    continue
+                self.last_ts = ts
+                if untimed:
+                    self.events_without_ts += 1
+                if ready:
+                    for joined in join.drain():
+                        pairs.append(joined)
+                        before.append(len(predictions))
+        finally:
+            join.catch_up()
+        if predictions or pairs:
+            batch.lay_out(score)
             self._advance(batch)
         return rejected
+
+    def _reads_inline(self, ood_kinds: tuple[str, ...]) -> bool:
+        """Whether a prediction whose features are a list of numbers of the stream's width,
+        without logits or embedding, needs no other check of its inputs: a stream of plain
+        numeric features by position whose OOD rule reads no logits nor embedding."""
+        calibration = self.calibration
+        return calibration.feature_names is None and calibration.schema.is_plain \
+            and "logits" not in ood_kinds and "embedding" not in ood_kinds
 
     def _advance(self, batch: _Batch) -> None:
         """Both monitors and the OOD rule over the batch laid out by :meth:`step`."""
@@ -218,13 +238,13 @@ class StreamMonitor(InputChecks, VersionedState):
         budgets = self.detectors.budgets
         # the predictions' event times in seconds, once, for the time budgets that read them
         # (NaN: an event without ts, an update without an event time)
-        cov_seconds = _seconds(batch.cov_ts, batch.cov_untimed) \
+        cov_seconds = _timed(batch.cov_seconds, batch.cov_untimed) \
             if "covariate" in budgets or self.quality.budget is not None else None
         result = self.detectors.update_batch(
             X_cov, batch.cov_index, X_cond, np.array(batch.cond_scores, np.float64),
             batch.cond_index, np.array(batch.cond_before, np.int64),
             cov_ts=cov_seconds if "covariate" in budgets else None,
-            cond_ts=_seconds(batch.cond_ts, batch.cond_untimed)
+            cond_ts=_timed(batch.cond_seconds, batch.cond_untimed)
             if "conditional" in budgets else None,
             cond_outside=batch.cond_outside, cond_from=batch.cond_from,
         )
@@ -377,82 +397,130 @@ class _Batch:
     """A stream's share of a poll batch laid out for the batch calls: the valid predictions
     (``cov_*``, in arrival order) and the labelled events (``cond_*``, in the order their labels
     joined; ``cond_before[j]``: predictions of the batch that came before). ``*_seq`` numbers
-    both kinds of update in arrival order, to keep the records in the per-event order."""
+    both kinds of update in arrival order, to keep the records in the per-event order.
 
-    cov_rows: list[list[float]] = field(default_factory=list)
-    cov_index: list[int] = field(default_factory=list)
+    The pass over the events keeps only each prediction as it waits for its label
+    (:class:`Pending`), its time and each pair joined; :meth:`lay_out` makes the columns from
+    them, each in one go."""
+
+    predictions: list[Pending] = field(default_factory=list)
     cov_ts: list[datetime] = field(default_factory=list)
-    cov_ids: list[str] = field(default_factory=list)
-    cov_seq: list[int] = field(default_factory=list)
-    #: positions of the predictions, and of the labelled events, whose prediction had no ts
-    cov_untimed: list[int] = field(default_factory=list)
-    cond_untimed: list[int] = field(default_factory=list)
-    ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
-    cond_rows: list[tuple[float, ...]] = field(default_factory=list)
-    cond_scores: list[float] = field(default_factory=list)
-    cond_index: list[int] = field(default_factory=list)
-    cond_ts: list[datetime] = field(default_factory=list)
-    cond_ids: list[str] = field(default_factory=list)
-    cond_seq: list[int] = field(default_factory=list)
+    joined: list[Joined] = field(default_factory=list)
     cond_before: list[int] = field(default_factory=list)
-    cond_predictions: list[Any] = field(default_factory=list)
-    cond_labels: list[Any] = field(default_factory=list)
-    #: the support flag kept with the labelled event's prediction (None: not known), and the
-    #: position of that prediction among the batch's (-1: an earlier batch's)
-    cond_outside: list[bool | None] = field(default_factory=list)
-    cond_from: list[int] = field(default_factory=list)
+    ood_rows: dict[str, list[list[float]]] = field(default_factory=dict)
     #: ``(position, indicators)`` of the predictions the schema read (docs/tabular.md)
     quality: list[tuple[int, tuple[bool, ...]]] = field(default_factory=list)
     #: ``(position, unknown keys, absent features)`` of the predictions that had any
     keys: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
-    seq: int = 0
-
-    def add_prediction(
-        self, event_id: str, index: int, ts: datetime, features: list[float],
-        inputs: dict[str, list[float]], untimed: bool = False,
-    ) -> None:
-        if untimed:
-            self.cov_untimed.append(len(self.cov_index))
-        self.cov_rows.append(features)
-        self.cov_index.append(index)
-        self.cov_ts.append(ts)
-        self.cov_ids.append(event_id)
-        self.cov_seq.append(self.seq)
-        self.seq += 1
-        for kind, value in inputs.items():
-            self.ood_rows.setdefault(kind, []).append(value)
+    # -- the columns (:meth:`lay_out`)
+    cov_rows: Sequence[tuple[float, ...]] = ()
+    cov_index: Sequence[int] = ()
+    cov_ids: Sequence[str] = ()
+    cov_seconds: Sequence[float] = ()
+    cov_seq: list[int] = field(default_factory=list)
+    #: positions of the predictions, and of the labelled events, whose prediction had no ts
+    cov_untimed: list[int] = field(default_factory=list)
+    cond_untimed: list[int] = field(default_factory=list)
+    cond_rows: Sequence[tuple[float, ...]] = ()
+    cond_scores: list[float] = field(default_factory=list)
+    cond_index: Sequence[int] = ()
+    cond_seconds: Sequence[float] = ()
+    cond_ts: _UTCTimes = field(init=False)
+    cond_ids: Sequence[str] = ()
+    cond_seq: list[int] = field(default_factory=list)
+    cond_predictions: Sequence[Any] = ()
+    cond_labels: Sequence[Any] = ()
+    #: the support flag kept with the labelled event's prediction (None: not known), and the
+    #: position of that prediction among the batch's (-1: an earlier batch's)
+    cond_outside: Sequence[bool | None] = ()
+    cond_from: list[int] = field(default_factory=list)
 
     def add_read(self, read: FeatureRow) -> None:
         """What the schema read of the last prediction added: its indicators, its keys."""
-        position = len(self.cov_index) - 1
+        position = len(self.predictions) - 1
         self.quality.append((position, read.quality))
         if read.unknown or read.absent:
             self.keys.append((position, read.unknown, read.absent))
 
-    def add_joined(self, joined: Joined, config: StreamConfig) -> None:
-        pending = joined.pending
-        if pending.untimed:
-            self.cond_untimed.append(len(self.cond_index))
-        self.cond_rows.append(pending.features)
-        self.cond_scores.append(
-            conditional_score(config, pending.prediction, joined.label, pending.scale)
-        )
-        self.cond_index.append(pending.event_index)
-        self.cond_ts.append(datetime.fromtimestamp(pending.ts, UTC))  # the prediction's time
-        self.cond_ids.append(pending.event_id)
-        self.cond_seq.append(self.seq)
-        self.cond_before.append(len(self.cov_index))
-        self.cond_predictions.append(pending.prediction)
-        self.cond_labels.append(joined.label)
-        self.cond_outside.append(pending.outside)
-        first = self.cov_index[0] if self.cov_index else pending.event_index + 1
-        self.cond_from.append(pending.event_index - first if pending.event_index >= first else -1)
-        self.seq += 1
+    def add_inputs(self, inputs: Mapping[str, list[float]]) -> None:
+        """The OOD inputs other than the features of the last prediction added."""
+        for kind, value in inputs.items():
+            self.ood_rows.setdefault(kind, []).append(value)
+
+    def lay_out(self, score: PairScore) -> None:
+        """The columns of the predictions and of the pairs joined (``score``: of a pair)."""
+        n = len(self.predictions)
+        if n:
+            (self.cov_ids, self.cov_index, self.cov_seconds, self.cov_rows, *_,
+             untimed, _) = zip(*self.predictions, strict=True)
+            self.cov_untimed = [i for i, u in enumerate(untimed) if u]
+        before = self.cond_before
+        self.cov_seq = [i + bisect_right(before, i) for i in range(n)] if before \
+            else list(range(n))
+        self.cond_seq = [j + b for j, b in enumerate(before)]
+        self.cond_ts = _UTCTimes(self.cond_seconds)
+        if not self.joined:
+            return
+        pendings, self.cond_labels = zip(*self.joined, strict=True)
+        (self.cond_ids, self.cond_index, self.cond_seconds, self.cond_rows,
+         self.cond_predictions, scales, _, untimed, self.cond_outside) = zip(*pendings,
+                                                                              strict=True)
+        self.cond_ts = _UTCTimes(self.cond_seconds)
+        self.cond_untimed = [j for j, u in enumerate(untimed) if u]
+        self.cond_scores = list(map(score, self.cond_predictions, self.cond_labels, scales))
+        first = self.cov_index[0] if n else math.inf
+        self.cond_from = [int(e - first) if e >= first else -1 for e in self.cond_index]
 
 
-def _seconds(ts: Sequence[datetime], untimed: Sequence[int]) -> list[float]:
+def _timed(seconds: Sequence[float], untimed: Sequence[int]) -> list[float]:
     """Event times in epoch seconds, NaN at the positions ``untimed`` (no event time)."""
-    seconds = [t.timestamp() for t in ts]
+    out = list(seconds)
     for i in untimed:
-        seconds[i] = math.nan
-    return seconds
+        out[i] = math.nan
+    return out
+
+
+_NO_INPUTS: Mapping[str, list[float]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class _EventTimes:
+    """A batch's event times: each event's ``ts`` (the fallback where it has none, UTC where
+    it is naive), as epoch seconds, and whether it had none; computed once per batch."""
+
+    ts: list[datetime]
+    seconds: list[float]
+    untimed: list[bool]
+
+
+def _event_times(events: Sequence[Event], fallback_ts: Callable[[int], datetime]) -> _EventTimes:
+    given = [event.ts for event in events]
+    untimed = [ts is None for ts in given]
+    timed: list[datetime] = [fallback_ts(k) if ts is None else ts for k, ts in enumerate(given)] \
+        if any(untimed) else given  # type: ignore[assignment]
+    ts = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for t in timed]
+    return _EventTimes(ts, [t.timestamp() for t in ts], untimed)
+
+
+class _UTCTimes(Sequence[datetime]):
+    """Epoch seconds read as UTC datetimes where a record needs one: of a batch's labelled
+    events, only the few traced, alarmed or closing a window become records."""
+
+    __slots__ = ("_seconds",)
+
+    def __init__(self, seconds: Sequence[float]) -> None:
+        self._seconds = seconds
+
+    def __len__(self) -> int:
+        return len(self._seconds)
+
+    @overload
+    def __getitem__(self, i: int) -> datetime: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[datetime]: ...
+
+    def __getitem__(self, i: int | slice) -> datetime | list[datetime]:
+        if isinstance(i, slice):
+            return [datetime.fromtimestamp(s, UTC) for s in self._seconds[i]]
+        return datetime.fromtimestamp(self._seconds[i], UTC)

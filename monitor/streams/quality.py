@@ -123,6 +123,8 @@ class StreamQuality:
         self.monitor.update_batch(
             quality[:, self.columns], thresholds, lambda i, alarm: raised.append((i, alarm))
         )
+        # as after the batch's last update one by one: its alarms only (the state keeps them)
+        self.monitor._last_alarms = tuple(a for i, a in raised if i == len(index) - 1)
         return [(i, self._quality_record(alarm, rule, index[i], ids[i], ts[i]))
                 for i, alarm in raised]
 

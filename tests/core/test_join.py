@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+import pytest
+
 from monitor.streams.join import LabelJoin, Pending
 from monitor.streams.state import decode_state, encode_state
+from tests.support.streams import canonical
 
 
 def pending(i: int, ts: float = 0.0) -> Pending:
@@ -143,3 +149,77 @@ def test_support_flags_wait_with_their_predictions() -> None:
     restored.mark_made_under(1, ("x",))
     assert [p.outside for p in restored.predictions.values()] == [None, None, None]
     assert "outside" not in restored.state_dict()
+
+
+def _random_batches(seed: int, n: int) -> list[list[tuple[str, str, float, bool]]]:
+    """Batches of (kind, id, ts, inline label) with out-of-order times, re-used ids, early
+    labels, labels that never come and jumps in time."""
+    rng = np.random.default_rng(seed)
+    events, t = [], 0.0
+    for i in range(n):
+        t += float(rng.exponential(1.0)) + (50.0 if rng.uniform() < 0.01 else 0.0)
+        ts = t + float(rng.normal(0.0, 3.0))
+        k = int(rng.integers(0, i + 1)) if rng.uniform() < 0.05 else i  # a re-used id
+        kind = "label" if rng.uniform() < 0.4 else "prediction"
+        j = max(0, i - int(rng.integers(-3, 30))) if kind == "label" else k
+        events.append((kind, f"e{j}", ts, kind == "prediction" and rng.uniform() < 0.3))
+    cuts = sorted(rng.choice(np.arange(1, n), size=n // 40, replace=False).tolist())
+    return [events[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+
+
+def _feed(
+    join: LabelJoin, batch: list[tuple[str, str, float, bool]], deferred: bool
+) -> tuple[list[Any], bool]:
+    """The pairs a batch joined; whether its expiry was deferred."""
+    held = False
+    if deferred:
+        times = [ts for _, _, ts, _ in batch]
+        held = join.defer_expiry(min(times), max(times), len(batch))
+    for kind, event_id, ts, inline in batch:
+        if kind == "prediction":
+            join.add_prediction(Pending(event_id, 0, ts, (ts,), 0.0))
+            if inline:
+                join.add_label(event_id, 1.0, ts)
+        else:
+            join.add_label(event_id, 2.0, ts)
+    if deferred:
+        join.catch_up()
+    return [(j.pending.event_id, j.label) for j in join.drain()], held
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize(("cap", "delay"), [(8, 1e9), (10_000, 200.0), (15, 120.0)])
+def test_a_batch_with_its_expiry_deferred_ends_as_one_event_at_a_time(
+    seed: int, cap: int, delay: float
+) -> None:
+    """Deferred where :meth:`LabelJoin.defer_expiry` allows it (count bound only in the
+    batch), else one event at a time: the same joins, expiries, clock and state."""
+    reference, deferred = LabelJoin(cap, delay), LabelJoin(cap, delay)
+    held = []
+    for batch in _random_batches(seed, 1200):
+        joined, was_held = _feed(deferred, batch, True)
+        assert joined == _feed(reference, batch, False)[0]
+        assert canonical(deferred.state_dict()) == canonical(reference.state_dict())
+        assert deferred.clock == reference.clock
+        held.append(was_held)
+    assert reference.expired_predictions > 0 and reference.expired_labels > 0
+    assert any(held) and (cap == 8 or not all(held)), "both paths should run"
+
+
+def test_a_pair_joined_from_an_old_waiting_prediction_ends_the_deferral() -> None:
+    """A prediction stamped out of order waits behind newer ones, where the deferral's check
+    does not look; its label joins it in a deferred batch: the pair's old time could expire
+    first among the joined ids, so the batch goes on event by event, as the reference."""
+    joins = LabelJoin(100, 10.0), LabelJoin(100, 10.0)
+    for join in joins:
+        for i in range(6):
+            join.add_prediction(Pending(f"e{i}", i, 100.0 + i, (0.0,), 0.0))
+        join.add_prediction(Pending("old", 6, 50.0, (0.0,), 0.0))
+        join.add_prediction(Pending("e7", 7, 107.0, (0.0,), 0.0))
+    deferred, reference = joins
+    assert deferred.defer_expiry(108.0, 108.0, 1)
+    deferred.add_label("old", 1.0, 108.0)
+    deferred.catch_up()
+    reference.add_label("old", 1.0, 108.0)
+    assert not reference.processed("label", "old"), "the pair's id expired at once"
+    assert canonical(deferred.state_dict()) == canonical(reference.state_dict())
