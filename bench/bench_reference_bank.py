@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         result = run([1000, 2000], [None, 1000], events=500, repeats=1, seeds=1)
     else:
-        result = run([1000, 2000, 8000], [None, 1000, 2000, 4000], args.events,
+        result = run([1000, 2000, 8000], [None, 1000, 1500, 2000, 4000], args.events,
                      args.repeats, args.seeds)
     text = json.dumps(result, indent=1)
     if args.json:

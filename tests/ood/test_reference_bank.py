@@ -9,6 +9,9 @@ import pytest
 from monitor.core.decisions import OODDecider
 from monitor.core.detectors import CovariateMonitor
 from monitor.core.ood import make_scorer, reference_bank
+from monitor.streams.calibration import Calibration
+from monitor.streams.config import StreamConfig
+from monitor.streams.factory import build_detectors, build_ood
 from tests.support.states import assert_identical
 
 
@@ -76,3 +79,19 @@ def test_banked_p_values_are_valid() -> None:
     for u in (0.05, 0.1, 0.5):
         se = np.sqrt(u * (1 - u) / 5000)
         assert abs(np.mean(trace.p_value <= u) - u) < 4 * se, u
+
+
+@pytest.mark.parametrize(("m", "ood_rows", "covariate_rows"),
+                         [(1000, 1000, 500), (1500, 1000, 750), (3000, 1000, 1000)])
+def test_the_default_bank(m: int, ood_rows: int, covariate_rows: int) -> None:
+    """A stream's default bank (1 000 rows): a calibration of 1 000 rows (the demo's) is read
+    whole by both the OOD rule and the covariate score's fit half; a larger one is banked."""
+    rng = np.random.default_rng(m)
+    X_cal = rng.normal(size=(m, 4))
+    calibration = Calibration(X_cal, X_cal[:, 0], X_cal[:, 0] + rng.normal(size=m))
+    config = StreamConfig(name="s", task="regression", calibration="in memory")
+    decider = build_ood(config, calibration)
+    assert decider is not None
+    assert decider._runs[0].scorer.bank_.shape[0] == ood_rows  # type: ignore[attr-defined]
+    covariate = build_detectors(config, calibration).covariate
+    assert covariate._scorer.bank_.shape[0] == covariate_rows  # type: ignore[attr-defined]
