@@ -392,14 +392,16 @@ def calibration_advice(m: int) -> str | None:
     :data:`ADVISED_CALIBRATION` rows on."""
     if m >= ADVISED_CALIBRATION:
         return None
+    from monitor.streams.config import REFERENCE_BANK
+
     return (
         f"the calibration has {m} rows, fewer than the {ADVISED_CALIBRATION} advised: a "
         f"conformal p-value resolves no better than 1/(m+1) = {1 / (m + 1):.4f}, so the "
         f"conditional monitor needs at least {detection_floor(m)} events of even an extreme "
         f"shift to reach its threshold of 100 000 ({detection_floor(2000)} with 2 000 rows), "
         f"and an OOD flag at alpha 0.1 needs {ood_floor(m)} flags in the same window of 256 "
-        f"({ood_floor(2000)} with 2 000 rows); docs/detectors.md, \"How large a calibration "
-        "set\""
+        f"({ood_floor(REFERENCE_BANK)} from {REFERENCE_BANK} rows on, the most the OOD rule "
+        f"reads by default: reference_bank); docs/detectors.md, \"How large a calibration set\""
     )
 
 
