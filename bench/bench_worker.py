@@ -266,14 +266,23 @@ def one_stream(folder: Path, n: int) -> Workload:
     return Workload([config], path, values, [name] * len(values))
 
 
+#: What the wide topic's one partition may hold: below the mock broker's 5 MiB per partition
+#: (connectors/mock_kafka.py), with each record's overhead in the log.
+WIDE_PARTITION_BYTES = 4_500_000
+RECORD_OVERHEAD = 80
+
+
 def wide_stream(folder: Path, n: int) -> Workload:
     """One synthetic stream of :data:`WIDE` features and calibration rows (labels inline), all
-    records under one key."""
+    records under one key: at most ``n``, and no more than one partition of the mock broker
+    keeps (:data:`WIDE_PARTITION_BYTES`; its records are larger than the other topics')."""
     folder.mkdir(parents=True, exist_ok=True)
     features, m = WIDE
     stream = SyntheticStream("wide", features, 13)
     config = stream.write_config(folder, m)
     values = stream.values(n)
+    sizes = np.cumsum([len(v) + RECORD_OVERHEAD for v in values])
+    values = values[: int(np.searchsorted(sizes, WIDE_PARTITION_BYTES, side="right"))]
     path = folder / "events.jsonl"
     path.write_bytes(b"".join(v + b"\n" for v in values))
     return Workload([config], path, values, ["wide"] * len(values))
