@@ -77,7 +77,7 @@ def categorical_shift_alarm(stream: str = STREAM, index: int = 900,
     return Alarm(
         stream, "covariate", "extreme_covariate_shift", f"e-{index:06d}", index, ts, 850,
         1.4e3, 1.0e3, "shiryaev_roberts",
-        {"outside_fraction": 0.62, "attribution": categorical_attribution(index + 1)},
+        {"outside_support_fraction": 0.62, "attribution": categorical_attribution(index + 1)},
     )
 
 
