@@ -7,8 +7,11 @@ Chromium is Debian's package (``/usr/bin/chromium``; .ci/run installs it when mi
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -83,32 +86,45 @@ class _DevTools:
 
 @contextmanager
 def _chromium(executable: str) -> Iterator[str]:
-    """A headless Chromium; yields the DevTools websocket URL of its first page."""
-    with tempfile.TemporaryDirectory() as profile:
-        process = subprocess.Popen(
-            [executable, "--headless=new", "--no-sandbox", "--disable-gpu",
-             "--no-first-run", "--no-default-browser-check", "--remote-debugging-port=0",
-             f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        try:
-            port_file = Path(profile) / "DevToolsActivePort"
-            deadline = time.monotonic() + 60
-            while not port_file.exists() or not port_file.read_text().strip():
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{executable} did not start (exit {process.poll()})")
-                time.sleep(0.1)
-            port = port_file.read_text().split()[0]
-            targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-            page = next(t for t in targets if t["type"] == "page")
-            yield str(page["webSocketDebuggerUrl"])
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    """A headless Chromium; yields the DevTools websocket URL of its first page.
+
+    Chromium runs in a process group of its own, ended as a whole, so that none of its helper
+    processes still writes into the profile when the profile is removed (a race that left
+    ``Default`` non-empty under load)."""
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    process = subprocess.Popen(
+        [executable, "--headless=new", "--no-sandbox", "--disable-gpu",
+         "--no-first-run", "--no-default-browser-check", "--remote-debugging-port=0",
+         f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{executable} did not start (exit {process.poll()})")
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
+        page = next(t for t in targets if t["type"] == "page")
+        yield str(page["webSocketDebuggerUrl"])
+    finally:
+        _end_group(process)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to Chromium's whole process group, SIGKILL to what is left after 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # helpers that outlived the browser process
 
 
 def open_page(executable: str, path: Path, screenshot: Path) -> PageReport:
