@@ -3,8 +3,7 @@ pandas."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.support.probe import assert_in_fresh_interpreter
 
 
 def test_the_front_door_loads_lazily_and_without_pandas() -> None:
@@ -16,6 +15,4 @@ def test_the_front_door_loads_lazily_and_without_pandas() -> None:
         "'monitor.frontdoor'\n"
         "assert 'pandas' not in sys.modules, 'pandas imported'\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert_in_fresh_interpreter(probe)

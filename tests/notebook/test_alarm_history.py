@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import monitor
 from monitor.notebook import NotebookMonitor
 from monitor.streams.alarm_ids import AmbiguousAlarmIdError
 from tests.support.alarm_ids import SHARED
+from tests.support.probe import assert_in_fresh_interpreter
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +77,4 @@ def test_the_notebook_lookup_needs_no_database_library() -> None:
         "import sys, monitor.notebook, monitor.streams.alarm_ids\n"
         "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy imported'\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert_in_fresh_interpreter(probe)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from monitor.streams.calibration import Calibration
 from monitor.streams.config import DEFAULT_THRESHOLD, StreamConfig
 from monitor.streams.events import Event, LabelEvent, PredictionEvent
 from monitor.streams.monitor import StreamMonitor
+from tests.support.probe import assert_in_fresh_interpreter
 from tests.support.real_alarms import scripted_stream
 
 COVARIATE_ALARM = {"rule": "shiryaev_roberts", "threshold": 1000}
@@ -78,9 +78,7 @@ def test_import_monitor_stays_light() -> None:
         "assert {'watch', 'NotebookMonitor', 'Trace'} <= set(dir(monitor))\n"
         "assert callable(monitor.watch) and 'numpy' in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert_in_fresh_interpreter(probe)
 
 
 def test_unknown_top_level_name() -> None:
